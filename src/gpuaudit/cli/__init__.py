@@ -1,0 +1,68 @@
+"""The ``gpuaudit`` command line: a thin composition of the pipeline stages.
+
+Each subcommand lives in its own module under ``gpuaudit.cli`` and is imported only when it
+runs, so ``gpuaudit --help`` stays fast and a heavy dependency of one command never slows
+another. Errors the user can act on (:class:`gpuaudit.errors.GpuauditError`) print
+``error: ...`` on stderr and exit 2.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from gpuaudit import __version__
+
+# command name -> "module:attribute" (module relative to gpuaudit.cli)
+COMMANDS: dict[str, str] = {
+    "audit": "audit:audit_cmd",
+    "report": "report:report_cmd",
+}
+
+
+class _LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        module = importlib.import_module(f"gpuaudit.cli.{module_name}")
+        command: click.Command = getattr(module, attr)
+        return command
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuaudit")
+def cli() -> None:
+    """Measure where GPU time goes, price the waste, recommend the fixes."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the console script; returns the process exit code."""
+    from gpuaudit.errors import GpuauditError
+
+    try:
+        cli.main(args=argv, prog_name="gpuaudit", standalone_mode=False)
+    except GpuauditError as exc:
+        click.echo(f"error: {exc}", err=True)
+        return 2
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except BrokenPipeError:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The errors gpuaudit raises: each says what happened, where, and how to fix it.
+
+Every error a user can meet derives from :class:`GpuauditError`. The CLI prints
+``error: <message>`` on stderr and exits 2 for these, so a message must stand on its own:
+the bad value, its location (file:line, column, metric, label) and the fix.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "GpuauditError",
+    "InputError",
+    "PricingError",
+    "SampleTableError",
+    "SourceUnavailableError",
+]
+
+
+class GpuauditError(Exception):
+    """Base of every error gpuaudit raises on purpose."""
+
+    def __init__(self, what: str, *, where: str | None = None, fix: str | None = None) -> None:
+        self.what = what
+        self.where = where
+        self.fix = fix
+        super().__init__(self._compose())
+
+    def _compose(self) -> str:
+        text = f"{self.where}: {self.what}" if self.where else self.what
+        if self.fix:
+            text += f"\n  fix: {self.fix}"
+        return text
+
+
+class InputError(GpuauditError):
+    """A file, URL or argument the user gave cannot be read as they meant it."""
+
+
+class SampleTableError(InputError):
+    """A value breaks the sample table's contract (range, unit, order).
+
+    ``column`` and ``row`` name the offending cell; ``row`` is 0-based in the table the
+    validator saw (importers translate it to file:line in ``where``).
+    """
+
+    def __init__(
+        self,
+        what: str,
+        *,
+        column: str,
+        row: int | None = None,
+        value: object = None,
+        where: str | None = None,
+        fix: str | None = None,
+    ) -> None:
+        self.column = column
+        self.row = row
+        self.value = value
+        super().__init__(what, where=where, fix=fix)
+
+
+class PricingError(GpuauditError):
+    """No price can be found for what was measured (unknown model, provider or option)."""
+
+
+class SourceUnavailableError(GpuauditError):
+    """A measurement source (NVML, a Prometheus server, an exporter) cannot be reached."""

@@ -1,0 +1,1 @@
+"""recommend stage."""

@@ -1,0 +1,433 @@
+"""The sample table: the one contract between measurement and everything after it.
+
+One row per GPU (or MIG instance) per sample, as an Arrow table. Units live in column names.
+A column a source cannot measure is null, never a fake zero. Every source (NVML, dcgm-exporter,
+Prometheus, files, profiler traces) produces this table; every analysis reads only this table.
+
+``gpu_uuid`` names one time series: a whole GPU's UUID, an NVML MIG device UUID
+(``MIG-...``), or ``<parent-uuid>/gi<GPU_I_ID>`` for a MIG instance seen through DCGM.
+Within one ``gpu_uuid`` timestamps strictly increase, except that a GPU time-sliced between
+several pods may repeat a timestamp once per pod, each such row carrying ``gpu_share`` (the
+pod's share of that GPU at that time; the shares of one timestamp sum to 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit.errors import SampleTableError
+
+__all__ = [
+    "COLUMNS",
+    "DCGM_SENTINEL_MIN",
+    "SAMPLE_SCHEMA",
+    "Column",
+    "ImportNote",
+    "Recording",
+    "SampleSource",
+    "build_table",
+    "empty_table",
+    "null_sentinels",
+    "validate",
+]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the sample table: name (with unit), Arrow type, valid range, meaning."""
+
+    name: str
+    type: pa.DataType
+    nullable: bool
+    doc: str
+    lo: float | None = None
+    hi: float | None = None
+    scale: str | None = None  # "percent" (0..100) or "ratio" (0..1)
+
+
+_DICT = pa.dictionary(pa.int32(), pa.string())
+TS_TYPE = pa.timestamp("ns", tz="UTC")
+
+COLUMNS: tuple[Column, ...] = (
+    Column("ts", TS_TYPE, False, "sample time, UTC"),
+    Column("host", _DICT, False, "host name the GPU is attached to"),
+    Column("gpu_uuid", _DICT, False, "the time series' identity and join key (see module doc)"),
+    Column("gpu_model", _DICT, True, "marketing name, e.g. 'NVIDIA H100 80GB HBM3'"),
+    Column("gpu_index", pa.int16(), True, "index as the host enumerates it"),
+    Column("mig_profile", pa.string(), True, "MIG profile such as '1g.10gb'; null for a whole GPU"),
+    Column("util_gpu_pct", pa.float32(), True,
+           "NVML utilization.gpu / DCGM_FI_DEV_GPU_UTIL: share of time any kernel ran",
+           0.0, 100.0, "percent"),
+    Column("util_mem_pct", pa.float32(), True, "memory controller busy share", 0.0, 100.0,
+           "percent"),
+    Column("mem_used_mib", pa.float32(), True, "framebuffer used, MiB", 0.0, None),
+    Column("mem_total_mib", pa.float32(), True, "framebuffer total, MiB", 0.0, None),
+    Column("power_w", pa.float32(), True, "board power draw, W", 0.0, None),
+    Column("power_limit_w", pa.float32(), True, "enforced power limit, W", 0.0, None),
+    Column("temp_c", pa.float32(), True, "GPU temperature, degrees C", -50.0, 150.0),
+    Column("sm_clock_mhz", pa.float32(), True, "SM clock, MHz", 0.0, None),
+    Column("energy_j", pa.float64(), True, "cumulative energy counter since driver load, J",
+           0.0, None),
+    Column("clocks_event_reasons", pa.uint64(), True,
+           "NVML clocks event (throttle) reasons bitmask"),
+    Column("sm_active", pa.float32(), True, "DCGM_FI_PROF_SM_ACTIVE / GPM SM util, ratio",
+           0.0, 1.0, "ratio"),
+    Column("sm_occupancy", pa.float32(), True, "DCGM_FI_PROF_SM_OCCUPANCY / GPM, ratio",
+           0.0, 1.0, "ratio"),
+    Column("tensor_active", pa.float32(), True,
+           "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE / GPM tensor util, ratio", 0.0, 1.0, "ratio"),
+    Column("dram_active", pa.float32(), True, "DCGM_FI_PROF_DRAM_ACTIVE / GPM DRAM bw, ratio",
+           0.0, 1.0, "ratio"),
+    Column("gr_engine_active", pa.float32(), True,
+           "DCGM_FI_PROF_GR_ENGINE_ACTIVE, ratio (the utilization signal on MIG)",
+           0.0, 1.0, "ratio"),
+    Column("pcie_tx_bytes_per_s", pa.float64(), True, "PCIe transmit, bytes/s", 0.0, None),
+    Column("pcie_rx_bytes_per_s", pa.float64(), True, "PCIe receive, bytes/s", 0.0, None),
+    Column("nvlink_tx_bytes_per_s", pa.float64(), True, "NVLink transmit, bytes/s", 0.0, None),
+    Column("nvlink_rx_bytes_per_s", pa.float64(), True, "NVLink receive, bytes/s", 0.0, None),
+    Column("ecc_dbe_total", pa.int64(), True, "volatile double-bit ECC errors (count)", 0.0,
+           None),
+    Column("xid", pa.int64(), True, "last XID error code seen, null if none"),
+    Column("namespace", pa.string(), True, "Kubernetes namespace holding the GPU"),
+    Column("pod", pa.string(), True, "Kubernetes pod (or job) holding the GPU"),
+    Column("container", pa.string(), True, "container holding the GPU"),
+    Column("gpu_share", pa.float32(), True,
+           "share of this GPU held by this row's pod when time-sliced; null means whole",
+           0.0, 1.0, "ratio"),
+    Column("labels", pa.map_(pa.string(), pa.string()), True,
+           "everything else: team, project, user, experiment, job id"),
+)
+
+SAMPLE_SCHEMA: pa.Schema = pa.schema([pa.field(c.name, c.type, c.nullable) for c in COLUMNS])
+_BY_NAME: dict[str, Column] = {c.name: c for c in COLUMNS}
+
+#: dcgm-exporter and DCGM report "blank" values as huge sentinels (DCGM_FT_INT64_BLANK and
+#: friends start at 0x7ffffff0 for int32 and 9223372036854775792 for int64; FP64 blank is
+#: 140737488355328.0). Anything at or above these is "not measured", never a reading.
+DCGM_SENTINEL_MIN = 9223372036854775792
+_DCGM_INT32_BLANK_MIN = 0x7FFFFFF0
+_DCGM_FP64_BLANK_MIN = 140737488355328.0
+
+#: Parquet key-value metadata keys of a gpuaudit recording.
+META_VERSION = b"gpuaudit.version"
+META_SOURCE = b"gpuaudit.source"
+META_ORIGIN = b"gpuaudit.origin"
+META_INTERVAL_S = b"gpuaudit.interval_s"
+META_HOST = b"gpuaudit.host"
+META_START = b"gpuaudit.start"
+
+
+@dataclass(frozen=True)
+class ImportNote:
+    """Something an importer changed or dropped, reported to the user, never hidden.
+
+    ``count`` rows or cells were affected; ``reason`` says what and why, ``where`` points at
+    the first occurrence (file:line, metric, label).
+    """
+
+    reason: str
+    count: int
+    where: str | None = None
+    column: str | None = None
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A validated sample table plus what is known about where it came from.
+
+    ``source`` is a short kind (``nvml``, ``nvidia-smi-csv``, ``dcgm-exporter``,
+    ``prometheus``, ``parquet``, ``csv``, ``trace``); ``origin`` is a human sentence naming
+    the file, URL or public dataset the samples came from, shown in every report.
+    ``interval_s`` is the nominal sampling interval (None when unknown: classify infers it).
+    """
+
+    table: pa.Table
+    source: str
+    origin: str
+    interval_s: float | None = None
+    notes: tuple[ImportNote, ...] = ()
+    events: tuple[str, ...] = ()
+    meta: Mapping[str, str] = field(default_factory=dict)
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """The table as record batches, so a Recording is also a :class:`SampleSource`."""
+        yield from self.table.to_batches(max_chunksize=1 << 20)
+
+
+@runtime_checkable
+class SampleSource(Protocol):
+    """Samples that arrive as a stream of validated batches (bounded memory for big files).
+
+    ``batches()`` yields :data:`SAMPLE_SCHEMA` record batches, each already validated, with
+    each GPU's rows in time order across the whole stream. ``notes`` and ``events`` are
+    complete once ``batches()`` is exhausted. :class:`Recording` satisfies this protocol.
+    """
+
+    source: str
+    origin: str
+    interval_s: float | None
+
+    @property
+    def notes(self) -> tuple[ImportNote, ...]: ...
+
+    @property
+    def events(self) -> tuple[str, ...]: ...
+
+    def batches(self) -> Iterator[pa.RecordBatch]: ...
+
+
+def empty_table() -> pa.Table:
+    """A sample table with no rows and every column typed."""
+    return SAMPLE_SCHEMA.empty_table()
+
+
+def _as_array(values: Any, col: Column, length: int) -> pa.Array:
+    if values is None:
+        return pa.nulls(length, type=col.type)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if isinstance(values, pa.Array):
+        arr = values
+    elif col.type == TS_TYPE:
+        arr = pa.array(values)
+    elif pa.types.is_dictionary(col.type):
+        arr = pa.array(values, type=pa.string())
+    else:
+        arr = pa.array(values, type=col.type, from_pandas=True)
+    if col.type == TS_TYPE:
+        if pa.types.is_timestamp(arr.type):
+            if arr.type.tz is None:
+                arr = arr.cast(pa.timestamp(arr.type.unit, tz="UTC"))
+            arr = arr.cast(TS_TYPE)
+        else:
+            arr = arr.cast(pa.int64()).cast(TS_TYPE)
+        return arr
+    if pa.types.is_dictionary(col.type):
+        if not pa.types.is_dictionary(arr.type):
+            arr = pc.dictionary_encode(arr.cast(pa.string()))
+        return arr.cast(col.type)
+    return arr.cast(col.type)
+
+
+def build_table(columns: Mapping[str, Any], length: int | None = None) -> pa.Table:
+    """Assemble a sample table from whatever columns a source has; the rest become nulls.
+
+    ``columns`` maps sample-table column names to arrays or sequences. Unknown names are an
+    error (a typo would otherwise vanish). Required columns (ts, host, gpu_uuid) must exist.
+    """
+    unknown = sorted(set(columns) - set(_BY_NAME))
+    if unknown:
+        raise SampleTableError(
+            f"unknown sample-table column(s) {unknown}",
+            column=unknown[0],
+            fix=f"use one of: {', '.join(_BY_NAME)}",
+        )
+    missing = [c for c in ("ts", "host", "gpu_uuid") if columns.get(c) is None]
+    if missing:
+        raise SampleTableError(
+            f"required column(s) {missing} missing",
+            column=missing[0],
+            fix="every sample needs a timestamp (ts), a host and a gpu_uuid",
+        )
+    if length is None:
+        length = len(columns["ts"])
+    arrays = [_as_array(columns.get(c.name), c, length) for c in COLUMNS]
+    return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)
+
+
+def null_sentinels(arr: pa.Array) -> tuple[pa.Array, int]:
+    """Turn NaN and DCGM blank sentinels into nulls; return the array and how many changed."""
+    if len(arr) == 0:
+        return arr, 0
+    if pa.types.is_floating(arr.type):
+        bad = pc.or_kleene(pc.is_nan(arr), pc.greater_equal(pc.abs(arr), _DCGM_FP64_BLANK_MIN))
+    elif pa.types.is_integer(arr.type):
+        limit = _DCGM_INT32_BLANK_MIN if arr.type.bit_width <= 32 else DCGM_SENTINEL_MIN
+        if pa.types.is_unsigned_integer(arr.type) and arr.type.bit_width == 64:
+            return arr, 0  # bitmasks (clocks_event_reasons) use every bit
+        bad = pc.greater_equal(arr, limit)
+    else:
+        return arr, 0
+    bad = pc.fill_null(bad, False)
+    n = pc.sum(bad).as_py() or 0
+    if n == 0:
+        return arr, 0
+    return pc.if_else(bad, pa.nulls(len(arr), type=arr.type), arr), int(n)
+
+
+Locate = Callable[[int], str]
+
+
+def _first_true(mask: pa.Array | pa.ChunkedArray) -> int:
+    idx = pc.index(pc.fill_null(mask, False), True).as_py()
+    return int(idx)
+
+
+def validate(
+    table: pa.Table,
+    *,
+    source: str,
+    locate: Locate | None = None,
+    check_order: bool = True,
+) -> pa.Table:
+    """Check a sample table against the contract and return it cast to :data:`SAMPLE_SCHEMA`.
+
+    Raises :class:`SampleTableError` naming the column, the row (``locate(row)`` turns it
+    into file:line), the value and the fix for: values outside a column's range, negative
+    power, a percent column holding ratios (or the reverse), mixed scales, and timestamps
+    that repeat or run backwards within one GPU's series.
+    """
+
+    def where(row: int) -> str:
+        return locate(row) if locate else f"{source}: row {row}"
+
+    if table.schema.names != SAMPLE_SCHEMA.names:
+        missing = [n for n in SAMPLE_SCHEMA.names if n not in table.schema.names]
+        extra = [n for n in table.schema.names if n not in SAMPLE_SCHEMA.names]
+        raise SampleTableError(
+            f"columns do not match the sample table (missing {missing}, unknown {extra})",
+            column=(missing or extra or ["?"])[0],
+            where=source,
+            fix="build tables with gpuaudit.schema.build_table",
+        )
+    if table.schema != SAMPLE_SCHEMA:
+        table = table.cast(SAMPLE_SCHEMA)
+    if table.num_rows == 0:
+        return table
+    for col in COLUMNS:
+        arr = table.column(col.name)
+        if arr.null_count == len(arr):
+            continue
+        if col.lo is not None:
+            bad = pc.less(arr, col.lo)
+            if pc.any(bad).as_py():
+                row = _first_true(bad)
+                value = arr[row].as_py()
+                raise SampleTableError(
+                    f"column '{col.name}' = {value} is below {col.lo:g}",
+                    column=col.name, row=row, value=value, where=where(row),
+                    fix="check the source's units and sign; a value it could not measure "
+                    "must be empty, not negative",
+                )
+        if col.hi is not None:
+            bad = pc.greater(arr, col.hi)
+            if pc.any(bad).as_py():
+                row = _first_true(bad)
+                value = arr[row].as_py()
+                hint = (
+                    "this looks like a percent in a ratio column: divide by 100 (with --map, "
+                    "mark the column as percent)"
+                    if col.scale == "ratio" and col.hi == 1.0 and value <= 100.0
+                    else "check the source's units"
+                )
+                raise SampleTableError(
+                    f"column '{col.name}' = {value} is above {col.hi:g} ({col.scale or 'max'})",
+                    column=col.name, row=row, value=value, where=where(row), fix=hint,
+                )
+        if col.scale == "percent":
+            _check_percent_scale(arr, col, where)
+    if check_order:
+        _check_order(table, where)
+    return table
+
+
+def _check_percent_scale(arr: pa.ChunkedArray, col: Column, where: Callable[[int], str]) -> None:
+    """A percent column that only ever holds fractions in (0, 1) was given as a ratio.
+
+    Real percent readings from NVML and DCGM are whole numbers; fractions strictly between 0
+    and 1 beside readings above 1 mean two scales were mixed in one column.
+    """
+    values = arr.to_numpy(zero_copy_only=False)
+    values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
+    if values.size == 0:
+        return
+    frac = (values > 0.0) & (values < 1.0)
+    if not frac.any():
+        return
+    above_one = values > 1.0
+    first_frac = int(np.flatnonzero(frac)[0])
+    if above_one.any():
+        raise SampleTableError(
+            f"column '{col.name}' mixes scales: {values[first_frac]} (a ratio?) beside "
+            f"{values[int(np.flatnonzero(above_one)[0])]} (a percent)",
+            column=col.name, row=first_frac, value=float(values[first_frac]),
+            where=where(first_frac),
+            fix="give every value in percent (0..100) or map the column with its scale",
+        )
+    if frac.mean() > 0.5:
+        raise SampleTableError(
+            f"column '{col.name}' looks like a ratio (0..1) but is a percent column "
+            f"(e.g. {values[first_frac]})",
+            column=col.name, row=first_frac, value=float(values[first_frac]),
+            where=where(first_frac),
+            fix="multiply by 100, or map it with a ratio scale (--map src=util_gpu_pct:ratio)",
+        )
+
+
+def _check_order(table: pa.Table, where: Callable[[int], str]) -> None:
+    codes = pc.dictionary_encode(table.column("gpu_uuid").cast(pa.string())).combine_chunks()
+    bad = order_violation(
+        codes.indices.to_numpy(),
+        table.column("ts").cast(pa.int64()).to_numpy(),
+        ~np.asarray(pc.is_null(table.column("gpu_share")).to_numpy(zero_copy_only=False)),
+    )
+    if bad >= 0:
+        gpu = codes.dictionary[codes.indices[bad].as_py()].as_py()
+        ts = table.column("ts")[bad]
+        raise SampleTableError(
+            f"timestamp {ts} repeats or runs backwards for GPU {gpu}",
+            column="ts", row=bad, value=str(ts), where=where(bad),
+            fix="each GPU's samples must be in time order with no duplicates; sort the "
+            "file by time, or give each GPU a distinct gpu_uuid",
+        )
+
+
+def order_violation(
+    codes: np.ndarray,
+    ts_ns: np.ndarray,
+    shared: np.ndarray,
+    last_ts: np.ndarray | None = None,
+) -> int:
+    """Index of the first row whose timestamp does not follow its series' previous one, or -1.
+
+    ``codes`` gives each row's series, ``shared`` marks rows of a time-sliced GPU (which may
+    repeat a timestamp). ``last_ts`` (per code, int64 min for none) carries state between
+    batches of a stream and is updated in place.
+    """
+    n = codes.shape[0]
+    if n == 0:
+        return -1
+    order = np.argsort(codes, kind="stable")
+    c = codes[order]
+    t = ts_ns[order]
+    s = shared[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = c[1:] != c[:-1]
+    prev = np.empty(n, dtype=np.int64)
+    prev[1:] = t[:-1]
+    if last_ts is not None:
+        prev[first] = last_ts[c[first]]
+    else:
+        prev[first] = np.iinfo(np.int64).min
+    ok = (t > prev) | ((t == prev) & s)
+    if last_ts is not None:
+        last_idx = np.flatnonzero(np.append(c[1:] != c[:-1], True))
+        last_ts[c[last_idx]] = t[last_idx]
+    if ok.all():
+        return -1
+    return int(order[int(np.flatnonzero(~ok)[0])])
+
+
+def column(name: str) -> Column:
+    """The :class:`Column` called ``name`` (KeyError lists nothing: use COLUMNS to browse)."""
+    return _BY_NAME[name]
+
+
+def column_names() -> Sequence[str]:
+    return [c.name for c in COLUMNS]
