@@ -1,0 +1,340 @@
+"""Crash-safe recording of live samples: an Arrow IPC journal, finalised to Parquet.
+
+While sampling, each flush appends one record batch to ``<out>.partial.arrows`` (an Arrow
+IPC *stream*: readable up to its last complete message without a footer) and fsyncs it;
+marks, events and counters go to ``<out>.partial.jsonl``, one JSON object per flush. So a
+SIGKILL loses at most one flush interval. :meth:`Recorder.close` streams the journal into
+``<out>`` as Parquet (zstd, row groups of up to :data:`ROW_GROUP_ROWS` rows, memory flat
+however long the run) with the key-value metadata of :mod:`gpuaudit.schema` (``META_*``) plus
+the keys below, then removes the journal.
+
+:func:`recover_recording` reads either: the finished Parquet file, or, when only the journal
+is there (the recorder died), the journal up to its last complete batch, with an
+:class:`~gpuaudit.schema.ImportNote` saying so. :func:`read_recording` reads a finished file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from gpuaudit import __version__
+from gpuaudit.errors import InputError
+from gpuaudit.schema import (
+    META_HOST,
+    META_INTERVAL_S,
+    META_ORIGIN,
+    META_SOURCE,
+    META_START,
+    META_VERSION,
+    SAMPLE_SCHEMA,
+    ImportNote,
+    Recording,
+    validate,
+)
+
+__all__ = [
+    "JOURNAL_SUFFIX",
+    "META_COUNTERS",
+    "META_EVENTS",
+    "META_LABELS",
+    "META_MARKS",
+    "META_NOTES",
+    "META_PROGRESS",
+    "META_SAMPLER",
+    "SIDE_SUFFIX",
+    "Extras",
+    "Recorder",
+    "read_recording",
+    "recover_recording",
+]
+
+JOURNAL_SUFFIX = ".partial.arrows"
+SIDE_SUFFIX = ".partial.jsonl"
+ROW_GROUP_ROWS = 128 * 1024
+
+#: Extra metadata keys of a live recording (JSON values).
+META_LABELS = b"gpuaudit.labels"      # {"team": "vision"}
+META_MARKS = b"gpuaudit.marks"        # [[ts_ns, "epoch 3"], ...]
+META_EVENTS = b"gpuaudit.events"      # ["2025-...Z GPU-... lost: ...", ...]
+META_COUNTERS = b"gpuaudit.counters"  # {"steps": 120, "samples": 3840, "tokens": null}
+META_PROGRESS = b"gpuaudit.progress"  # [[ts_ns, steps, samples, tokens], ...] one per flush
+META_SAMPLER = b"gpuaudit.sampler"    # tick statistics: ticks, late, missed, lateness p50/p99
+META_NOTES = b"gpuaudit.notes"        # ["CUDA_VISIBLE_DEVICES entry ...", warnings, ...]
+
+
+@dataclass
+class Extras:
+    """What a recording carries besides samples; grows during the run."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    marks: list[tuple[int, str]] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    counters: dict[str, float | None] = field(default_factory=dict)
+    progress: list[tuple[int, float, float | None, float | None]] = field(default_factory=list)
+    sampler: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def to_meta(self) -> dict[bytes, bytes]:
+        enc = json.dumps
+        return {
+            META_LABELS: enc(self.labels).encode(),
+            META_MARKS: enc([list(m) for m in self.marks]).encode(),
+            META_EVENTS: enc(self.events).encode(),
+            META_COUNTERS: enc(self.counters).encode(),
+            META_PROGRESS: enc([list(p) for p in self.progress]).encode(),
+            META_SAMPLER: enc(self.sampler).encode(),
+            META_NOTES: enc(self.notes).encode(),
+        }
+
+    def delta_json(self, seen: dict[str, int]) -> str:
+        """The lists' entries not yet journaled (``seen`` counts them) and the current dicts."""
+        out: dict[str, Any] = {"labels": self.labels, "counters": self.counters,
+                               "sampler": self.sampler}
+        for key in _LIST_KEYS:
+            items = getattr(self, key)
+            out[key] = [list(x) if isinstance(x, tuple) else x for x in items[seen.get(key, 0):]]
+            seen[key] = len(items)
+        return json.dumps(out)
+
+
+_LIST_KEYS = ("marks", "events", "progress", "notes")
+
+
+def iso_utc(ts_ns: int) -> str:
+    """``2025-01-02T03:04:05.678901Z`` for a UTC epoch in nanoseconds."""
+    dt = datetime.fromtimestamp(ts_ns / 1e9, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def base_meta(*, source: str, origin: str, interval_s: float | None, host: str | None,
+              start_ns: int) -> dict[bytes, bytes]:
+    """The schema's META_* keys."""
+    return {
+        META_VERSION: __version__.encode(),
+        META_SOURCE: source.encode(),
+        META_ORIGIN: origin.encode(),
+        META_INTERVAL_S: (repr(float(interval_s)) if interval_s else "").encode(),
+        META_HOST: (host or socket.gethostname()).encode(),
+        META_START: iso_utc(start_ns).encode(),
+    }
+
+
+def _fsync(f: Any) -> None:
+    f.flush()
+    with contextlib.suppress(OSError):
+        os.fsync(f.fileno())
+
+
+class Recorder:
+    """Journals record batches as they come and writes the final Parquet on :meth:`close`.
+
+    Not thread-safe: one writer (the sampler's writer thread) calls :meth:`write`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, interval_s: float | None,
+                 origin: str, source: str = "nvml", host: str | None = None,
+                 start_ns: int) -> None:
+        self.path = Path(path)
+        self.journal = Path(str(self.path) + JOURNAL_SUFFIX)
+        self.side = Path(str(self.path) + SIDE_SUFFIX)
+        self.meta = base_meta(source=source, origin=origin, interval_s=interval_s, host=host,
+                              start_ns=start_ns)
+        if self.path.parent and not self.path.parent.exists():
+            raise InputError(f"directory {self.path.parent} does not exist",
+                             where=str(self.path), fix="create it or choose another -o path")
+        self._jf = open(self.journal, "wb")  # noqa: SIM115 (closed in close())
+        self._writer = pa.ipc.new_stream(self._jf, SAMPLE_SCHEMA.with_metadata(self.meta))
+        _fsync(self._jf)
+        self._sf = open(self.side, "w")  # noqa: SIM115
+        self._seen: dict[str, int] = {}
+        self.rows = 0
+        self.closed = False
+
+    def write(self, batch: pa.RecordBatch | None, extras: Extras | None = None) -> None:
+        """Append a batch (and the current extras) to the journal, then fsync both."""
+        if batch is not None and batch.num_rows:
+            self._writer.write_batch(batch)
+            self.rows += batch.num_rows
+            _fsync(self._jf)
+        if extras is not None:
+            self._sf.write(extras.delta_json(self._seen) + "\n")
+            _fsync(self._sf)
+
+    def close(self, extras: Extras) -> Path:
+        """Finish the journal and stream it into the Parquet file; remove the journal."""
+        if self.closed:
+            return self.path
+        self._writer.close()
+        _fsync(self._jf)
+        self._jf.close()
+        self._sf.close()
+        finalize_journal(self.journal, self.path, {**self.meta, **extras.to_meta()})
+        with contextlib.suppress(FileNotFoundError):
+            self.side.unlink()
+        self.closed = True
+        return self.path
+
+    def abandon(self) -> None:
+        """Close the files without finalising (the journal stays for recovery)."""
+        if self.closed:
+            return
+        with contextlib.suppress(Exception):
+            self._writer.close()
+        self._jf.close()
+        self._sf.close()
+        self.closed = True
+
+
+def _journal_batches(journal: Path) -> tuple[pa.Schema, Iterator[pa.RecordBatch], list[bool]]:
+    """Batches of an IPC stream up to the last complete one; ``truncated[0]`` tells if cut."""
+    source = pa.OSFile(str(journal), "rb")
+    try:
+        reader = pa.ipc.open_stream(source)
+    except (pa.ArrowInvalid, OSError) as exc:
+        source.close()
+        raise InputError(f"{journal} holds no readable samples ({exc})", where=str(journal),
+                         fix="the recorder died before its first flush; nothing to recover"
+                         ) from exc
+    truncated = [False]
+
+    def gen() -> Iterator[pa.RecordBatch]:
+        try:
+            while True:
+                try:
+                    yield reader.read_next_batch()
+                except StopIteration:
+                    return
+                except (pa.ArrowInvalid, OSError):
+                    truncated[0] = True
+                    return
+        finally:
+            source.close()
+
+    return reader.schema, gen(), truncated
+
+
+def finalize_journal(journal: Path, out: Path, meta: Mapping[bytes, bytes]) -> int:
+    """Stream a journal into a zstd Parquet file at ``out`` (atomic rename); return rows."""
+    schema, batches, _ = _journal_batches(journal)
+    tmp = out.with_name(out.name + ".tmp")
+    rows = 0
+    with pq.ParquetWriter(str(tmp), SAMPLE_SCHEMA.with_metadata(dict(meta)),
+                          compression="zstd") as writer:
+        pending: list[pa.RecordBatch] = []
+        n = 0
+        for b in batches:
+            pending.append(b)
+            n += b.num_rows
+            if n >= ROW_GROUP_ROWS:
+                writer.write_table(pa.Table.from_batches(pending, SAMPLE_SCHEMA))
+                rows += n
+                pending, n = [], 0
+        if pending:
+            writer.write_table(pa.Table.from_batches(pending, SAMPLE_SCHEMA))
+            rows += n
+    os.replace(tmp, out)
+    with contextlib.suppress(FileNotFoundError):
+        journal.unlink()
+    return rows
+
+
+def _decode_meta(meta: Mapping[bytes, bytes]) -> dict[str, str]:
+    return {k.decode().removeprefix("gpuaudit."): v.decode() for k, v in meta.items()
+            if k.startswith(b"gpuaudit.")}
+
+
+def _recording(table: pa.Table, meta: Mapping[bytes, bytes], where: str,
+               notes: Sequence[ImportNote] = ()) -> Recording:
+    m = _decode_meta(meta)
+    table = validate(table.cast(SAMPLE_SCHEMA), source=where)
+    interval = m.get("interval_s") or ""
+    events = tuple(json.loads(m.get("events", "[]")))
+    return Recording(
+        table=table,
+        source=m.get("source", "nvml"),
+        origin=m.get("origin", where),
+        interval_s=float(interval) if interval else None,
+        notes=tuple(notes),
+        events=events,
+        meta=m,
+    )
+
+
+def read_recording(path: str | os.PathLike[str]) -> Recording:
+    """Read a finished recording (Parquet written by :class:`Recorder`)."""
+    p = Path(path)
+    try:
+        pf = pq.ParquetFile(str(p))
+    except (OSError, pa.ArrowInvalid) as exc:
+        raise InputError(f"cannot read {p} as Parquet: {exc}", where=str(p),
+                         fix="give a recording written by gpuaudit run/sample/monitor") from exc
+    meta = pf.schema_arrow.metadata or {}
+    return _recording(pf.read(), meta, str(p))
+
+
+def recover_recording(path: str | os.PathLike[str], *, finalize: bool = False) -> Recording:
+    """A recording from ``path``, whether it finished or its recorder was killed.
+
+    ``path`` is the recording's Parquet path or its ``.partial.arrows`` journal. With only a
+    journal, the samples up to the last complete flush come back with a note; with
+    ``finalize=True`` the journal is also turned into the Parquet file, as ``close`` would.
+    """
+    p = Path(path)
+    if str(p).endswith(JOURNAL_SUFFIX):
+        p = Path(str(p)[: -len(JOURNAL_SUFFIX)])
+    journal = Path(str(p) + JOURNAL_SUFFIX)
+    if p.exists() and not journal.exists():
+        return read_recording(p)
+    if not journal.exists():
+        raise InputError(f"no recording at {p} (and no journal {journal.name})", where=str(p),
+                         fix="check the path given to -o / output=")
+    schema, batches, truncated = _journal_batches(journal)
+    table = pa.Table.from_batches(list(batches), SAMPLE_SCHEMA)
+    meta = dict(schema.metadata or {})
+    side = Path(str(p) + SIDE_SUFFIX)
+    extras = _last_side(side)
+    if extras:
+        for key, value in extras.items():
+            meta[f"gpuaudit.{key}".encode()] = json.dumps(value).encode()
+    note = ImportNote(
+        reason="recovered from the journal of a recording that did not finish (its recorder "
+        "was killed or crashed); samples after the last flush are lost"
+        + ("; the journal's last batch was cut off and dropped" if truncated[0] else ""),
+        count=table.num_rows,
+        where=str(journal),
+    )
+    rec = _recording(table, meta, str(journal), notes=(note,))
+    if finalize:
+        finalize_journal(journal, p, meta)
+        with contextlib.suppress(FileNotFoundError):
+            side.unlink()
+    return rec
+
+
+def _last_side(side: Path) -> dict[str, Any] | None:
+    """Merge the side journal: lists concatenate, dicts take their latest value."""
+    if not side.exists():
+        return None
+    merged: dict[str, Any] = {key: [] for key in _LIST_KEYS}
+    for line in side.read_text(errors="replace").splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            break  # a line cut by the kill
+        for key, value in entry.items():
+            if key in _LIST_KEYS:
+                merged[key].extend(value)
+            else:
+                merged[key] = value
+    return merged
