@@ -1,0 +1,637 @@
+"""Time-weighted phase classification over a stream of sample batches.
+
+A sample stands for the time until the next sample of the same GPU (``gpu_uuid``), capped at
+``cap_intervals`` nominal intervals; the rest of a longer gap is *unobserved*. A series' last
+sample stands for one nominal interval. Utilization ``u`` is ``util_gpu_pct``; where that is
+null and ``gr_engine_active`` was measured (DCGM on MIG instances reports no GPU_UTIL) it is
+``100 x gr_engine_active``. A sample with neither is unobserved time ("no reading").
+
+Phases: idle ``u < 10``, underutilized ``10 <= u < 70``, productive ``70 <= u < 90``,
+compute-bound ``u >= 90``. Where ``sm_active`` exists the same split is made on
+``100 x sm_active`` (the SM view) and reported beside, because a tiny kernel running nonstop
+reads 100 % utilization while using a sliver of the SMs.
+
+The engine is columnar: per batch it sorts rows by series with a stable (radix) sort, finds
+each row's next distinct timestamp, and accumulates with ``numpy.bincount``. Rows whose
+successor has not arrived yet are carried to the next batch, so memory stays bounded by the
+batch size whatever the recording's length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit.classify.patterns import detect_patterns
+from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
+from gpuaudit.errors import InputError, SampleTableError
+from gpuaudit.schema import Recording, SampleSource
+
+__all__ = ["DEFAULT_CAP_INTERVALS", "classify", "group_key_names"]
+
+DEFAULT_CAP_INTERVALS = 3.0
+_NS = 1_000_000_000
+_EDGES = np.array([10.0, 70.0, 90.0])
+
+# NVML clocks-event reason bits (nvml.h, nvmlClocksEventReason*).
+_THERMAL_BITS = 0x8 | 0x20 | 0x40  # HW slowdown, SW thermal, HW thermal
+_POWER_BITS = 0x4 | 0x80  # SW power cap, HW power brake
+
+# Per-series time-weighted means: signal name -> (columns summed, scale)
+_MEAN_SIGNALS: dict[str, tuple[tuple[str, ...], float]] = {
+    "sm_active": (("sm_active",), 1.0),
+    "sm_occupancy": (("sm_occupancy",), 1.0),
+    "tensor_active": (("tensor_active",), 1.0),
+    "dram_active": (("dram_active",), 1.0),
+    "pcie": (("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"), 1.0),
+    "nvlink": (("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), 1.0),
+    "power": (("power_w",), 1.0),
+}
+_MAX_SIGNALS = ("temp_c", "mem_used_mib", "mem_total_mib", "power_limit_w")
+
+_GROUP_COLUMNS = ("host", "gpu_model", "mig_profile", "namespace", "pod", "container")
+
+
+def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
+    """Normalise ``--by`` keys: table columns stay, anything else is a label key.
+
+    ``gpu`` means per GPU (the default view, no extra key). Label keys may be written
+    ``team`` or ``label:team``; both become ``label:team``.
+    """
+    out: list[str] = []
+    for raw in by:
+        key = raw.strip()
+        if not key or key in ("gpu", "gpu_uuid"):
+            continue
+        if key.startswith("label:"):
+            key = key
+        elif key not in _GROUP_COLUMNS:
+            key = f"label:{key}"
+        if key not in out:
+            out.append(key)
+    return tuple(out)
+
+
+@dataclass
+class _Grow:
+    """Named float64 accumulators indexed by a growing integer id."""
+
+    names: Sequence[str]
+    size: int = 0
+    data: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.data = {n: np.zeros(0) for n in self.names}
+
+    def ensure(self, n: int) -> None:
+        if n <= self.size:
+            return
+        new = max(n, self.size * 2, 64)
+        for k, v in self.data.items():
+            grown = np.zeros(new)
+            grown[: v.shape[0]] = v
+            self.data[k] = grown
+        self.size = new
+
+    def add(self, name: str, ids: np.ndarray, weights: np.ndarray) -> None:
+        if ids.size:
+            self.data[name][: self.size] += np.bincount(ids, weights=weights, minlength=self.size)
+
+
+_SERIES_SUMS = (
+    "obs_s", "u_w", "u2_w", "abs_step", "steps", "idle_runs", "idle_s", "high_s",
+    "thermal_s", "power_s", *(f"{k}_w" for k in _MEAN_SIGNALS), *(f"{k}_t" for k in _MEAN_SIGNALS),
+    "power2_w",
+)
+
+
+class _Engine:
+    def __init__(self, by: tuple[str, ...], interval_s: float | None, cap_intervals: float):
+        self.by = by
+        self.interval_s = interval_s
+        self.cap_intervals = cap_intervals
+        self.series_index: dict[str, int] = {}
+        self.series_meta: list[tuple[str, str | None, str | None]] = []
+        self.cell_index: dict[tuple[int, tuple[str | None, ...]], int] = {}
+        self.cells = _Grow(CELL_VALUE_COLUMNS)
+        self.series = _Grow(_SERIES_SUMS)
+        self.series_max: dict[str, np.ndarray] = {k: np.zeros(0) for k in _MAX_SIGNALS}
+        self.last_u = np.zeros(0)
+        self.last_idle = np.zeros(0, dtype=bool)
+        self.energy_first = np.zeros(0)
+        self.energy_last = np.zeros(0)
+        self.ecc_min = np.zeros(0)
+        self.ecc_max = np.zeros(0)
+        self.xids: dict[int, set[int]] = {}
+        self.pods: dict[int, set[str]] = {}
+        self.pending: dict[str, np.ndarray] | None = None
+        self.t_min: int | None = None
+        self.t_end: int | None = None
+        self.has_sm = False
+
+    # -- identity -------------------------------------------------------------------------
+    def _series_codes(self, batch: pa.RecordBatch) -> np.ndarray:
+        col = batch.column("gpu_uuid")
+        if not pa.types.is_dictionary(col.type):
+            col = pc.dictionary_encode(col)
+        dictionary = col.dictionary.to_pylist()
+        hosts = batch.column("host")
+        models = batch.column("gpu_model")
+        migs = batch.column("mig_profile")
+        idx = col.indices.to_numpy(zero_copy_only=False)
+        mapping = np.empty(len(dictionary), dtype=np.int64)
+        for j, uuid in enumerate(dictionary):
+            code = self.series_index.get(uuid)
+            if code is None:
+                code = len(self.series_index)
+                self.series_index[uuid] = code
+                row = int(np.flatnonzero(idx == j)[0]) if idx.size else 0
+                self.series_meta.append(
+                    (str(hosts[row].as_py()), models[row].as_py(), migs[row].as_py())
+                )
+            mapping[j] = code
+        self._grow_series(len(self.series_index))
+        return np.asarray(mapping[idx])
+
+    def _grow_series(self, n: int) -> None:
+        self.series.ensure(n)
+        size = self.series.size
+        if self.last_u.shape[0] < size:
+            def grow(a: np.ndarray, fill: float | bool) -> np.ndarray:
+                out = np.full(size, fill, dtype=a.dtype)
+                out[: a.shape[0]] = a
+                return out
+
+            self.last_u = grow(self.last_u, np.nan)
+            self.last_idle = grow(self.last_idle, False)
+            self.energy_first = grow(self.energy_first, np.nan)
+            self.energy_last = grow(self.energy_last, np.nan)
+            self.ecc_min = grow(self.ecc_min, np.nan)
+            self.ecc_max = grow(self.ecc_max, np.nan)
+            for k in _MAX_SIGNALS:
+                self.series_max[k] = grow(self.series_max[k], np.nan)
+
+    def _group_values(self, batch: pa.RecordBatch) -> list[list[str | None]]:
+        values: list[list[str | None]] = []
+        for key in self.by:
+            if key.startswith("label:"):
+                arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
+            else:
+                arr = batch.column(key)
+            values.append(arr.cast(pa.string()).to_pylist())
+        return values
+
+    def _cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
+        if not self.by:
+            ids = np.empty(len(self.series_index), dtype=np.int64)
+            for code in range(len(self.series_index)):
+                ids[code] = self._cell(code, ())
+            return np.asarray(ids[codes])
+        group_vals = self._group_values(batch)
+        # Encode the combination of series and group values row by row only over the
+        # distinct combinations (few), not per row.
+        combo_codes = np.zeros(codes.shape[0], dtype=np.int64)
+        key_tables: list[list[str | None]] = []
+        for vals in group_vals:
+            enc = pc.dictionary_encode(pa.array(vals, type=pa.string()))
+            key_tables.append(enc.dictionary.to_pylist())
+            ind = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+            nulls = np.asarray(pc.is_null(enc.indices).to_numpy(zero_copy_only=False))
+            ind = np.where(nulls, len(key_tables[-1]), ind)
+            combo_codes = combo_codes * (len(key_tables[-1]) + 1) + ind
+        combined = codes.astype(np.int64) * int(combo_codes.max() + 1 if combo_codes.size else 1)
+        combined = combined + combo_codes
+        uniq, inverse = np.unique(combined, return_inverse=True)
+        first_rows = np.zeros(uniq.shape[0], dtype=np.int64)
+        first_rows[inverse[::-1]] = np.arange(codes.shape[0])[::-1]
+        cell_of_uniq = np.empty(uniq.shape[0], dtype=np.int64)
+        for j, row in enumerate(first_rows):
+            key = tuple(vals[row] for vals in group_vals)
+            cell_of_uniq[j] = self._cell(int(codes[row]), key)
+        return np.asarray(cell_of_uniq[inverse])
+
+    def _cell(self, code: int, key: tuple[str | None, ...]) -> int:
+        cid = self.cell_index.get((code, key))
+        if cid is None:
+            cid = len(self.cell_index)
+            self.cell_index[(code, key)] = cid
+            self.cells.ensure(cid + 1)
+        return cid
+
+    # -- per batch ------------------------------------------------------------------------
+    def _rows(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
+        n = batch.num_rows
+        codes = self._series_codes(batch)
+        rows: dict[str, np.ndarray] = {
+            "code": codes,
+            "ts": batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False),
+            "cell": self._cell_ids(codes, batch),
+        }
+        u = _float(batch, "util_gpu_pct")
+        if u is None:
+            u = np.full(n, np.nan)
+        gr = _float(batch, "gr_engine_active")
+        if gr is not None:
+            u = np.where(np.isnan(u), gr * 100.0, u)
+        rows["u"] = u
+        share = _float(batch, "gpu_share")
+        rows["share"] = np.ones(n) if share is None else np.where(np.isnan(share), 1.0, share)
+        sm = _float(batch, "sm_active")
+        if sm is not None:
+            self.has_sm = True
+        rows["sm"] = np.full(n, np.nan) if sm is None else sm
+        for name, (cols, _scale) in _MEAN_SIGNALS.items():
+            if name == "sm_active":
+                continue
+            total: np.ndarray | None = None
+            for c in cols:
+                x = _float(batch, c)
+                if x is None:
+                    continue
+                total = x if total is None else np.where(np.isnan(total), x, total + np.nan_to_num(x))
+            if total is not None:
+                rows[f"sig_{name}"] = total
+        for name in _MAX_SIGNALS:
+            x = _float(batch, name)
+            if x is not None:
+                rows[f"max_{name}"] = x
+        cer = batch.column("clocks_event_reasons")
+        if cer.null_count < len(cer):
+            bits = cer.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
+            rows["thermal"] = (bits & np.uint64(_THERMAL_BITS)) != 0
+            rows["powercap"] = (bits & np.uint64(_POWER_BITS)) != 0
+        self._point_signals(batch, codes)
+        return rows
+
+    def _point_signals(self, batch: pa.RecordBatch, codes: np.ndarray) -> None:
+        """Signals that need no time weighting: energy counter, ECC, XID, pods."""
+        energy = _float(batch, "energy_j")
+        if energy is not None:
+            ok = ~np.isnan(energy)
+            if ok.any():
+                c, e = codes[ok], energy[ok]
+                first = np.isnan(self.energy_first)
+                # first reading per series in this batch (rows in time order per series)
+                _, first_idx = np.unique(c[::-1], return_index=True)
+                uniq_c = np.unique(c)
+                last_vals = e[::-1][first_idx]
+                _, firsts = np.unique(c, return_index=True)
+                first_vals = e[firsts]
+                newly = first[uniq_c]
+                self.energy_first[uniq_c[newly]] = first_vals[newly]
+                self.energy_last[uniq_c] = last_vals
+        ecc = _float(batch, "ecc_dbe_total")
+        if ecc is not None:
+            ok = ~np.isnan(ecc)
+            if ok.any():
+                mins = np.full(self.ecc_min.shape[0], np.inf)
+                maxs = np.full(self.ecc_max.shape[0], -np.inf)
+                np.minimum.at(mins, codes[ok], ecc[ok])
+                np.maximum.at(maxs, codes[ok], ecc[ok])
+                seen = np.isfinite(mins)
+                self.ecc_min[seen] = np.fmin(self.ecc_min[seen], mins[seen])
+                self.ecc_max[seen] = np.fmax(self.ecc_max[seen], maxs[seen])
+        xid = batch.column("xid")
+        if xid.null_count < len(xid):
+            mask = np.asarray(pc.is_valid(xid).to_numpy(zero_copy_only=False))
+            for c, x in zip(codes[mask].tolist(), xid.filter(pa.array(mask)).to_pylist()):
+                self.xids.setdefault(c, set()).add(int(x))
+        pod = batch.column("pod")
+        if pod.null_count < len(pod):
+            combo = pa.table({"c": codes, "p": pod}).group_by(["c", "p"]).aggregate([])
+            for c, p in zip(combo.column("c").to_pylist(), combo.column("p").to_pylist()):
+                if p is not None:
+                    self.pods.setdefault(c, set()).add(p)
+
+    def feed(self, batch: pa.RecordBatch, position: str) -> None:
+        if batch.num_rows == 0:
+            return
+        rows = self._rows(batch)
+        if self.interval_s is None:
+            self.interval_s = _infer_interval_s(rows["code"], rows["ts"])
+        t0 = int(rows["ts"].min())
+        self.t_min = t0 if self.t_min is None else min(self.t_min, t0)
+        if self.pending is not None:
+            keys = set(rows) | set(self.pending)
+            n_p = self.pending["code"].shape[0]
+            n_b = rows["code"].shape[0]
+            merged = {}
+            for k in keys:
+                a = self.pending.get(k)
+                b = rows.get(k)
+                if a is None:
+                    a = _blank_like(b, n_p)  # type: ignore[arg-type]
+                if b is None:
+                    b = _blank_like(a, n_b)
+                merged[k] = np.concatenate([a, b])
+            rows = merged
+        self._process(rows, final=False, position=position)
+
+    def finish(self) -> None:
+        if self.pending is not None and self.pending["code"].shape[0]:
+            self._process(self.pending, final=True, position="end of stream")
+        self.pending = None
+
+    def _process(self, rows: dict[str, np.ndarray], *, final: bool, position: str) -> None:
+        codes = rows["code"]
+        n = codes.shape[0]
+        if self.series.size < 65536:
+            order = np.argsort(codes.astype(np.uint16), kind="stable")
+        else:
+            order = np.argsort(codes, kind="stable")
+        r = {k: v[order] for k, v in rows.items()}
+        c, t = r["code"], r["ts"]
+        same_series = np.zeros(n, dtype=bool)
+        same_series[1:] = c[1:] == c[:-1]
+        dt_prev = np.zeros(n, dtype=np.int64)
+        dt_prev[1:] = t[1:] - t[:-1]
+        bad = same_series & ((dt_prev < 0) | ((dt_prev == 0) & (r["share"] >= 1.0)))
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            uuid = next(k for k, v in self.series_index.items() if v == int(c[i]))
+            when = datetime.fromtimestamp(int(t[i]) / _NS, tz=timezone.utc).isoformat()
+            raise SampleTableError(
+                f"timestamp {when} repeats or runs backwards for GPU {uuid}",
+                column="ts", value=when, where=position,
+                fix="each GPU's samples must be in time order with no duplicates "
+                "(a time-sliced GPU's rows need gpu_share)",
+            )
+        new_group = ~same_series | (dt_prev != 0)
+        gid = np.cumsum(new_group) - 1
+        g_start = np.flatnonzero(new_group)
+        g_c = c[g_start]
+        g_t = t[g_start]
+        g_next = np.full(g_start.shape[0], -1, dtype=np.int64)
+        has_next = np.zeros(g_start.shape[0], dtype=bool)
+        has_next[:-1] = g_c[1:] == g_c[:-1]
+        g_next[:-1] = np.where(has_next[:-1], g_t[1:], -1)
+        row_has_next = has_next[gid]
+        assert self.interval_s is not None
+        interval_ns = round(self.interval_s * _NS)
+        if final:
+            done = np.ones(n, dtype=bool)
+            dt_ns = np.full(n, interval_ns, dtype=np.int64)
+        else:
+            done = row_has_next
+            dt_ns = np.where(done, g_next[gid] - t, 0)
+            self.pending = {k: v[~done] for k, v in r.items()}
+            r = {k: v[done] for k, v in r.items()}
+            dt_ns = dt_ns[done]
+        if not done.any():
+            return
+        end = int((r["ts"] + dt_ns).max())
+        self.t_end = end if self.t_end is None else max(self.t_end, end)
+        self._accumulate(r, dt_ns)
+
+    def _accumulate(self, r: dict[str, np.ndarray], dt_ns: np.ndarray) -> None:
+        assert self.interval_s is not None
+        cap_s = self.cap_intervals * self.interval_s
+        dt_s = dt_ns / _NS
+        obs = np.minimum(dt_s, cap_s)
+        share = r["share"]
+        gap = (dt_s - obs) * share
+        obs_w = obs * share
+        u = r["u"]
+        no_reading = np.isnan(u)
+        u_ok = np.where(no_reading, 0.0, u)
+        phase = np.searchsorted(_EDGES, u_ok, side="right")
+        cell = r["cell"]
+        cells = self.cells
+        cells.add("gap_s", cell, gap)
+        cells.add("no_reading_s", cell, np.where(no_reading, obs_w, 0.0))
+        read_w = np.where(no_reading, 0.0, obs_w)
+        for k, name in enumerate(("idle_s", "underutilized_s", "productive_s", "compute_bound_s")):
+            cells.add(name, cell, np.where(phase == k, read_w, 0.0))
+        unused = read_w * (1.0 - u_ok / 100.0)
+        cells.add("underutilized_unused_s", cell, np.where(phase == 1, unused, 0.0))
+        cells.add("headroom_s", cell, np.where(phase >= 2, unused, 0.0))
+        cells.add("busy_s", cell, read_w * u_ok / 100.0)
+        cells.add("samples", cell, np.ones(cell.shape[0]))
+        sm = r["sm"]
+        sm_ok = ~np.isnan(sm)
+        if sm_ok.any():
+            sm_w = np.where(sm_ok, obs_w, 0.0)
+            sm_pct = np.where(sm_ok, sm * 100.0, 0.0)
+            sm_phase = np.searchsorted(_EDGES, sm_pct, side="right")
+            for k, name in enumerate(
+                ("sm_idle_s", "sm_underutilized_s", "sm_productive_s", "sm_compute_bound_s")
+            ):
+                cells.add(name, cell, np.where(sm_phase == k, sm_w, 0.0))
+            cells.add("sm_busy_s", cell, sm_w * sm_pct / 100.0)
+        self._series_stats(r, obs, u, no_reading)
+
+    def _series_stats(
+        self, r: dict[str, np.ndarray], obs: np.ndarray, u: np.ndarray, no_reading: np.ndarray
+    ) -> None:
+        s = self.series
+        c = r["code"]
+        w = np.where(no_reading, 0.0, obs)
+        u0 = np.where(no_reading, 0.0, u)
+        s.add("obs_s", c, w)
+        s.add("u_w", c, w * u0)
+        s.add("u2_w", c, w * u0 * u0)
+        idle = (~no_reading) & (u0 < 10.0)
+        s.add("idle_s", c, np.where(idle, w, 0.0))
+        s.add("high_s", c, np.where(u0 >= 70.0, w, 0.0))
+        # consecutive steps within a series, the first row of each series against the carry
+        first = np.ones(c.shape[0], dtype=bool)
+        first[1:] = c[1:] != c[:-1]
+        prev_u = np.empty_like(u)
+        prev_u[1:] = u[:-1]
+        prev_u[first] = self.last_u[c[first]]
+        prev_idle = np.empty(c.shape[0], dtype=bool)
+        prev_idle[1:] = idle[:-1]
+        prev_idle[first] = self.last_idle[c[first]]
+        step = np.abs(u - prev_u)
+        ok = ~np.isnan(step)
+        s.add("abs_step", c, np.where(ok, step, 0.0))
+        s.add("steps", c, ok.astype(np.float64))
+        s.add("idle_runs", c, (idle & ~prev_idle).astype(np.float64))
+        last = np.append(c[1:] != c[:-1], True)
+        self.last_u[c[last]] = u[last]
+        self.last_idle[c[last]] = idle[last]
+        for name in _MEAN_SIGNALS:
+            x = r.get("sm" if name == "sm_active" else f"sig_{name}")
+            if x is None:
+                continue
+            okx = ~np.isnan(x)
+            if not okx.any():
+                continue
+            wx = np.where(okx, obs, 0.0)
+            s.add(f"{name}_w", c, wx * np.where(okx, x, 0.0))
+            s.add(f"{name}_t", c, wx)
+            if name == "power":
+                s.add("power2_w", c, wx * np.where(okx, x * x, 0.0))
+        for name in _MAX_SIGNALS:
+            x = r.get(f"max_{name}")
+            if x is None or np.isnan(x).all():
+                continue
+            m = np.full(self.series.size, -np.inf)
+            np.fmax.at(m, c, x)
+            seen = np.isfinite(m)
+            self.series_max[name][seen] = np.fmax(self.series_max[name][seen], m[seen])
+        if "thermal" in r:
+            s.add("thermal_s", c, np.where(r["thermal"], obs, 0.0))
+            s.add("power_s", c, np.where(r["powercap"], obs, 0.0))
+
+    # -- results --------------------------------------------------------------------------
+    def cells_table(self) -> pa.Table:
+        n = len(self.cell_index)
+        uuids = list(self.series_index)
+        code_of_cell = np.empty(n, dtype=np.int64)
+        keys: list[tuple[str | None, ...]] = [()] * n
+        for (code, key), cid in self.cell_index.items():
+            code_of_cell[cid] = code
+            keys[cid] = key
+        cols: dict[str, pa.Array] = {
+            "gpu_uuid": pa.array([uuids[i] for i in code_of_cell], type=pa.string()),
+            "host": pa.array([self.series_meta[i][0] for i in code_of_cell], type=pa.string()),
+            "gpu_model": pa.array([self.series_meta[i][1] for i in code_of_cell], type=pa.string()),
+        }
+        for j, name in enumerate(self.by):
+            cols[name] = pa.array([k[j] for k in keys], type=pa.string())
+        for name in CELL_VALUE_COLUMNS:
+            vals = self.cells.data[name][:n]
+            cols[name] = pa.array(vals.astype(np.int64) if name == "samples" else vals)
+        return pa.table(cols)
+
+    def series_signals(self) -> tuple[SeriesSignals, ...]:
+        out = []
+        d = self.series.data
+        for uuid, code in self.series_index.items():
+            host, model, mig = self.series_meta[code]
+            obs = float(d["obs_s"][code])
+
+            def mean(name: str, code: int = code) -> float | None:
+                t = float(d[f"{name}_t"][code])
+                return float(d[f"{name}_w"][code]) / t if t > 0 else None
+
+            mean_u = float(d["u_w"][code]) / obs if obs > 0 else None
+            std_u = None
+            if mean_u is not None:
+                std_u = float(np.sqrt(max(float(d["u2_w"][code]) / obs - mean_u * mean_u, 0.0)))
+            steps = float(d["steps"][code])
+            p_mean = mean("power")
+            p_std = None
+            if p_mean is not None:
+                p_t = float(d["power_t"][code])
+                p_std = float(np.sqrt(max(float(d["power2_w"][code]) / p_t - p_mean**2, 0.0)))
+
+            def mx(name: str, code: int = code) -> float | None:
+                v = float(self.series_max[name][code])
+                return None if np.isnan(v) else v
+
+            e_first, e_last = float(self.energy_first[code]), float(self.energy_last[code])
+            ecc_lo, ecc_hi = float(self.ecc_min[code]), float(self.ecc_max[code])
+            out.append(SeriesSignals(
+                gpu_uuid=uuid, host=host, gpu_model=model, mig_profile=mig,
+                samples=int(self.cells.data["samples"][
+                    [cid for (cc, _k), cid in self.cell_index.items() if cc == code]].sum()),
+                observed_s=obs, mean_util_pct=mean_u, std_util_pct=std_u,
+                mean_abs_step_pct=float(d["abs_step"][code]) / steps if steps > 0 else None,
+                idle_runs=int(d["idle_runs"][code]), idle_s=float(d["idle_s"][code]),
+                busy_high_s=float(d["high_s"][code]),
+                mean_sm_active=mean("sm_active"), mean_sm_occupancy=mean("sm_occupancy"),
+                mean_tensor_active=mean("tensor_active"), mean_dram_active=mean("dram_active"),
+                mean_pcie_bytes_per_s=mean("pcie"), mean_nvlink_bytes_per_s=mean("nvlink"),
+                mean_power_w=p_mean, std_power_w=p_std, power_limit_w=mx("power_limit_w"),
+                max_temp_c=mx("temp_c"), mem_used_max_mib=mx("mem_used_mib"),
+                mem_total_mib=mx("mem_total_mib"),
+                energy_j=None if np.isnan(e_first) else e_last - e_first,
+                ecc_dbe_delta=None if np.isnan(ecc_lo) else int(ecc_hi - ecc_lo),
+                xid_codes=tuple(sorted(self.xids.get(code, ()))),
+                thermal_throttle_s=float(d["thermal_s"][code]),
+                power_throttle_s=float(d["power_s"][code]),
+                pods=tuple(sorted(self.pods.get(code, ()))),
+            ))
+        return tuple(out)
+
+
+def _float(batch: pa.RecordBatch, name: str) -> np.ndarray | None:
+    col = batch.column(name)
+    if col.null_count == len(col):
+        return None
+    if col.null_count:
+        col = col.cast(pa.float64()).fill_null(np.nan)
+    return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
+
+
+def _blank_like(a: np.ndarray, n: int) -> np.ndarray:
+    if a.dtype == bool:
+        return np.zeros(n, dtype=bool)
+    if a.dtype.kind == "f":
+        return np.full(n, np.nan)
+    return np.zeros(n, dtype=a.dtype)
+
+
+def _infer_interval_s(codes: np.ndarray, ts: np.ndarray) -> float:
+    """Median spacing of consecutive distinct timestamps within each series."""
+    order = np.argsort(codes, kind="stable")
+    c, t = codes[order], ts[order]
+    d = np.diff(t)
+    same = c[1:] == c[:-1]
+    d = d[same & (d > 0)]
+    if d.size == 0:
+        return 1.0
+    return float(np.median(d)) / _NS
+
+
+def classify(
+    samples: SampleSource | Recording | pa.Table,
+    *,
+    by: Sequence[str] = (),
+    interval_s: float | None = None,
+    cap_intervals: float = DEFAULT_CAP_INTERVALS,
+    findings: Iterable[object] = (),
+) -> Usage:
+    """Split every observed GPU-second into a phase, per GPU, per group and overall.
+
+    ``samples`` is a :class:`~gpuaudit.schema.SampleSource` (streamed batch by batch), a
+    :class:`~gpuaudit.schema.Recording` or a bare sample table. ``by`` adds group keys: table
+    columns (host, pod, namespace, container, gpu_model, mig_profile) or label keys.
+    ``interval_s`` overrides the nominal interval (else the source's, else inferred).
+    """
+    if isinstance(samples, pa.Table):
+        samples = Recording(table=samples, source="table", origin="an in-memory sample table")
+    if cap_intervals < 1.0:
+        raise InputError(
+            f"cap_intervals={cap_intervals} is below 1",
+            fix="a sample must stand for at least one nominal interval",
+        )
+    keys = group_key_names(by)
+    engine = _Engine(keys, interval_s if interval_s is not None else samples.interval_s,
+                     cap_intervals)
+    for i, batch in enumerate(samples.batches()):
+        engine.feed(batch, position=f"{samples.origin} (batch {i})")
+    engine.finish()
+    series = engine.series_signals()
+    start = _dt(engine.t_min)
+    end = _dt(engine.t_end)
+    return Usage(
+        cells=engine.cells_table(),
+        by=keys,
+        series=series,
+        patterns=detect_patterns(series, engine.interval_s or 1.0),
+        window_start=start,
+        window_end=end,
+        interval_s=engine.interval_s or 1.0,
+        cap_s=(engine.interval_s or 1.0) * cap_intervals,
+        source=samples.source,
+        origin=samples.origin,
+        notes=tuple(samples.notes),
+        events=tuple(samples.events),
+        findings=tuple(findings),
+    )
+
+
+def _dt(ns: int | None) -> datetime | None:
+    if ns is None:
+        return None
+    return datetime.fromtimestamp(ns // _NS, tz=timezone.utc).replace(
+        microsecond=(ns % _NS) // 1000
+    )

@@ -1,0 +1,249 @@
+"""The classify stage's output: where GPU time went, per GPU, per group and overall.
+
+Seconds are GPU-seconds (a GPU shared by two pods for one second gives each half a second).
+Observed time is split into the four phases; *unobserved* time is the part of a gap past the
+cap plus time whose samples carried no utilization reading. Unobserved time is billed and
+reported on its own line, never counted as idle and never called waste.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit.schema import ImportNote
+
+__all__ = [
+    "PHASES",
+    "PHASE_LOWER_PCT",
+    "Pattern",
+    "PhaseTime",
+    "SeriesSignals",
+    "Usage",
+    "largest_remainder",
+]
+
+#: The four phases of observed time, and the utilization (percent) at which each begins.
+PHASES: tuple[str, ...] = ("idle", "underutilized", "productive", "compute_bound")
+PHASE_LOWER_PCT: tuple[float, ...] = (0.0, 10.0, 70.0, 90.0)
+
+
+def largest_remainder(values: Sequence[float], total: int = 100) -> list[int]:
+    """Round ``values`` (which sum to ``total`` up to float error) to integers summing to it.
+
+    Hare's largest-remainder method: floor each, then hand the missing units to the largest
+    fractional parts. All-zero input gives all zeros.
+    """
+    s = float(sum(values))
+    if s <= 0:
+        return [0 for _ in values]
+    scaled = [v * total / s for v in values]
+    floors = [int(x) for x in scaled]
+    missing = total - sum(floors)
+    order = sorted(range(len(values)), key=lambda i: (scaled[i] - floors[i], -i), reverse=True)
+    for i in order[:missing]:
+        floors[i] += 1
+    return floors
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """GPU-seconds in each phase, plus unobserved time and the utilization-weighted sums.
+
+    ``underutilized_unused_s`` is the unused share of underutilized time (sum of dt x (1 - u)),
+    the part of it that is waste; ``headroom_s`` the same over productive and compute-bound
+    time (not waste). ``busy_s`` is effective GPU-seconds (sum of dt x u).
+    """
+
+    idle_s: float = 0.0
+    underutilized_s: float = 0.0
+    productive_s: float = 0.0
+    compute_bound_s: float = 0.0
+    gap_s: float = 0.0
+    no_reading_s: float = 0.0
+    underutilized_unused_s: float = 0.0
+    headroom_s: float = 0.0
+    busy_s: float = 0.0
+    samples: int = 0
+    sm_idle_s: float = 0.0
+    sm_underutilized_s: float = 0.0
+    sm_productive_s: float = 0.0
+    sm_compute_bound_s: float = 0.0
+    sm_busy_s: float = 0.0
+
+    @property
+    def observed_s(self) -> float:
+        return self.idle_s + self.underutilized_s + self.productive_s + self.compute_bound_s
+
+    @property
+    def unobserved_s(self) -> float:
+        return self.gap_s + self.no_reading_s
+
+    @property
+    def total_s(self) -> float:
+        return self.observed_s + self.unobserved_s
+
+    @property
+    def wasted_s(self) -> float:
+        """Idle time whole plus the unused share of underutilized time."""
+        return self.idle_s + self.underutilized_unused_s
+
+    def phase_seconds(self) -> dict[str, float]:
+        return {p: getattr(self, f"{p}_s") for p in PHASES}
+
+    def phase_shares_pct(self) -> dict[str, int]:
+        """Shares of observed time, whole percents summing to exactly 100 (or all 0)."""
+        secs = self.phase_seconds()
+        return dict(zip(secs, largest_remainder(list(secs.values()))))
+
+    @property
+    def has_sm_view(self) -> bool:
+        return (self.sm_idle_s + self.sm_underutilized_s + self.sm_productive_s
+                + self.sm_compute_bound_s) > 0
+
+    def sm_phase_seconds(self) -> dict[str, float]:
+        return {p: getattr(self, f"sm_{p}_s") for p in PHASES}
+
+    @property
+    def mean_util_pct(self) -> float | None:
+        """Time-weighted mean utilization over observed time."""
+        return 100.0 * self.busy_s / self.observed_s if self.observed_s > 0 else None
+
+    def __add__(self, other: PhaseTime) -> PhaseTime:
+        return PhaseTime(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                            for f in fields(self)})
+
+
+#: Numeric columns of :attr:`Usage.cells`, in :class:`PhaseTime` field order.
+CELL_VALUE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(PhaseTime))
+
+
+@dataclass(frozen=True)
+class SeriesSignals:
+    """Per-GPU statistics the pattern, diagnosis and health rules read.
+
+    Means are time-weighted over the samples where the field was measured (None: never).
+    """
+
+    gpu_uuid: str
+    host: str
+    gpu_model: str | None
+    mig_profile: str | None
+    samples: int
+    observed_s: float
+    mean_util_pct: float | None
+    std_util_pct: float | None
+    mean_abs_step_pct: float | None
+    idle_runs: int
+    idle_s: float
+    busy_high_s: float  # time at u >= 70
+    mean_sm_active: float | None = None
+    mean_sm_occupancy: float | None = None
+    mean_tensor_active: float | None = None
+    mean_dram_active: float | None = None
+    mean_pcie_bytes_per_s: float | None = None
+    mean_nvlink_bytes_per_s: float | None = None
+    mean_power_w: float | None = None
+    power_limit_w: float | None = None
+    std_power_w: float | None = None
+    max_temp_c: float | None = None
+    mem_used_max_mib: float | None = None
+    mem_total_mib: float | None = None
+    energy_j: float | None = None
+    ecc_dbe_delta: int | None = None
+    xid_codes: tuple[int, ...] = ()
+    thermal_throttle_s: float = 0.0
+    power_throttle_s: float = 0.0
+    pods: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """The shape of one GPU's utilization series, with the numbers that decided it.
+
+    kinds: ``idle`` (almost always idle), ``bursty`` (bouncing between idle and busy in short
+    runs: an input-starved loop), ``phased`` (long idle stretches between busy stretches),
+    ``steady`` (steadily half-busy), ``saturated`` (busy nearly always), ``mixed``.
+    """
+
+    gpu_uuid: str
+    kind: str
+    evidence: str
+    idle_share: float
+    busy_share: float
+    mean_idle_run_s: float | None
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Where GPU time went. ``cells`` has one row per (gpu_uuid, group values) with the
+    :data:`CELL_VALUE_COLUMNS`; ``by`` names the group columns (label keys as ``label:<k>``).
+    """
+
+    cells: pa.Table
+    by: tuple[str, ...]
+    series: tuple[SeriesSignals, ...]
+    patterns: tuple[Pattern, ...]
+    window_start: datetime | None
+    window_end: datetime | None
+    interval_s: float
+    cap_s: float
+    source: str
+    origin: str
+    notes: tuple[ImportNote, ...] = ()
+    events: tuple[str, ...] = ()
+    findings: tuple[object, ...] = field(default=())
+
+    @property
+    def wall_s(self) -> float:
+        """Seconds from the first sample to the end of the last sample's interval."""
+        if self.window_start is None or self.window_end is None:
+            return 0.0
+        return (self.window_end - self.window_start).total_seconds()
+
+    def overall(self) -> PhaseTime:
+        return _sum_rows(self.cells)
+
+    def per_gpu(self) -> list[tuple[str, PhaseTime]]:
+        return [(str(k[0]), v) for k, v in self.grouped(("gpu_uuid",))]
+
+    def per_group(self) -> list[tuple[tuple[str | None, ...], PhaseTime]]:
+        return self.grouped(self.by) if self.by else []
+
+    def grouped(self, keys: Sequence[str]) -> list[tuple[tuple[str | None, ...], PhaseTime]]:
+        """Sum the cells over ``keys`` (any of gpu_uuid, host, gpu_model and the ``by`` keys)."""
+        if self.cells.num_rows == 0:
+            return []
+        agg = self.cells.group_by(list(keys), use_threads=False).aggregate(
+            [(c, "sum") for c in CELL_VALUE_COLUMNS]
+        )
+        agg = agg.sort_by([(k, "ascending") for k in keys])
+        out: list[tuple[tuple[str | None, ...], PhaseTime]] = []
+        cols = {c: agg.column(f"{c}_sum").to_pylist() for c in CELL_VALUE_COLUMNS}
+        key_cols = [agg.column(k).to_pylist() for k in keys]
+        for i in range(agg.num_rows):
+            vals: dict[str, Any] = {
+                c: (int(cols[c][i]) if c == "samples" else float(cols[c][i]))
+                for c in CELL_VALUE_COLUMNS
+            }
+            pt = PhaseTime(**vals)
+            out.append((tuple(kc[i] for kc in key_cols), pt))
+        return out
+
+    def series_by_uuid(self) -> dict[str, SeriesSignals]:
+        return {s.gpu_uuid: s for s in self.series}
+
+
+def _sum_rows(cells: pa.Table) -> PhaseTime:
+    if cells.num_rows == 0:
+        return PhaseTime()
+    vals: dict[str, Any] = {}
+    for c in CELL_VALUE_COLUMNS:
+        s = pc.sum(cells.column(c)).as_py() or 0
+        vals[c] = int(s) if c == "samples" else float(s)
+    return PhaseTime(**vals)

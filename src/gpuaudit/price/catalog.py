@@ -1,0 +1,355 @@
+"""GPU prices: ``--price`` > the user's catalog file > the embedded, dated catalog.
+
+The embedded catalog (``data/catalog_2026-11.csv``) is public per-instance on-demand and spot
+pricing for AWS, GCP, Azure, Lambda, CoreWeave and RunPod, each row with its source and the
+date it reflects. Prices are per GPU-hour (instance price / GPUs per instance). Committed-use
+rates are on-demand less the provider's typical one-year discount, with its source.
+
+A GPU model is matched by family (H100, A100, L40S, ...), then memory size and form factor
+(SXM, PCIe, NVL) when the name carries them, so NVML names such as
+``NVIDIA H100 80GB HBM3`` and user text such as ``H100`` both resolve.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import date
+from decimal import Decimal, InvalidOperation
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.errors import InputError, PricingError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = [
+    "COMMITTED_DISCOUNTS",
+    "CatalogEntry",
+    "Rate",
+    "embedded_catalog",
+    "gpu_family",
+    "known_models",
+    "load_user_catalog",
+    "resolve_rate",
+]
+
+CATALOG_FILE = "catalog_2026-11.csv"
+PURCHASE_OPTIONS = ("on-demand", "spot", "committed")
+DEFAULT_PROVIDER = "aws"
+PROVIDER_ORDER = ("aws", "gcp", "azure", "coreweave", "lambda", "runpod")
+
+#: One-year commitment discounts, lower end of each public range (remediation_evidence.md).
+COMMITTED_DISCOUNTS: dict[str, tuple[Decimal, str]] = {
+    "aws": (Decimal("0.35"), "AWS 1-yr Reserved Instances ~35-38% on GPU instances (Vantage data)"),
+    "gcp": (Decimal("0.31"), "GCP 1-yr committed use discount 31-37% (Cyclenerd pricing.yml)"),
+    "azure": (Decimal("0.30"), "Azure 1-yr reserved instances 30-72% (api-evangelist Azure VM plans)"),
+    "coreweave": (Decimal("0.30"), "CoreWeave reserved capacity 'up to 60%' (coreweave.com/pricing), lower end taken"),
+}
+
+# Longest names first so "L40S" wins over "L4", "GH200" over "H200", "A10G" over "A10".
+_FAMILIES = ("GH200", "B200", "H200", "H100", "A100", "L40S", "L40", "A10G", "A10", "L4",
+             "V100", "T4")
+
+
+@dataclass(frozen=True)
+class CatalogEntry:
+    provider: str
+    instance: str
+    gpu_model: str
+    gpus_per_instance: int
+    on_demand_usd_per_gpu_hour: Decimal
+    spot_usd_per_gpu_hour: Decimal | None
+    source: str
+    as_of: str
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Rate:
+    """The price of one GPU-hour, and where it came from.
+
+    ``on_demand``/``spot``/``committed`` are the same GPU's alternatives at the same provider
+    (None where unknown): the recommender's rate levers read them.
+    """
+
+    usd_per_gpu_hour: Decimal
+    purchase: str
+    source: str
+    as_of: str
+    gpu_model: str | None = None
+    provider: str | None = None
+    instance: str | None = None
+    on_demand_usd_per_gpu_hour: Decimal | None = None
+    spot_usd_per_gpu_hour: Decimal | None = None
+    committed_usd_per_gpu_hour: Decimal | None = None
+    committed_source: str | None = None
+    currency: str = "USD"
+
+    def describe(self) -> str:
+        what = " ".join(x for x in (self.provider, self.instance) if x) or "given price"
+        return (f"${self.usd_per_gpu_hour}/GPU-h {self.purchase}"
+                f" ({what}; {self.source}; as of {self.as_of})")
+
+
+def gpu_family(name: str) -> str | None:
+    """The GPU family in a model name (``NVIDIA A100-SXM4-80GB`` -> ``A100``), or None."""
+    up = name.upper().replace("-", " ").replace("_", " ")
+    for fam in _FAMILIES:
+        if re.search(rf"(?<![A-Z0-9]){fam}(?![0-9])", up):
+            if fam == "L40" and "L40S" in up:
+                continue
+            return fam
+    return None
+
+
+def _memory_gb(name: str) -> int | None:
+    m = re.search(r"(\d{2,3})\s*G(?:B|IB)?\b", name.upper().replace("-", " "))
+    return int(m.group(1)) if m else None
+
+
+def _form(name: str) -> str | None:
+    up = name.upper()
+    if "NVL" in up:
+        return "NVL"
+    if "PCIE" in up:
+        return "PCIE"
+    if "SXM" in up or "HBM3" in up or "HGX" in up:
+        return "SXM"
+    return None
+
+
+def _decimal(text: str, where: str, what: str) -> Decimal | None:
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        value = Decimal(text)
+    except InvalidOperation:
+        raise InputError(f"{what} {text!r} is not a number", where=where,
+                         fix="write prices as plain decimals, e.g. 3.99") from None
+    if value < 0:
+        raise InputError(f"{what} {value} is negative", where=where, fix="prices are >= 0")
+    return value
+
+
+@lru_cache(maxsize=1)
+def embedded_catalog() -> tuple[CatalogEntry, ...]:
+    """The catalog shipped with gpuaudit (see ``price/data``), parsed once."""
+    text = resources.files("gpuaudit.price").joinpath("data").joinpath(CATALOG_FILE).read_text("utf-8")
+    return tuple(_parse_csv(text.splitlines(), f"gpuaudit/price/data/{CATALOG_FILE}"))
+
+
+def _parse_csv(lines: Iterable[str], name: str) -> list[CatalogEntry]:
+    out = []
+    for i, row in enumerate(csv.DictReader(lines), start=2):
+        where = f"{name}:{i}"
+        gpus = int(row["gpus_per_instance"])
+        od_inst = _decimal(row["on_demand_usd_per_hour"], where, "on_demand_usd_per_hour")
+        per_gpu = _decimal(row["usd_per_gpu_hour"], where, "usd_per_gpu_hour")
+        spot_inst = _decimal(row["spot_usd_per_hour"], where, "spot_usd_per_hour")
+        if per_gpu is None and od_inst is not None:
+            per_gpu = od_inst / gpus
+        if per_gpu is None:
+            continue
+        out.append(CatalogEntry(
+            provider=row["provider"].strip().lower(), instance=row["instance"].strip(),
+            gpu_model=row["gpu_model"].strip(), gpus_per_instance=gpus,
+            on_demand_usd_per_gpu_hour=per_gpu,
+            spot_usd_per_gpu_hour=None if spot_inst is None else spot_inst / gpus,
+            source=row["source"].strip(), as_of=row["as_of"].strip(), line=i,
+        ))
+    return out
+
+
+def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
+    """Read a TOML price file::
+
+        [[price]]
+        gpu_model = "H100 80GB SXM"      # matched like the embedded catalog
+        provider = "onprem"
+        usd_per_gpu_hour = "2.10"        # a string keeps it exact
+        spot_usd_per_gpu_hour = "0.90"   # optional
+        source = "internal chargeback FY26"
+        as_of = "2026-10-01"
+    """
+    p = Path(path)
+    try:
+        data: dict[str, Any] = tomllib.loads(p.read_text("utf-8"))
+    except FileNotFoundError:
+        raise InputError("price catalog not found", where=str(p),
+                         fix="pass an existing TOML file to --catalog") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"not valid TOML: {e}", where=str(p),
+                         fix="see docs/pricing.md for the catalog format") from None
+    rows = data.get("price")
+    if not isinstance(rows, list) or not rows:
+        raise InputError("no [[price]] tables", where=str(p),
+                         fix="add one [[price]] table per GPU model (docs/pricing.md)")
+    out = []
+    for i, row in enumerate(rows, start=1):
+        where = f"{p} [[price]] #{i}"
+        missing = [k for k in ("gpu_model", "usd_per_gpu_hour") if k not in row]
+        if missing:
+            raise InputError(f"missing {missing}", where=where,
+                             fix="each [[price]] needs gpu_model and usd_per_gpu_hour")
+        od = _decimal(str(row["usd_per_gpu_hour"]), where, "usd_per_gpu_hour")
+        assert od is not None
+        spot = row.get("spot_usd_per_gpu_hour")
+        out.append(CatalogEntry(
+            provider=str(row.get("provider", "custom")).lower(),
+            instance=str(row.get("instance", "")), gpu_model=str(row["gpu_model"]),
+            gpus_per_instance=1, on_demand_usd_per_gpu_hour=od,
+            spot_usd_per_gpu_hour=None if spot is None else _decimal(str(spot), where, "spot"),
+            source=str(row.get("source", f"user catalog {p.name}")),
+            as_of=str(row.get("as_of", "unknown")), line=i,
+        ))
+    return tuple(out)
+
+
+def known_models(entries: Iterable[CatalogEntry] | None = None) -> list[str]:
+    rows = embedded_catalog() if entries is None else entries
+    return sorted({e.gpu_model for e in rows})
+
+
+def _match(entries: Iterable[CatalogEntry], model: str) -> list[CatalogEntry]:
+    exact = [e for e in entries if e.gpu_model.lower() == model.strip().lower()]
+    if exact:
+        return exact
+    fam = gpu_family(model)
+    if fam is None:
+        return []
+    cands = [e for e in entries if gpu_family(e.gpu_model) == fam]
+    mem = _memory_gb(model)
+    if mem is not None:
+        by_mem = [e for e in cands if _memory_gb(e.gpu_model) == mem]
+        cands = by_mem or cands
+    form = _form(model)
+    if form is not None:
+        by_form = [e for e in cands if _form(e.gpu_model) == form]
+        cands = by_form or cands
+    return cands
+
+
+def resolve_rate(
+    gpu_model: str | None,
+    *,
+    price: Decimal | str | float | None = None,
+    provider: str | None = None,
+    purchase: str = "on-demand",
+    user_catalog: Iterable[CatalogEntry] = (),
+    today: date | None = None,
+) -> Rate:
+    """The :class:`Rate` for one GPU model, by the precedence in this module's doc.
+
+    Raises :class:`PricingError` naming the known models (or providers) when nothing matches.
+    """
+    if purchase not in PURCHASE_OPTIONS:
+        raise PricingError(f"unknown purchase option {purchase!r}",
+                           fix=f"use one of {', '.join(PURCHASE_OPTIONS)}")
+    if price is not None:
+        value = _decimal(str(price), "--price", "price")
+        assert value is not None
+        return Rate(usd_per_gpu_hour=value, purchase=purchase, source="--price (given by user)",
+                    as_of=(today or date.today()).isoformat(), gpu_model=gpu_model,
+                    provider=provider, on_demand_usd_per_gpu_hour=value
+                    if purchase == "on-demand" else None)
+    if gpu_model is None:
+        raise PricingError(
+            "the samples do not name the GPU model, so no price can be looked up",
+            fix="pass --gpu-model (one of: " + ", ".join(known_models()) + ") or --price "
+            "USD_PER_GPU_HOUR",
+        )
+    user = list(user_catalog)
+    for pool, label in ((user, "user catalog"), (list(embedded_catalog()), "embedded catalog")):
+        if not pool:
+            continue
+        cands = _match(pool, gpu_model)
+        if not cands:
+            continue
+        prov = (provider or "").lower() or None
+        if prov is not None:
+            in_prov = [e for e in cands if e.provider == prov]
+            if not in_prov:
+                if label == "user catalog":
+                    continue
+                have = sorted({e.provider for e in cands})
+                raise PricingError(
+                    f"no {label} price for {gpu_model!r} at provider {provider!r}",
+                    fix=f"providers with this GPU: {', '.join(have)}; or pass --price",
+                )
+            cands = in_prov
+        elif label == "embedded catalog":
+            for p in PROVIDER_ORDER:
+                in_prov = [e for e in cands if e.provider == p]
+                if in_prov:
+                    cands = in_prov
+                    break
+        return _rate_from(cands, gpu_model, purchase, label)
+    raise PricingError(
+        f"unknown GPU model {gpu_model!r}: no price in the catalog",
+        fix="use one of: " + ", ".join(known_models(user + list(embedded_catalog())))
+        + "; or pass --price USD_PER_GPU_HOUR, or --catalog prices.toml",
+    )
+
+
+def _rate_from(cands: list[CatalogEntry], asked: str, purchase: str, label: str) -> Rate:
+    # The cheapest on-demand row for this GPU at this provider: a conservative waste figure.
+    best = min(cands, key=lambda e: (e.on_demand_usd_per_gpu_hour, e.line))
+    spot_rows = [e for e in cands if e.spot_usd_per_gpu_hour is not None]
+    spot = min(spot_rows, key=lambda e: e.spot_usd_per_gpu_hour or 0) if spot_rows else None
+    disc = COMMITTED_DISCOUNTS.get(best.provider)
+    committed = best.on_demand_usd_per_gpu_hour * (1 - disc[0]) if disc else None
+    base = Rate(
+        usd_per_gpu_hour=best.on_demand_usd_per_gpu_hour, purchase="on-demand",
+        source=f"{label}: {best.source}", as_of=best.as_of, gpu_model=best.gpu_model,
+        provider=best.provider, instance=best.instance,
+        on_demand_usd_per_gpu_hour=best.on_demand_usd_per_gpu_hour,
+        spot_usd_per_gpu_hour=spot.spot_usd_per_gpu_hour if spot else None,
+        committed_usd_per_gpu_hour=committed, committed_source=disc[1] if disc else None,
+    )
+    if purchase == "spot":
+        if spot is None or spot.spot_usd_per_gpu_hour is None:
+            raise PricingError(
+                f"no spot price for {asked!r} at {best.provider}",
+                fix="use --purchase on-demand, another --provider, or --price",
+            )
+        return replace(base, usd_per_gpu_hour=spot.spot_usd_per_gpu_hour, purchase="spot",
+                       instance=spot.instance, source=f"{label}: {spot.source}",
+                       as_of=spot.as_of)
+    if purchase == "committed":
+        if committed is None or disc is None:
+            raise PricingError(
+                f"no commitment discount known for provider {best.provider!r}",
+                fix="use --purchase on-demand, or --price with your committed rate",
+            )
+        return replace(base, usd_per_gpu_hour=committed, purchase="committed",
+                       source=f"{label}: {best.source}; less {disc[0]:.0%}: {disc[1]}")
+    return base
+
+
+def resolve_rates(
+    models: Iterable[str | None],
+    *,
+    gpu_model: str | None = None,
+    price: Decimal | str | float | None = None,
+    provider: str | None = None,
+    purchase: str = "on-demand",
+    catalog: str | Path | None = None,
+) -> Mapping[str | None, Rate]:
+    """A rate for each GPU model seen in the samples. ``gpu_model`` (the user's word) overrides
+    what the samples say."""
+    user = load_user_catalog(catalog) if catalog is not None else ()
+    out: dict[str | None, Rate] = {}
+    for m in set(models):
+        out[m] = resolve_rate(gpu_model or m, price=price, provider=provider,
+                              purchase=purchase, user_catalog=user)
+    return out

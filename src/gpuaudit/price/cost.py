@@ -1,0 +1,216 @@
+"""Price a :class:`~gpuaudit.classify.Usage`: what the GPU time cost and how much was waste.
+
+Rules (docs/money.md walks through each with numbers):
+- cost of a phase = its GPU-seconds x the GPU's rate / 3600, in Decimal;
+- observed cost = the four phase costs + the unobserved cost, exactly;
+- waste = idle cost + the unused share of underutilized cost; productive and compute-bound
+  time are not waste (their unused share is reported as headroom); unobserved time is billed,
+  never waste;
+- one hourly figure (cost per wall-clock hour of the window, to 1/100 cent) feeds the daily,
+  monthly (x 720) and yearly (x 8,760) projections;
+- effective GPU-hours = GPU-hours x utilization; unit costs when the user gives counts;
+  energy from the GPU's energy counter (else power x time) at a given $/kWh.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, PhaseTime, Usage
+from gpuaudit.errors import PricingError
+from gpuaudit.price.catalog import Rate
+from gpuaudit.price.money import (
+    HOURS_PER_MONTH,
+    J_PER_KWH,
+    SECONDS_PER_HOUR,
+    dec,
+    hourly,
+    projections,
+)
+
+__all__ = ["CostLine", "CostReport", "Energy", "price_usage"]
+
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class CostLine:
+    """Cost of one slice of GPU time (a GPU, a group, or everything), unrounded Decimal USD."""
+
+    key: tuple[str | None, ...]
+    time: PhaseTime
+    phase_cost: Mapping[str, Decimal]
+    unobserved_cost: Decimal
+    underutilized_waste: Decimal
+    headroom_cost: Decimal
+
+    @property
+    def observed_cost(self) -> Decimal:
+        """Everything billed for this slice: phases plus unobserved."""
+        return sum(self.phase_cost.values(), ZERO) + self.unobserved_cost
+
+    @property
+    def waste(self) -> Decimal:
+        return self.phase_cost["idle"] + self.underutilized_waste
+
+    @property
+    def gpu_hours(self) -> Decimal:
+        return dec(self.time.total_s) / SECONDS_PER_HOUR
+
+    @property
+    def effective_gpu_hours(self) -> Decimal:
+        return dec(self.time.busy_s) / SECONDS_PER_HOUR
+
+    @property
+    def waste_share(self) -> float:
+        c = self.observed_cost
+        return float(self.waste / c) if c > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class Energy:
+    kwh: Decimal
+    method: str  # "energy counter" or "power x time"
+    usd_per_kwh: Decimal | None
+    cost: Decimal | None
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """The price stage's output. Figures are unrounded; render rounds (money.allocate_cents)."""
+
+    currency: str
+    rates: Mapping[str | None, Rate]
+    total: CostLine
+    per_gpu: tuple[CostLine, ...]
+    per_group: tuple[CostLine, ...]
+    group_keys: tuple[str, ...]
+    wall_hours: Decimal
+    hourly_cost: Decimal
+    hourly_waste: Decimal
+    unit_costs: Mapping[str, Decimal] = field(default_factory=dict)
+    counts: Mapping[str, Decimal] = field(default_factory=dict)
+    energy: Energy | None = None
+
+    @property
+    def cost_projection(self) -> dict[str, Decimal]:
+        return projections(self.hourly_cost)
+
+    @property
+    def waste_projection(self) -> dict[str, Decimal]:
+        return projections(self.hourly_waste)
+
+    @property
+    def cost_per_effective_gpu_hour(self) -> Decimal | None:
+        eff = self.total.effective_gpu_hours
+        return self.total.observed_cost / eff if eff > 0 else None
+
+    @property
+    def monthly_cost(self) -> Decimal:
+        return self.hourly_cost * HOURS_PER_MONTH
+
+
+def _line(key: tuple[str | None, ...], t: PhaseTime, rate: Rate) -> CostLine:
+    per_s = rate.usd_per_gpu_hour / SECONDS_PER_HOUR
+    phase_cost = {p: dec(getattr(t, f"{p}_s")) * per_s for p in PHASES}
+    return CostLine(
+        key=key,
+        time=t,
+        phase_cost=phase_cost,
+        unobserved_cost=dec(t.unobserved_s) * per_s,
+        underutilized_waste=dec(t.underutilized_unused_s) * per_s,
+        headroom_cost=dec(t.headroom_s) * per_s,
+    )
+
+
+def _merge(key: tuple[str | None, ...], lines: Sequence[CostLine]) -> CostLine:
+    t = PhaseTime()
+    for ln in lines:
+        t = t + ln.time
+    return CostLine(
+        key=key, time=t,
+        phase_cost={p: sum((ln.phase_cost[p] for ln in lines), ZERO) for p in PHASES},
+        unobserved_cost=sum((ln.unobserved_cost for ln in lines), ZERO),
+        underutilized_waste=sum((ln.underutilized_waste for ln in lines), ZERO),
+        headroom_cost=sum((ln.headroom_cost for ln in lines), ZERO),
+    )
+
+
+def price_usage(
+    usage: Usage,
+    rates: Mapping[str | None, Rate],
+    *,
+    counts: Mapping[str, int | float | Decimal] | None = None,
+    energy_usd_per_kwh: Decimal | str | float | None = None,
+) -> CostReport:
+    """Cost every cell of ``usage`` at its GPU model's rate and roll the lines up.
+
+    ``rates`` maps each ``gpu_model`` value in the usage (None included) to a rate.
+    ``counts`` (e.g. ``{"tokens": 1.2e9, "epochs": 3}``) gives unit costs.
+    """
+    cells = usage.cells
+    cols = {c: cells.column(c).to_pylist() for c in cells.column_names}
+    cell_lines: list[tuple[dict[str, str | None], CostLine]] = []
+    for i in range(cells.num_rows):
+        vals = {c: cols[c][i] for c in CELL_VALUE_COLUMNS}
+        t = PhaseTime(**{k: (int(v) if k == "samples" else float(v)) for k, v in vals.items()})  # type: ignore[arg-type]
+        model = cols["gpu_model"][i]
+        rate = rates.get(model) or rates.get(None)
+        if rate is None:
+            raise PricingError(f"no rate for GPU model {model!r}",
+                               fix="pass --gpu-model or --price")
+        keys = {k: cols[k][i] for k in ("gpu_uuid", "host", "gpu_model", *usage.by)}
+        cell_lines.append((keys, _line((cols["gpu_uuid"][i],), t, rate)))
+
+    def rollup(names: Sequence[str]) -> tuple[CostLine, ...]:
+        buckets: dict[tuple[str | None, ...], list[CostLine]] = {}
+        for keys, ln in cell_lines:
+            buckets.setdefault(tuple(keys[n] for n in names), []).append(ln)
+        merged = [_merge(k, v) for k, v in buckets.items()]
+        return tuple(sorted(merged, key=lambda ln: (-ln.observed_cost, [str(x) for x in ln.key])))
+
+    total = _merge(("total",), [ln for _, ln in cell_lines])
+    wall_hours = dec(usage.wall_s) / SECONDS_PER_HOUR
+    if wall_hours > 0:
+        hourly_cost = hourly(total.observed_cost / wall_hours)
+        hourly_waste = min(hourly(total.waste / wall_hours), hourly_cost)
+    else:
+        hourly_cost = hourly_waste = ZERO
+    count_map = {k: dec(v) for k, v in (counts or {}).items() if v}
+    unit_costs = {k: total.observed_cost / v for k, v in count_map.items() if v > 0}
+    return CostReport(
+        currency="USD",
+        rates=dict(rates),
+        total=total,
+        per_gpu=rollup(("gpu_uuid",)),
+        per_group=rollup(usage.by) if usage.by else (),
+        group_keys=usage.by,
+        wall_hours=wall_hours,
+        hourly_cost=hourly_cost,
+        hourly_waste=hourly_waste,
+        unit_costs=unit_costs,
+        counts=count_map,
+        energy=_energy(usage, energy_usd_per_kwh),
+    )
+
+
+def _energy(usage: Usage, usd_per_kwh: Decimal | str | float | None) -> Energy | None:
+    joules = ZERO
+    counter = power = False
+    for s in usage.series:
+        if s.energy_j is not None and s.energy_j > 0:
+            joules += dec(s.energy_j)
+            counter = True
+        elif s.mean_power_w is not None:
+            joules += dec(s.mean_power_w) * dec(s.observed_s)
+            power = True
+    if not (counter or power):
+        return None
+    method = "energy counter" if counter and not power else (
+        "power x time" if power and not counter else "energy counter + power x time")
+    kwh = joules / J_PER_KWH
+    price = dec(str(usd_per_kwh)) if usd_per_kwh is not None else None
+    return Energy(kwh=kwh, method=method, usd_per_kwh=price,
+                  cost=kwh * price if price is not None else None)

@@ -1,0 +1,336 @@
+"""Rules: which remediations the measurements call for, and what each saves on its own.
+
+Each rule reads phases and patterns per GPU (from :class:`~gpuaudit.classify.Usage`), the
+diagnoses, any findings (profiler traces) and the cost lines, and yields a
+:class:`~gpuaudit.recommend.plan.Recommendation` whose fraction is capped by the share of cost
+it acts on. :mod:`gpuaudit.recommend.savings` combines them.
+
+- idle-heavy (patterns ``idle``/``phased``): idle shutdown; consolidation by MPS, MIG,
+  time-slicing;
+- underutilized and bursty (input-starved): DataLoader workers/pinning/prefetch, DALI;
+- underutilized and steady: larger batch, MPS/MIG, a smaller GPU;
+- compute-bound: AMP/bf16, FP8 (Hopper+), torch.compile; NCCL when communication-bound;
+- rates: spot, commitments (alternatives for an hour).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from decimal import Decimal
+
+from gpuaudit.classify.diagnose import Diagnosis
+from gpuaudit.classify.usage import Pattern, SeriesSignals, Usage
+from gpuaudit.price.catalog import Rate, embedded_catalog, gpu_family
+from gpuaudit.price.cost import CostLine, CostReport
+from gpuaudit.recommend.plan import Finding, Recommendation, Remediation, remediation_catalog
+
+__all__ = ["candidate_recommendations"]
+
+ZERO = Decimal(0)
+ONE = Decimal(1)
+Q = Decimal("0.000001")
+
+#: Dense BF16/FP16 tensor TFLOP/s (vendor datasheets), to check a smaller GPU keeps up.
+TENSOR_TFLOPS: dict[str, float] = {
+    "B200": 2250, "H200": 989, "H100": 989, "GH200": 989, "A100": 312, "L40S": 362,
+    "L40": 181, "A10G": 70, "A10": 125, "L4": 121, "V100": 125, "T4": 65,
+}
+#: Framebuffer GiB per family in the catalog (smallest variant), for the right-size check.
+_FAMILY_MEM_GIB = {"L4": 24, "A10G": 24, "A10": 24, "L40S": 48, "L40": 48, "T4": 16}
+
+
+def _frac(x: Decimal) -> Decimal:
+    return max(ZERO, min(ONE, x)).quantize(Q)
+
+
+def _speedup_fraction(speedup: float) -> Decimal:
+    """A throughput speedup s on the time it acts on saves f = 1 - 1/s of that time."""
+    return Decimal(str(1.0 - 1.0 / speedup))
+
+
+def _names(uuids: Sequence[str], limit: int = 3) -> str:
+    shown = ", ".join(uuids[:limit])
+    return shown + (f" and {len(uuids) - limit} more" if len(uuids) > limit else "")
+
+
+class _Context:
+    def __init__(self, usage: Usage, cost: CostReport, diagnoses: Sequence[Diagnosis],
+                 findings: Sequence[Finding]):
+        self.usage = usage
+        self.cost = cost
+        self.total = cost.total.observed_cost
+        self.lines: dict[str, CostLine] = {str(ln.key[0]): ln for ln in cost.per_gpu}
+        self.patterns: dict[str, Pattern] = {p.gpu_uuid: p for p in usage.patterns}
+        self.series: dict[str, SeriesSignals] = usage.series_by_uuid()
+        self.diagnoses = diagnoses
+        self.findings = {f.signal: f for f in findings}
+        self.monthly = cost.monthly_cost
+
+    def share(self, amount: Decimal) -> Decimal:
+        return _frac(amount / self.total) if self.total > 0 else ZERO
+
+    def gpus(self, pred: Callable[[str], bool]) -> list[str]:
+        return [u for u in self.lines if pred(u)]
+
+    def kind(self, uuid: str) -> str:
+        p = self.patterns.get(uuid)
+        return p.kind if p else "unknown"
+
+    def diagnosed(self, kind: str) -> list[Diagnosis]:
+        return [d for d in self.diagnoses if d.kind == kind]
+
+    def finding(self, signal: str) -> Finding | None:
+        return self.findings.get(signal)
+
+    def rec(self, rem: Remediation, fraction: Decimal, cap: Decimal, evidence: str,
+            scope: Sequence[str], counted: bool = True, why_not: str | None = None
+            ) -> Recommendation:
+        f = min(_frac(fraction), _frac(cap))
+        return Recommendation(
+            remediation=rem, fraction=f, cap=_frac(cap), counted=counted, evidence=evidence,
+            scope=tuple(scope), monthly_usd=self.monthly * f, why_not_counted=why_not,
+        )
+
+
+def candidate_recommendations(
+    usage: Usage,
+    cost: CostReport,
+    diagnoses: Sequence[Diagnosis],
+    findings: Iterable[Finding] = (),
+) -> list[Recommendation]:
+    """Every remediation the measurements trigger, each with its standalone fraction."""
+    ctx = _Context(usage, cost, diagnoses, list(findings))
+    if ctx.total <= 0:
+        return []
+    cat = remediation_catalog()
+    out: list[Recommendation] = []
+    out += _idle(ctx, cat)
+    out += _input(ctx, cat)
+    out += _steady(ctx, cat)
+    out += _compute(ctx, cat)
+    out += _rates(ctx, cat)
+    return [r for r in out if r.fraction > 0 or not r.counted]
+
+
+def _idle(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    out: list[Recommendation] = []
+    idle_gpus = ctx.gpus(lambda u: ctx.kind(u) in ("idle", "phased"))
+    if idle_gpus:
+        idle_cost = sum((ctx.lines[u].phase_cost["idle"] for u in idle_gpus), ZERO)
+        runs = [ctx.patterns[u].mean_idle_run_s for u in idle_gpus]
+        longest = max((r for r in runs if r is not None), default=None)
+        ev = (f"{len(idle_gpus)} GPU(s) idle in long stretches ({_names(idle_gpus)}): "
+              f"${idle_cost:.2f} of ${ctx.total:.2f} observed cost is idle time"
+              + (f"; mean idle stretch up to {longest:.0f} s" if longest else ""))
+        share = ctx.share(idle_cost)
+        out.append(ctx.rec(cat["idle_shutdown"], share, share, ev, idle_gpus))
+    # Consolidation: GPUs that are mostly idle or steadily low could share one GPU.
+    low = ctx.gpus(lambda u: ctx.kind(u) in ("idle", "steady") and
+                   (ctx.series[u].mean_util_pct or 0) < 35)
+    if low:
+        waste = sum((ctx.lines[u].waste for u in low), ZERO)
+        cap = ctx.share(waste)
+
+        def packed(n_max: int, uuids: Sequence[str]) -> Decimal:
+            saved = ZERO
+            for u in uuids:
+                mean = max(ctx.series[u].mean_util_pct or 0.0, 1.0)
+                n = max(1, min(n_max, int(70.0 // mean)))
+                saved += ctx.lines[u].observed_cost * (ONE - ONE / n)
+            return ctx.share(saved)
+
+        mean_low = sum((ctx.series[u].mean_util_pct or 0) for u in low) / len(low)
+        ev = (f"{len(low)} GPU(s) average {mean_low:.0f}% busy ({_names(low)}); their waste is "
+              f"${waste:.2f}")
+        mig_fams = set(cat["mig"].params.get("mig_capable", []))
+        mig_ok = [u for u in low if gpu_family(ctx.series[u].gpu_model or
+                                               _rate_model(ctx, u) or "") in mig_fams]
+        if mig_ok:
+            out.append(ctx.rec(cat["mig"], packed(7, mig_ok), cap, ev + "; MIG-capable", mig_ok))
+        steady = [u for u in low if ctx.kind(u) == "steady"]
+        if steady:
+            out.append(ctx.rec(cat["mps"], packed(4, steady), cap, ev, steady))
+        idle_only = [u for u in low if ctx.kind(u) == "idle"]
+        if idle_only:
+            out.append(ctx.rec(cat["time_slicing"], packed(4, idle_only), cap, ev, idle_only))
+    return out
+
+
+def _rate_model(ctx: _Context, uuid: str) -> str | None:
+    s = ctx.series.get(uuid)
+    rate = ctx.cost.rates.get(s.gpu_model if s else None) or ctx.cost.rates.get(None)
+    return rate.gpu_model if rate else None
+
+
+def _input(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    bursty = ctx.gpus(lambda u: ctx.kind(u) == "bursty")
+    stall_cost = sum((ctx.lines[u].phase_cost["idle"] for u in bursty), ZERO)
+    stall = ctx.share(stall_cost)
+    evidence = ""
+    scope: list[str] = list(bursty)
+    if bursty:
+        runs = [ctx.patterns[u].mean_idle_run_s or 0.0 for u in bursty]
+        evidence = (f"{len(bursty)} GPU(s) bounce between idle and busy ({_names(bursty)}), "
+                    f"mean idle gap {sum(runs) / len(runs):.1f} s: the input pipeline starves "
+                    f"them; stall time costs ${stall_cost:.2f} ({stall:.0%} of cost)")
+    f = ctx.finding("input_stall_share")
+    if f is not None and isinstance(f.value, float) and Decimal(str(f.value)) > stall:
+        stall = _frac(Decimal(str(f.value)))
+        evidence = f.text
+        scope = scope or ["all"]
+    if stall <= 0:
+        return []
+    return [
+        ctx.rec(cat["dataloader"], _speedup_fraction(cat["dataloader"].params["default_speedup"]),
+                stall, evidence, scope),
+        ctx.rec(cat["dali"], _speedup_fraction(cat["dali"].params["default_speedup"]), stall,
+                evidence + "; if decoding images/video/audio on the CPU", scope),
+    ]
+
+
+def _steady(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    out: list[Recommendation] = []
+    steady = ctx.gpus(lambda u: ctx.kind(u) == "steady")
+    if not steady:
+        return out
+    unused = sum((ctx.lines[u].underutilized_waste for u in steady), ZERO)
+    cost = sum((ctx.lines[u].observed_cost for u in steady), ZERO)
+    mean = sum((ctx.series[u].mean_util_pct or 0) for u in steady) / len(steady)
+    ev = (f"{len(steady)} GPU(s) steadily {mean:.0f}% busy ({_names(steady)}): "
+          f"${unused:.2f} of unused capacity while underutilized")
+    f = ctx.share(cost) * _speedup_fraction(cat["larger_batch"].params["default_speedup"])
+    out.append(ctx.rec(cat["larger_batch"], f, ctx.share(unused), ev, steady))
+    out += _right_size(ctx, cat, steady)
+    return out
+
+
+def _right_size(ctx: _Context, cat: dict[str, Remediation], uuids: Sequence[str]
+                ) -> list[Recommendation]:
+    """A cheaper GPU at the same provider whose memory fits the peak and whose tensor
+    throughput keeps the job under 70 % busy."""
+    saved = ZERO
+    picks: list[str] = []
+    scope: list[str] = []
+    for u in uuids:
+        s = ctx.series[u]
+        rate = ctx.cost.rates.get(s.gpu_model) or ctx.cost.rates.get(None)
+        if rate is None or rate.provider is None or s.mem_used_max_mib is None:
+            continue
+        fam = gpu_family(rate.gpu_model or "")
+        if fam is None or fam not in TENSOR_TFLOPS:
+            continue
+        need_gib = s.mem_used_max_mib * 1.2 / 1024
+        best: tuple[Decimal, str] | None = None
+        for e in embedded_catalog():
+            f2 = gpu_family(e.gpu_model)
+            if e.provider != rate.provider or f2 is None or f2 == fam:
+                continue
+            if f2 not in TENSOR_TFLOPS or _FAMILY_MEM_GIB.get(f2, 0) < need_gib:
+                continue
+            if (s.mean_util_pct or 0) * TENSOR_TFLOPS[fam] / TENSOR_TFLOPS[f2] > 70:
+                continue
+            if e.on_demand_usd_per_gpu_hour < rate.usd_per_gpu_hour and (
+                    best is None or e.on_demand_usd_per_gpu_hour < best[0]):
+                best = (e.on_demand_usd_per_gpu_hour, f"{e.instance} ({e.gpu_model})")
+        if best is None:
+            continue
+        saved += ctx.lines[u].observed_cost * (ONE - best[0] / rate.usd_per_gpu_hour)
+        picks.append(f"{u} -> {best[1]} at ${best[0]:.2f}/GPU-h")
+        scope.append(u)
+    if not scope:
+        return []
+    ev = ("peak memory and busy share fit a smaller GPU: " + "; ".join(picks[:3])
+          + (f" and {len(picks) - 3} more" if len(picks) > 3 else ""))
+    return [ctx.rec(cat["right_size"], ctx.share(saved), ctx.share(saved), ev, scope)]
+
+
+def _compute(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    out: list[Recommendation] = []
+    busy = ctx.gpus(lambda u: (ctx.series[u].mean_util_pct or 0) >= 70)
+    if not busy:
+        return out
+    busy_cost = sum((ctx.lines[u].observed_cost * Decimal(str(
+        (ctx.series[u].mean_util_pct or 0) / 100)) for u in busy), ZERO)
+    busy_share = ctx.share(busy_cost)
+    mean = sum((ctx.series[u].mean_util_pct or 0) for u in busy) / len(busy)
+    base_ev = f"{len(busy)} GPU(s) compute-bound, {mean:.0f}% busy on average ({_names(busy)})"
+    # AMP: counted when the data show math off the tensor cores
+    no_tc = [d for d in ctx.diagnosed("no_tensor_cores") if d.gpu_uuid in busy]
+    tc = ctx.finding("tensor_core_share")
+    amp_f = busy_share * _speedup_fraction(cat["amp_bf16"].params["default_speedup"])
+    if no_tc:
+        out.append(ctx.rec(cat["amp_bf16"], amp_f, busy_share,
+                           base_ev + "; " + no_tc[0].evidence, [d.gpu_uuid for d in no_tc]))
+    elif tc is not None and isinstance(tc.value, float) and tc.value < 0.2:
+        out.append(ctx.rec(cat["amp_bf16"], amp_f, busy_share, base_ev + "; " + tc.text, busy))
+    else:
+        out.append(ctx.rec(cat["amp_bf16"], amp_f, busy_share, base_ev, busy, counted=False,
+                           why_not="the data cannot show whether the job already runs in "
+                           "bf16/fp16 (no tensor-activity field or trace)"))
+    fp8_fams = set(cat["fp8"].params.get("fp8_capable", []))
+    hopper = [u for u in busy if gpu_family(ctx.series[u].gpu_model or _rate_model(ctx, u) or "")
+              in fp8_fams]
+    if hopper:
+        tensors = [ctx.series[u].mean_tensor_active for u in hopper]
+        on_tc = all(t is not None and t >= 0.2 for t in tensors)
+        ev = base_ev + "; FP8-capable GPU"
+        fp8_f = busy_share * _speedup_fraction(cat["fp8"].params["default_speedup"])
+        if on_tc:
+            out.append(ctx.rec(cat["fp8"], fp8_f, busy_share,
+                               ev + "; tensor cores already busy (bf16), FP8 is the next step",
+                               hopper))
+        else:
+            out.append(ctx.rec(cat["fp8"], fp8_f, busy_share, ev, hopper, counted=False,
+                               why_not="needs the job on bf16 first; tensor activity not "
+                               "measured or low"))
+    small = [d for d in ctx.diagnosed("small_kernels") if d.gpu_uuid in busy]
+    sk = ctx.finding("small_kernel_share")
+    comp_f = busy_share * _speedup_fraction(cat["torch_compile"].params["default_speedup"])
+    if small:
+        out.append(ctx.rec(cat["torch_compile"], comp_f, busy_share,
+                           base_ev + "; " + small[0].evidence, [d.gpu_uuid for d in small]))
+    elif sk is not None and isinstance(sk.value, float) and sk.value >= 0.3:
+        out.append(ctx.rec(cat["torch_compile"], comp_f, busy_share, base_ev + "; " + sk.text,
+                           busy))
+    else:
+        out.append(ctx.rec(cat["torch_compile"], comp_f, busy_share, base_ev, busy,
+                           counted=False, why_not="the data cannot show whether the model is "
+                           "already compiled"))
+    comm = ctx.diagnosed("communication_bound")
+    ce = ctx.finding("comm_exposed_share")
+    nccl_speedup = _speedup_fraction(cat["nccl_tuning"].params["default_speedup"])
+    if ce is not None and isinstance(ce.value, float) and ce.value > 0.05:
+        cap = _frac(Decimal(str(ce.value)))
+        out.append(ctx.rec(cat["nccl_tuning"], cap * nccl_speedup, cap, ce.text, busy))
+    elif comm:
+        cap = busy_share
+        out.append(ctx.rec(cat["nccl_tuning"], cap * nccl_speedup, cap, comm[0].evidence,
+                           [d.gpu_uuid for d in comm]))
+    return out
+
+
+def _rates(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    out: list[Recommendation] = []
+    rates = [r for r in ctx.cost.rates.values() if r.provider is not None]
+    if not rates:
+        return out
+    rate: Rate = max(rates, key=lambda r: r.usd_per_gpu_hour)
+    od = rate.on_demand_usd_per_gpu_hour
+    if rate.purchase == "on-demand" and od and rate.spot_usd_per_gpu_hour is not None:
+        rho = Decimal(str(cat["spot"].params.get("rework_overhead", 0.1)))
+        d = ONE - (rate.spot_usd_per_gpu_hour / od) * (ONE + rho)
+        if d > 0:
+            ev = (f"{rate.provider} spot ${rate.spot_usd_per_gpu_hour:.2f} vs on-demand "
+                  f"${od:.2f}/GPU-h for {rate.gpu_model}; {rho:.0%} allowed for rework after "
+                  "interruptions")
+            out.append(ctx.rec(cat["spot"], d, ONE, ev, ["all"]))
+    if rate.purchase == "on-demand" and od and rate.committed_usd_per_gpu_hour is not None:
+        d = ONE - rate.committed_usd_per_gpu_hour / od
+        busy = ONE - ctx.share(ctx.cost.total.phase_cost["idle"])
+        ev = (f"{rate.committed_source}; the GPUs were in use {busy:.0%} of the observed time "
+              f"(breakeven {ONE - d:.0%})")
+        counted = busy >= ONE - d
+        out.append(ctx.rec(cat["commitment"], d, ONE, ev, ["all"], counted=counted,
+                           why_not=None if counted else "use below the breakeven: commit "
+                           "only to the steady baseline"))
+    return out
