@@ -1,0 +1,588 @@
+"""Samples from files: gpuaudit Parquet recordings, any Parquet/CSV/JSON Lines in the table's
+columns or a ``--map``, and ``nvidia-smi --query-gpu=... --format=csv`` logs.
+
+Everything streams: CSV through ``pyarrow.csv.open_csv`` (every column read as text, then
+converted with pyarrow.compute kernels, so units, ``[N/A]`` and bad cells are handled and
+located), JSON Lines through ``pyarrow.json.open_json``, Parquet by row group
+(``ParquetFile.iter_batches``). :func:`open_samples` returns a :class:`FileSource` (a
+:class:`~gpuaudit.schema.SampleSource`); :func:`read_samples` materialises a
+:class:`~gpuaudit.schema.Recording`. See ``docs/input-formats.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
+import pyarrow.json as pjson
+import pyarrow.parquet as pq
+
+from gpuaudit import schema
+from gpuaudit.errors import InputError, SampleTableError
+from gpuaudit.measure import nvidia_smi as smi
+from gpuaudit.measure.mapping import BatchConverter, NoteBook, parse_mapping, resolve_columns
+from gpuaudit.measure.parquet_io import (
+    META_EVENTS,
+    META_NOTES,
+    decode_meta,
+    notes_from_json,
+    read_metadata,
+    write_recording,
+)
+from gpuaudit.schema import ImportNote, Recording
+
+__all__ = ["FORMATS", "FileSource", "open_samples", "parse_mapping", "read_samples",
+           "write_recording"]
+
+FORMATS = ("parquet", "csv", "jsonl", "nvidia-smi")
+_HEAD_BYTES = 1 << 16
+_COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
+_DATA_CELL = re.compile(r"^\s*([+-]?\d|\[|$)")
+
+Locate = Callable[[int], str]
+RawBatches = Callable[[], Iterator[tuple[pa.RecordBatch, Locate]]]
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def open_samples(
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    mapping: Mapping[str, str] | None = None,
+    fields: Sequence[str] | None = None,
+    host: str | None = None,
+    gpu_model: str | None = None,
+    tz: str = "UTC",
+    batch_rows: int = 1 << 20,
+) -> FileSource:
+    """Open a file of samples as a stream of validated sample-table batches.
+
+    ``fmt`` is ``parquet``, ``csv``, ``jsonl`` or ``nvidia-smi`` (None: told from the magic
+    bytes, extension and header). ``mapping`` sends source columns to table columns
+    (:func:`parse_mapping`). ``fields`` names the columns of a ``noheader`` nvidia-smi log
+    (the ``--query-gpu`` list). ``host`` and ``gpu_model`` fill what the file lacks
+    (host defaults to the file name's stem). ``tz`` is the zone of timestamps that carry
+    none (nvidia-smi writes local time). Header problems raise here; bad rows raise while
+    streaming, each as an :class:`~gpuaudit.errors.InputError` naming file:line and the fix.
+    """
+    return FileSource(Path(path), fmt=fmt, mapping=mapping, fields=fields, host=host,
+                      gpu_model=gpu_model, tz=tz, batch_rows=batch_rows)
+
+
+def read_samples(path: str | Path, **kwargs: object) -> Recording:
+    """:func:`open_samples`, consumed whole into a validated :class:`Recording`."""
+    src = open_samples(path, **kwargs)  # type: ignore[arg-type]
+    return src.to_recording()
+
+
+# --------------------------------------------------------------------------- the source
+
+
+class FileSource:
+    """A :class:`~gpuaudit.schema.SampleSource` reading one file.
+
+    The first batch is read when the source is opened (so header errors, the format and the
+    sampling interval are known at once); ``batches()`` may be called again to re-read.
+    """
+
+    source: str
+    origin: str
+    interval_s: float | None
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        fmt: str | None,
+        mapping: Mapping[str, str] | None,
+        fields: Sequence[str] | None,
+        host: str | None,
+        gpu_model: str | None,
+        tz: str,
+        batch_rows: int,
+    ) -> None:
+        if batch_rows < 1:
+            raise InputError(f"batch_rows must be positive, got {batch_rows}",
+                             fix="pass batch_rows >= 1")
+        if fmt is not None and fmt not in FORMATS:
+            raise InputError(f"unknown format {fmt!r}", where=str(path),
+                             fix=f"use one of: {', '.join(FORMATS)}")
+        _check_file(path)
+        self.path = path
+        self.fmt = fmt or _sniff_format(path)
+        self.mapping = dict(mapping) if mapping else None
+        self.fields = _split_fields(fields)
+        self.host = host or _stem(path)
+        self.host_from = "--host" if host else f"the file name {path.name!r}"
+        self.gpu_model = gpu_model
+        self.tz = tz
+        self.batch_rows = batch_rows
+        self.interval_s = None
+        self.meta: dict[str, str] = {"path": str(path), "format": self.fmt}
+        self._events: tuple[str, ...] = ()
+        self._interval_fixed = False
+        self._book = NoteBook()
+        self._setup()
+        self._primed: tuple[Iterator[pa.RecordBatch], pa.RecordBatch] | None = None
+        it = self._stream()
+        first = next(it)
+        self._primed = (it, first)
+
+    # -- protocol ---------------------------------------------------------------------
+    @property
+    def notes(self) -> tuple[ImportNote, ...]:
+        return self._book.notes
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        return self._events
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        """Validated :data:`~gpuaudit.schema.SAMPLE_SCHEMA` batches, each GPU in time order."""
+        if self._primed is not None:
+            it, first = self._primed
+            self._primed = None
+            yield first
+            yield from it
+        else:
+            self._book = NoteBook()
+            self._setup()
+            yield from self._stream()
+
+    def to_recording(self) -> Recording:
+        batches = list(self.batches())
+        table = pa.Table.from_batches(batches, schema=schema.SAMPLE_SCHEMA)
+        return Recording(table=table, source=self.source, origin=self.origin,
+                         interval_s=self.interval_s, notes=self.notes, events=self.events,
+                         meta=dict(self.meta))
+
+    # -- setup per format ----------------------------------------------------------------
+    def _setup(self) -> None:
+        self._converter: BatchConverter | None = None
+        if self.fmt == "parquet":
+            self._setup_parquet()
+        elif self.fmt == "jsonl":
+            self._setup_jsonl()
+        else:
+            self._setup_csv()
+
+    def _converter_for(self, names: Sequence[str], where: str) -> BatchConverter:
+        plan = resolve_columns(names, self.mapping, where=where)
+        conv = BatchConverter(plan, host=self.host, host_from=self.host_from,
+                              gpu_model=self.gpu_model, tz=self.tz, notes=self._book,
+                              where=where)
+        self._nvidia_smi = plan.nvidia_smi
+        return conv
+
+    def _setup_csv(self) -> None:
+        path = self.path
+        head, head_lines = _head_lines(path)
+        first = head_lines[0] if head_lines else ""
+        cells = first.split(",")
+        header = not any(_DATA_CELL.match(c) for c in cells)
+        if header:
+            names = [c.strip() for c in cells]
+            if self.fields:
+                self._book.add("the file has a header; --fields ignored", 1, f"{path}:1")
+        else:
+            if not self.fields:
+                raise InputError(
+                    f"the first line has no column names ({first[:60]!r}...): this looks "
+                    "like an nvidia-smi log written with --format=csv,noheader",
+                    where=f"{path}:1",
+                    fix="pass --fields with the --query-gpu list the log was written with, "
+                    "e.g. --fields timestamp,index,name,utilization.gpu,memory.used,power.draw",
+                )
+            names = list(self.fields)
+            if len(names) != len(cells):
+                raise InputError(
+                    f"--fields names {len(names)} columns but the file has {len(cells)}",
+                    where=f"{path}:1", fix="give exactly the --query-gpu list of the log")
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise InputError(f"column {dup!r} appears twice in the header",
+                             where=f"{path}:1", fix="give every column a distinct name")
+        self._converter = self._converter_for(names, f"{path}:1")
+        self.source = "nvidia-smi-csv" if (self._nvidia_smi or self.fmt == "nvidia-smi") \
+            else "csv"
+        kind = "nvidia-smi --query-gpu CSV log" if self.source == "nvidia-smi-csv" else \
+            "CSV file"
+        self.origin = f"{kind} {path}"
+        row_bytes = max(16, len(head) // max(1, len(head_lines)))
+        block = int(min(max(self.batch_rows * row_bytes, 4096), 1 << 28))
+        header_lines = 1 if header else 0
+
+        def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
+            yield from _csv_batches(path, names, header_lines, block, self._book)
+
+        self._raw: RawBatches = raw
+
+    def _setup_jsonl(self) -> None:
+        path = self.path
+        self.source = "jsonl"
+        self.origin = f"JSON Lines file {path}"
+        head, head_lines = _head_lines(path)
+        row_bytes = max(16, len(head) // max(1, len(head_lines)))
+        block = int(min(max(self.batch_rows * row_bytes, 1 << 16), 1 << 28))
+        self._converter = None
+
+        def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
+            line = 0
+            try:
+                reader = pjson.open_json(path, read_options=pjson.ReadOptions(block_size=block))
+                for batch in reader:
+                    base = line
+                    line += batch.num_rows
+                    yield batch, (lambda r, b=base: f"{path}:{b + r + 1}")
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise _jsonl_error(path, exc) from exc
+
+        self._raw = raw
+
+    def _setup_parquet(self) -> None:
+        path = self.path
+        try:
+            pf = pq.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"not a readable Parquet file: {exc}", where=str(path),
+                             fix="give a .parquet file written by gpuaudit or another Parquet "
+                             "writer, or pass --format csv/jsonl") from exc
+        meta = read_metadata(pf)
+        self.meta.update(decode_meta(meta))
+        own = schema.META_VERSION in meta and pf.schema_arrow.names == schema.SAMPLE_SCHEMA.names
+        self._own = own
+        if own:
+            self.source = meta.get(schema.META_SOURCE, b"parquet").decode("utf-8", "replace")
+            self.origin = meta.get(schema.META_ORIGIN, f"gpuaudit recording {path}".encode()) \
+                .decode("utf-8", "replace")
+            if schema.META_INTERVAL_S in meta:
+                try:
+                    self.interval_s = float(meta[schema.META_INTERVAL_S])
+                    self._interval_fixed = True
+                except ValueError:
+                    self._book.add("unreadable gpuaudit.interval_s metadata ignored", 1,
+                                   str(path))
+            for note in notes_from_json(meta.get(META_NOTES, b"[]").decode("utf-8", "replace")):
+                self._book.add(note.reason, note.count, note.where, note.column)
+            try:
+                self._events = tuple(str(e) for e in json.loads(meta.get(META_EVENTS, b"[]")))
+            except ValueError:
+                self._events = ()
+        else:
+            self.source = "parquet"
+            self.origin = f"Parquet file {path}"
+            self._converter = self._converter_for(pf.schema_arrow.names, str(path))
+
+        def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
+            row = 0
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=self.batch_rows):
+                base = row
+                row += batch.num_rows
+                yield batch, (lambda r, b=base: f"{path}: row {b + r + 1}")
+
+        self._raw = raw
+
+    # -- the stream --------------------------------------------------------------------
+    def _stream(self) -> Iterator[pa.RecordBatch]:
+        order = _OrderCheck()
+        total = 0
+        for raw, locate in self._raw():
+            if raw.num_rows == 0:
+                continue
+            if self.fmt == "jsonl" and self._converter is None:
+                self._converter = self._converter_for(raw.schema.names, f"{self.path}:1")
+                self.source = "nvidia-smi-jsonl" if self._nvidia_smi else "jsonl"
+            if self._converter is None:  # a gpuaudit recording: already the table
+                table = pa.Table.from_batches([raw])
+                if self.gpu_model is not None:
+                    model = table.column("gpu_model")
+                    if model.null_count:
+                        table = table.set_column(
+                            table.schema.get_field_index("gpu_model"), "gpu_model",
+                            pc.fill_null(model.cast(pa.string()), self.gpu_model))
+            else:
+                table = self._converter.convert(raw, locate)
+            table = schema.validate(table, source=str(self.path), locate=locate,
+                                    check_order=False)
+            order.check(table, locate)
+            total += table.num_rows
+            if not self._interval_fixed:
+                self._infer_interval(table, locate)
+            yield table.combine_chunks().to_batches(max_chunksize=table.num_rows)[0]
+        if total == 0:
+            raise InputError(
+                "no samples: the file holds no data rows"
+                + (" (a header only)" if self.fmt not in ("parquet", "jsonl") else ""),
+                where=str(self.path),
+                fix="check the logging command ran and wrote rows (nvidia-smi -l writes a "
+                "row per GPU per interval)",
+            )
+
+    def _infer_interval(self, table: pa.Table, locate: Locate) -> None:
+        interval = infer_interval_s(table)
+        if interval is not None:
+            self.interval_s = interval
+            self._interval_fixed = True
+            self._book.add(f"sampling interval inferred from timestamps: {interval:g} s "
+                           "(median gap within each GPU)", 1, locate(0), "ts")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _OrderCheck:
+    """Each GPU's timestamps must increase across the whole stream, not just one batch."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.last_ts = np.empty(0, dtype=np.int64)
+
+    def check(self, table: pa.Table, locate: Locate) -> None:
+        uuid = table.column("gpu_uuid").combine_chunks()
+        if not pa.types.is_dictionary(uuid.type):
+            uuid = pc.dictionary_encode(uuid)
+        mapping = np.array([self.codes.setdefault(str(v), len(self.codes))
+                            for v in uuid.dictionary.to_pylist()], dtype=np.int64)
+        if len(self.codes) > len(self.last_ts):
+            grown = np.full(len(self.codes), np.iinfo(np.int64).min, dtype=np.int64)
+            grown[: len(self.last_ts)] = self.last_ts
+            self.last_ts = grown
+        codes = mapping[uuid.indices.to_numpy(zero_copy_only=False)]
+        shared = np.asarray(pc.is_valid(table.column("gpu_share")).to_numpy(zero_copy_only=False))
+        ts = table.column("ts").cast(pa.int64()).to_numpy()
+        bad = schema.order_violation(codes, ts, shared, self.last_ts)
+        if bad >= 0:
+            gpu = uuid.dictionary[uuid.indices[bad].as_py()].as_py()
+            ts_v = table.column("ts")[bad]
+            raise SampleTableError(
+                f"timestamp {ts_v} repeats or runs backwards for GPU {gpu}",
+                column="ts", row=bad, value=str(ts_v), where=locate(bad),
+                fix="each GPU's samples must be in time order with no duplicates; sort the "
+                "file by time, or give each GPU a distinct gpu_uuid (uuid or index column)",
+            )
+
+
+def infer_interval_s(table: pa.Table) -> float | None:
+    """Median gap between consecutive samples of the same GPU, in seconds (None: no gaps)."""
+    uuid = table.column("gpu_uuid").combine_chunks()
+    if not pa.types.is_dictionary(uuid.type):
+        uuid = pc.dictionary_encode(uuid)
+    codes = uuid.indices.to_numpy(zero_copy_only=False)
+    ts = table.column("ts").cast(pa.int64()).to_numpy()
+    order = np.argsort(codes, kind="stable")
+    c, t = codes[order], ts[order]
+    same = c[1:] == c[:-1]
+    gaps = (t[1:] - t[:-1])[same]
+    gaps = gaps[gaps > 0]
+    if gaps.size == 0:
+        return None
+    return round(float(np.median(gaps)) / 1e9, 6)
+
+
+def _check_file(path: Path) -> None:
+    if not path.exists():
+        raise InputError("no such file", where=str(path), fix="check the path")
+    if path.is_dir():
+        raise InputError("is a directory, not a file", where=str(path),
+                         fix="give one recording or log file")
+    if path.stat().st_size == 0:
+        raise InputError("empty file (0 bytes): no samples", where=str(path),
+                         fix="check the logging command ran and wrote to this file")
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    for ext in _COMPRESSED:
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    return Path(name).stem or name
+
+
+def _split_fields(fields: Sequence[str] | None) -> list[str] | None:
+    if fields is None:
+        return None
+    if isinstance(fields, str):
+        fields = fields.split(",")
+    out = [f.strip() for f in fields if f.strip()]
+    return out or None
+
+
+def _read_head(path: Path) -> bytes:
+    with pa.input_stream(str(path), compression="detect") as f:
+        return bytes(f.read(_HEAD_BYTES))
+
+
+def _sniff_format(path: Path) -> str:
+    head = _read_head(path)
+    if head[:4] == b"PAR1":
+        return "parquet"
+    suffixes = [s.lower() for s in path.suffixes if s.lower() not in _COMPRESSED]
+    ext = suffixes[-1] if suffixes else ""
+    if ext in (".parquet", ".pq"):
+        return "parquet"
+    if ext in (".jsonl", ".ndjson", ".json"):
+        return "jsonl"
+    if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
+        return "jsonl"
+    return "csv"
+
+
+def _head_lines(path: Path) -> tuple[bytes, list[str]]:
+    """The first 64 KiB (whole lines) decoded as UTF-8; a bad byte is a located error."""
+    head = _read_head(path)
+    if head.startswith(b"\xef\xbb\xbf"):
+        head = head[3:]
+    if len(head) == _HEAD_BYTES and b"\n" in head:
+        head = head[: head.rindex(b"\n") + 1]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = head[: exc.start].count(b"\n") + 1
+        raise _utf8_error(path, line, head[exc.start]) from exc
+    lines = [ln for ln in text.splitlines()]
+    while lines and not lines[0].strip():
+        raise InputError("the first line is empty", where=f"{path}:1",
+                         fix="remove leading blank lines; the first line must be the header "
+                         "(or data, for a noheader log)")
+    if not lines:
+        raise InputError("no lines", where=str(path), fix="check the file was written")
+    return head, lines
+
+
+def _utf8_error(path: Path, line: int, byte: int) -> InputError:
+    return InputError(
+        f"byte 0x{byte:02x} is not UTF-8 text",
+        where=f"{path}:{line}",
+        fix="re-save the file as UTF-8, e.g. iconv -f latin1 -t utf-8 in > out",
+    )
+
+
+def _scan_lines(path: Path, predicate: Callable[[int, bytes], bool]) -> int | None:
+    """1-based number of the first line matching ``predicate`` (the error path only)."""
+    if any(path.name.endswith(ext) for ext in _COMPRESSED):
+        with pa.input_stream(str(path), compression="detect") as f:
+            lines: Iterable[bytes] = bytes(f.read()).splitlines(keepends=True)
+        for no, line in enumerate(lines, start=1):
+            if predicate(no, line):
+                return no
+        return None
+    with open(path, "rb") as g:
+        for no, line in enumerate(g, start=1):
+            if predicate(no, line):
+                return no
+    return None
+
+
+def _csv_error(path: Path, exc: Exception, ncols: int, header_lines: int) -> InputError:
+    msg = str(exc)
+    if "UTF8" in msg or "utf8" in msg.lower():
+        bad: list[int] = []
+
+        def not_utf8(_no: int, line: bytes) -> bool:
+            try:
+                line.decode("utf-8")
+            except UnicodeDecodeError as e:
+                bad.append(line[e.start])
+                return True
+            return False
+
+        no = _scan_lines(path, not_utf8)
+        return _utf8_error(path, no or 0, bad[0] if bad else 0)
+    m = re.search(r"Expected (\d+) columns, got (\d+)", msg)
+    if m:
+        def wrong_count(no: int, line: bytes) -> bool:
+            if no <= header_lines or not line.strip():
+                return False
+            return line.count(b",") + 1 != ncols
+
+        no = _scan_lines(path, wrong_count)
+        return InputError(
+            f"row has {m.group(2)} columns, the header has {m.group(1)}",
+            where=f"{path}:{no}" if no else str(path),
+            fix="repair or remove this line (a log cut off mid-write leaves a short last line)",
+        )
+    return InputError(f"cannot read as CSV: {msg}", where=str(path),
+                      fix="check the file is comma-separated text")
+
+
+def _jsonl_error(path: Path, exc: Exception) -> InputError:
+    bad: list[str] = []
+
+    def not_json(_no: int, line: bytes) -> bool:
+        if not line.strip():
+            return False
+        try:
+            obj = json.loads(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append("not UTF-8")
+            return True
+        except ValueError as e:
+            bad.append(str(e))
+            return True
+        if not isinstance(obj, dict):
+            bad.append("not a JSON object")
+            return True
+        return False
+
+    no = _scan_lines(path, not_json)
+    if no is not None:
+        return InputError(f"line is not a JSON object ({bad[0]})", where=f"{path}:{no}",
+                          fix="write one JSON object per line, UTF-8")
+    return InputError(f"cannot read as JSON Lines: {exc}", where=str(path),
+                      fix="write one JSON object per line with the same keys and value types "
+                      "on every line")
+
+
+def _csv_batches(
+    path: Path, names: list[str], header_lines: int, block: int, book: NoteBook,
+) -> Iterator[tuple[pa.RecordBatch, Locate]]:
+    """Raw text batches of a CSV file with each row's line number (blank lines and repeated
+    headers from appended logs are dropped and counted)."""
+    read = pcsv.ReadOptions(column_names=names, skip_rows=header_lines, block_size=block,
+                            use_threads=True)
+    parse = pcsv.ParseOptions(ignore_empty_lines=False)
+    conv = pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
+                               null_values=smi.NULL_VALUES, strings_can_be_null=True,
+                               quoted_strings_can_be_null=True)
+    seen = 0
+    try:
+        reader = pcsv.open_csv(str(path), read_options=read, parse_options=parse,
+                               convert_options=conv)
+        for batch in reader:
+            n = batch.num_rows
+            base = header_lines + seen
+            seen += n
+            blank = pc.is_null(batch.column(0))
+            for i in range(1, batch.num_columns):
+                blank = pc.and_(blank, pc.is_null(batch.column(i)))
+            drop = blank
+            n_blank = pc.sum(blank).as_py() or 0
+            repeat = pc.fill_null(pc.equal(pc.ascii_trim_whitespace(batch.column(0)),
+                                           names[0]), False)
+            n_repeat = pc.sum(repeat).as_py() or 0
+            if n_repeat:
+                drop = pc.or_(drop, repeat)
+            if n_blank or n_repeat:
+                keep = np.flatnonzero(~np.asarray(drop.to_numpy(zero_copy_only=False)))
+                lines = keep + base + 1
+                if n_blank:
+                    first = base + 1 + int(pc.index(blank, True).as_py())
+                    book.add("blank lines skipped", int(n_blank), f"{path}:{first}")
+                if n_repeat:
+                    first = base + 1 + int(pc.index(repeat, True).as_py())
+                    book.add("repeated header lines skipped (appended logs)", int(n_repeat),
+                             f"{path}:{first}")
+                batch = batch.take(pa.array(keep))
+                yield batch, (lambda r, ln=lines: f"{path}:{int(ln[r])}")
+            else:
+                yield batch, (lambda r, b=base: f"{path}:{b + r + 1}")
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise _csv_error(path, exc, len(names), header_lines) from exc
