@@ -153,7 +153,11 @@ def translate(exc: BaseException, call: str, where: str | None = None) -> NvmlEr
     if code == _ERR_GPU_IS_LOST:
         return GpuLostError(f"GPU is lost ({call})", code=code, call=call, where=where,
                             fix="check dmesg for Xid 79 and the GPU's power and seating")
-    if code in (_ERR_LIBRARY_NOT_FOUND, _ERR_DRIVER_NOT_LOADED, _ERR_LIB_RM_VERSION_MISMATCH):
+    if code == _ERR_LIBRARY_NOT_FOUND:
+        return NvmlUnavailableError(
+            "no NVIDIA driver: libnvidia-ml.so.1 (NVML, installed with the driver) was not "
+            "found", where=where, fix=_INIT_FIX[code])
+    if code in (_ERR_DRIVER_NOT_LOADED, _ERR_LIB_RM_VERSION_MISMATCH):
         return NvmlUnavailableError(f"{call}: {text}", where=where, fix=_INIT_FIX.get(code))
     if code == _ERR_NO_PERMISSION:
         return NvmlError(f"{call}: insufficient permissions", code=code, call=call,

@@ -1,0 +1,198 @@
+"""``gpuaudit run -- CMD``: run a workload while sampling the GPUs it can see.
+
+Returns the child's exit code (128 + N when a signal N killed it, as a shell does),
+forwards SIGTERM, SIGHUP and SIGINT to it, finalises the recording and prints the report on
+stderr when it ends. Without an NVIDIA driver or GPU the command still runs; stderr says
+plainly that nothing was sampled and why.
+
+SIGINT: a Ctrl-C at a terminal already reaches the whole foreground process group, child
+included, so it is forwarded only when gpuaudit is not the terminal's foreground job (e.g. a
+scheduler sending ``kill -INT`` to gpuaudit alone); a second copy would interrupt the
+child's own cleanup.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from types import FrameType
+from typing import Any
+
+import click
+
+from gpuaudit.errors import InputError, SourceUnavailableError
+
+__all__ = ["parse_labels", "run_cmd", "run_workload"]
+
+_FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+try:  # the shared pricing/output options, where that module exists
+    from gpuaudit.cli.options import emit, output_options, pricing_options
+except ImportError:  # pragma: no cover - depends on the rest of the CLI
+    emit = None
+
+    def _identity(f: Any) -> Any:
+        return f
+
+    pricing_options = output_options = _identity
+
+
+def parse_labels(values: Sequence[str]) -> dict[str, str]:
+    """``["team=vision", "project=resnet"]`` -> dict; a value may contain '='."""
+    out: dict[str, str] = {}
+    for v in values:
+        key, sep, value = v.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"label {v!r} is not key=value", where="--label",
+                             fix="write labels as --label team=vision")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def default_output(kind: str) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return f"gpuaudit-{kind}-{stamp}.parquet"
+
+
+def _terminal_foreground() -> bool:
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+    return False
+
+
+def run_workload(
+    command: Sequence[str],
+    *,
+    hz: float = 10.0,
+    labels: dict[str, str] | None = None,
+    output: str | None = None,
+    backend: Any = None,
+    flush_s: float = 5.0,
+    echo: Any = None,
+) -> tuple[int, Any, str | None]:
+    """Run ``command`` under the sampler; return (exit code, Recording or None, why-not).
+
+    ``why-not`` is set when nothing was sampled.
+    """
+    from gpuaudit.measure.nvml import NvmlBackend
+    from gpuaudit.measure.sampler import Sampler
+
+    say = echo or (lambda text: click.echo(text, err=True))
+    out_path = output or default_output("run")
+    # the child sees the same CUDA_VISIBLE_DEVICES as we read it from
+    backend = backend if backend is not None else NvmlBackend()
+    sampler: Sampler | None = Sampler(
+        backend, interval_s=1.0 / hz, labels=labels or {}, output=out_path, flush_s=flush_s,
+        origin=f"live NVML sampling by gpuaudit run -- {' '.join(command)}",
+    )
+    unavailable: str | None = None
+    try:
+        assert sampler is not None
+        sampler.start()
+    except SourceUnavailableError as exc:
+        unavailable = str(exc).replace("\n", " ")
+        say(f"gpuaudit: nothing will be sampled: {unavailable}; running the command anyway")
+        sampler = None
+    except Exception as exc:  # measurement must never stop the job
+        unavailable = f"the sampler failed to start: {type(exc).__name__}: {exc}"
+        say(f"gpuaudit: nothing will be sampled: {unavailable}; running the command anyway")
+        sampler = None
+
+    try:
+        child = subprocess.Popen(list(command))
+    except OSError as exc:
+        say(f"error: cannot run {command[0]!r}: {exc.strerror or exc}\n"
+            "  fix: check the command name and PATH")
+        if sampler is not None:
+            sampler.stop()
+        return 127, None, "the command could not be started"  # as a shell does
+
+    forward_int = not _terminal_foreground()
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        if signum == signal.SIGINT and not forward_int:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    previous = {s: signal.signal(s, forward) for s in _FORWARD}
+    try:
+        while True:
+            try:
+                code = child.wait()
+                break
+            except KeyboardInterrupt:  # pragma: no cover - handler replaced above
+                continue
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+    if code < 0:
+        code = 128 - code
+    recording = None
+    if sampler is not None:
+        t0 = time.monotonic()
+        recording = sampler.stop()
+        say(f"gpuaudit: recorded {recording.table.num_rows} samples of "
+            f"{len(sampler.devices)} device(s) to {out_path} "
+            f"(finalised in {time.monotonic() - t0:.1f} s)")
+        if recording.table.num_rows == 0:
+            unavailable = "the command ended before the first sample"
+    return code, recording, unavailable
+
+
+@click.command(
+    "run",
+    context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
+)
+@click.option("--hz", type=click.FloatRange(min=0.01, max=1000.0), default=10.0,
+              show_default=True, help="samples per second")
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="attribution label on every sample (repeatable)")
+@click.option("-r", "--record", "record", type=click.Path(dir_okay=False), default=None,
+              help="recording path (Parquet); default gpuaudit-run-<UTC time>.parquet")
+@click.option("--no-report", is_flag=True, help="record only; print no report")
+@pricing_options
+@output_options
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@click.pass_context
+def run_cmd(ctx: click.Context, hz: float, labels: tuple[str, ...], record: str | None,
+            no_report: bool, command: tuple[str, ...], **opts: Any) -> None:
+    """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
+
+    \b
+    gpuaudit run --hz 10 --label team=vision -- python train.py
+    """
+    code, recording, unavailable = run_workload(
+        command, hz=hz, labels=parse_labels(labels), output=record)
+    if not no_report and recording is not None:
+        try:
+            _report(recording, unavailable, opts)
+        except Exception as exc:  # the job's exit code matters more than our report
+            click.echo(f"gpuaudit: report failed: {exc}", err=True)
+    ctx.exit(code)
+
+
+def _report(recording: Any, unavailable: str | None, opts: dict[str, Any]) -> None:
+    from gpuaudit.monitor import render_report
+
+    if recording is None or recording.table.num_rows == 0 or emit is None:
+        click.echo(render_report(recording, "terminal", unavailable=unavailable), err=True,
+                   nl=False)
+        return
+    from gpuaudit.api import audit
+
+    fmt = opts.pop("fmt", None) or "terminal"
+    out = opts.pop("output", None)
+    result = audit(recording, **opts)
+    if out is None and fmt == "terminal":
+        click.echo(result.render(fmt), err=True, nl=False)
+    else:
+        emit(result, fmt, out)
+

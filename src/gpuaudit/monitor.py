@@ -1,0 +1,209 @@
+"""Measure a block of Python code or a function: ``gpuaudit.monitor`` and ``gpuaudit.monitored``.
+
+::
+
+    with gpuaudit.monitor(labels={"team": "vision"}) as m:
+        for batch in loader:
+            train_step(batch)
+            m.step(samples=len(batch))
+    print(m.report())
+
+    @gpuaudit.monitored(labels={"project": "resnet"})
+    def train(): ...
+
+Sampling runs in a background thread (see :mod:`gpuaudit.measure.sampler`). Measurement
+never stands between a user and their job: without an NVIDIA driver or GPU the block runs
+unmeasured, one line on stderr says why, and :meth:`Monitor.report` says nothing was sampled.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import types
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
+
+from gpuaudit.errors import SourceUnavailableError
+from gpuaudit.schema import Recording
+
+__all__ = ["Monitor", "monitor", "monitored", "render_report"]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def render_report(recording: Recording | None, fmt: str = "terminal", *,
+                  unavailable: str | None = None, **pricing: Any) -> str:
+    """The report on a recording: ``gpuaudit.api.audit(recording, **pricing).render(fmt)``.
+
+    When nothing was sampled, a plain sentence saying why.
+    """
+    if recording is None or recording.table.num_rows == 0:
+        why = unavailable or "no samples were taken"
+        return f"gpuaudit: nothing sampled: {why}\n"
+    try:
+        from gpuaudit.api import audit
+    except ImportError:  # the analysis stages are optional at this layer
+        return _summary(recording)
+    result = audit(recording, **pricing)
+    text: str = result.render(fmt)
+    return text
+
+
+def _summary(recording: Recording) -> str:
+    import pyarrow.compute as pc
+
+    t = recording.table
+    gpus = t.column("gpu_uuid").cast("string").unique()
+    ts = t.column("ts").cast("int64")
+    span_s = (pc.max(ts).as_py() - pc.min(ts).as_py()) / 1e9
+    mean = pc.mean(t.column("util_gpu_pct")).as_py()
+    lines = [
+        f"gpuaudit: {t.num_rows} samples of {len(gpus)} device(s) over {span_s:.1f} s "
+        f"({recording.origin})",
+        f"  mean GPU utilization: {mean:.1f}%" if mean is not None else
+        "  GPU utilization: not reported by these devices",
+    ]
+    lines += [f"  event: {e}" for e in recording.events]
+    return "\n".join(lines) + "\n"
+
+
+class Monitor:
+    """A running measurement: counters, marks, and the recording once stopped.
+
+    ``backend`` defaults to :class:`~gpuaudit.measure.nvml.NvmlBackend` (every GPU visible
+    to this process). ``output`` streams the recording to a Parquet path as it is sampled.
+    """
+
+    def __init__(
+        self,
+        labels: Mapping[str, str] | None = None,
+        *,
+        hz: float = 10.0,
+        output: str | os.PathLike[str] | None = None,
+        backend: Any = None,
+        flush_s: float = 5.0,
+        quiet: bool = False,
+    ) -> None:
+        if not hz > 0:
+            raise ValueError(f"hz must be > 0, got {hz}")
+        self.labels = dict(labels or {})
+        self.hz = float(hz)
+        self.output = output
+        self.quiet = quiet
+        self.unavailable: str | None = None
+        self.recording: Recording | None = None
+        self._backend = backend
+        self._flush_s = flush_s
+        self._sampler: Any = None
+        self._totals: dict[str, float | None] = {"steps": 0, "samples": None, "tokens": None}
+        self._marks: list[str] = []
+
+    def start(self) -> Monitor:
+        from gpuaudit.measure.nvml import NvmlBackend
+        from gpuaudit.measure.sampler import Sampler
+
+        backend = self._backend if self._backend is not None else NvmlBackend()
+        sampler = Sampler(backend, interval_s=1.0 / self.hz, labels=self.labels,
+                          output=self.output, flush_s=self._flush_s,
+                          origin=f"live NVML sampling by gpuaudit.monitor (labels "
+                          f"{self.labels or {}})")
+        try:
+            sampler.start()
+        except SourceUnavailableError as exc:
+            self.unavailable = str(exc).replace("\n", " ")
+            if not self.quiet:
+                print(f"gpuaudit: nothing will be sampled: {self.unavailable}",
+                      file=sys.stderr)
+            return self
+        self._sampler = sampler
+        return self
+
+    def stop(self) -> Recording | None:
+        """Stop sampling and finalise the recording (idempotent)."""
+        if self._sampler is not None and self.recording is None:
+            self.recording = self._sampler.stop()
+        return self.recording
+
+    def __enter__(self) -> Monitor:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def step(self, steps: int = 1, *, samples: float | None = None,
+             tokens: float | None = None) -> None:
+        """Count a training/inference step and, optionally, samples and tokens in it."""
+        t = self._totals
+        t["steps"] = (t["steps"] or 0) + steps
+        if samples is not None:
+            t["samples"] = (t["samples"] or 0) + samples
+        if tokens is not None:
+            t["tokens"] = (t["tokens"] or 0) + tokens
+        if self._sampler is not None:
+            self._sampler.step(steps, samples, tokens)
+
+    def mark(self, text: str) -> None:
+        """Name this moment (``m.mark("epoch 3")``); marks are kept in the recording."""
+        self._marks.append(text)
+        if self._sampler is not None:
+            self._sampler.mark(text)
+
+    @property
+    def totals(self) -> dict[str, float | None]:
+        """Counted work: ``steps``, ``samples``, ``tokens`` (None when never given)."""
+        return dict(self._totals)
+
+    @property
+    def stats(self) -> Any:
+        """The sampler's :class:`~gpuaudit.measure.sampler.SamplerStats` (None if unmeasured)."""
+        return self._sampler.stats() if self._sampler is not None else None
+
+    def report(self, fmt: str = "terminal", **pricing: Any) -> str:
+        """The audit of what was measured (stops sampling first)."""
+        recording = self.stop()
+        return render_report(recording, fmt, unavailable=self.unavailable, **pricing)
+
+
+def monitor(labels: Mapping[str, str] | None = None, **kwargs: Any) -> Monitor:
+    """A :class:`Monitor` to use as a context manager (see the module doc)."""
+    return Monitor(labels, **kwargs)
+
+
+def monitored(labels: Mapping[str, str] | None = None, *, report: bool = True,
+              fmt: str = "terminal", **kwargs: Any) -> Callable[[F], F]:
+    """Decorate a function so each call is measured; the report goes to stderr.
+
+    The last call's :class:`Monitor` is ``func.gpuaudit_monitor``.
+    """
+
+    def decorate(func: F) -> F:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kw: Any) -> Any:
+            m = Monitor(labels, **kwargs)
+            wrapper.gpuaudit_monitor = m  # type: ignore[attr-defined]
+            with m:
+                result = func(*args, **kw)
+            if report:
+                try:
+                    print(m.report(fmt), file=sys.stderr, end="")
+                except Exception as exc:  # the report must not break the user's function
+                    print(f"gpuaudit: report failed: {exc}", file=sys.stderr)
+            return result
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+class _CallableModule(types.ModuleType):
+    """``gpuaudit.monitor`` is both this module and the function: importing the module
+    (``import gpuaudit.monitor``) sets the package attribute to the module, so the module
+    itself must answer ``gpuaudit.monitor(labels=...)``."""
+
+    def __call__(self, labels: Mapping[str, str] | None = None, **kwargs: Any) -> Monitor:
+        return monitor(labels, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
