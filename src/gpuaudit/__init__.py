@@ -8,4 +8,18 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "monitor", "monitored"]
+
+_LAZY = {"monitor": "gpuaudit.monitor", "monitored": "gpuaudit.monitor"}
+
+
+def __getattr__(name: str) -> object:
+    # monitor/monitored load the sampler only when used, keeping `import gpuaudit` light
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuaudit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # replaces the submodule attribute the import just set
+    return value

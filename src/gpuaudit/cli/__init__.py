@@ -19,6 +19,9 @@ from gpuaudit import __version__
 COMMANDS: dict[str, str] = {
     "audit": "audit:audit_cmd",
     "report": "report:report_cmd",
+    "trace": "trace:trace_cmd",
+    "run": "run:run_cmd",
+    "sample": "sample:sample_cmd",
 }
 
 
@@ -47,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     from gpuaudit.errors import GpuauditError
 
     try:
-        cli.main(args=argv, prog_name="gpuaudit", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name="gpuaudit", standalone_mode=False)
+        if isinstance(rv, int) and not isinstance(rv, bool):
+            return rv  # ctx.exit(code) (e.g. `run` passing on its child's exit code)
     except GpuauditError as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
