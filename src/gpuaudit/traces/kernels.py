@@ -18,7 +18,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["CATEGORIES", "category", "hta_type", "is_tensor_core", "unique_classes"]
+__all__ = ["CATEGORIES", "category", "hta_type", "is_tensor_core", "kernel_key", "unique_classes"]
 
 COMPUTATION, COMMUNICATION, MEMORY, OTHER = "COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"
 
@@ -37,7 +37,7 @@ _CATEGORY_RULES: tuple[tuple[str, str], ...] = (
     ("convolution", r"(?i)conv|winograd|implicit_gemm|implicit_convolve|dgrad|wgrad|fprop|"
                     r"nchw|nhwc(?:ToNchw|_)?.*kernel_conv|cudnn::.*conv"),
     ("gemm", r"(?i)gemm|gemv|matmul|cublas|cutlass|xmma|hmma|wgmma|gmma|tensorop|"
-             r"_mm_|\bbmm|sm\d\d_.*_tn|addmm|Kernel_GEMM|triton_mm"),
+             r"_mm_|\bbmm|sm\d\d_.*_tn|addmm|Kernel_GEMM|triton_mm|^Cijk_"),
     ("normalization", r"(?i)norm|batch_norm|bn_fw|bn_bw|layer_norm|rms_?norm|welford"),
     ("reduction", r"(?i)reduce|reduction|softmax|argmax|topk|sum_kernel|mean_kernel|cumsum|"
                   r"scan|sort"),
@@ -49,7 +49,7 @@ _CATEGORY_RULES: tuple[tuple[str, str], ...] = (
 _TENSOR_CORE = (
     r"(?i)hmma|wgmma|gmma|tensorop|xmma|imma|_mma|mma_|\bh\d{3,4}gemm|[hi]\d{3,4}gemm|"
     r"s1688|s16816|h1688|h16816|884gemm|bf16|f16f16|fp16|half|tf32|fp8|e4m3|e5m2|"
-    r"flash|fmha|cutlass_\d+_tensorop|sm[89]\d_"
+    r"flash|fmha|cutlass_\d+_tensorop|sm[89]\d_|_MI\d+x\d+x\d+"
 )
 
 
@@ -67,18 +67,32 @@ def hta_type(names: pa.Array | pa.ChunkedArray, *, hta_compat: bool = False) -> 
     return _combine(out)
 
 
+def kernel_key(names: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """The part of a demangled kernel name that says what it does: the function's own name
+    plus its first template argument, namespaces dropped. ``void cutlass::Kernel<cutlass_80_
+    tensorop_s1688gemm_...>(Params)`` -> ``Kernel cutlass_80_tensorop_s1688gemm_...``;
+    argument lists (``fbgemm_gpu::...`` types in an embedding kernel) no longer count."""
+    s = pc.replace_substring(_combine(names), "(anonymous namespace)", "anon")
+    s = pc.replace_substring_regex(s, r"^void\s+", "")
+    s = pc.replace_substring_regex(s, r"^([^<(]*)(?:<([^,<>(]*))?.*$", r"\1 \2")
+    return _combine(pc.replace_substring_regex(s, r"[A-Za-z0-9_]*::", ""))
+
+
 def category(names: pa.Array | pa.ChunkedArray) -> pa.Array:
-    """The finer category per kernel name (first matching rule in :data:`CATEGORIES` order)."""
-    names = _combine(names)
+    """The finer category per kernel name (first matching rule in :data:`CATEGORIES` order),
+    judged on :func:`kernel_key`; memory and communication on the full name."""
+    full = _combine(names)
+    names = kernel_key(full)
     out: pa.Array = pa.array(["other"] * len(names), pa.string())
     for cat, rx in reversed(_CATEGORY_RULES):
-        out = pc.if_else(pc.match_substring_regex(names, rx), cat, out)
+        target = full if cat in ("memory", "communication") else names
+        out = pc.if_else(pc.match_substring_regex(target, rx), cat, out)
     return _combine(out)
 
 
 def is_tensor_core(names: pa.Array | pa.ChunkedArray) -> pa.Array:
     """True where a kernel name says it runs on tensor cores (MMA/HMMA/WGMMA, TF32/FP16...)."""
-    return _combine(pc.match_substring_regex(_combine(names), _TENSOR_CORE))
+    return _combine(pc.match_substring_regex(kernel_key(names), _TENSOR_CORE))
 
 
 def unique_classes(names: pa.Array | pa.ChunkedArray,
