@@ -157,20 +157,22 @@ def run_workload(
               help="attribution label on every sample (repeatable)")
 @click.option("-r", "--record", "record", type=click.Path(dir_okay=False), default=None,
               help="recording path (Parquet); default gpuaudit-run-<UTC time>.parquet")
+@click.option("--flush-s", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
+              help="seconds between journal flushes: at most this much is lost if killed")
 @click.option("--no-report", is_flag=True, help="record only; print no report")
 @pricing_options
 @output_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run_cmd(ctx: click.Context, hz: float, labels: tuple[str, ...], record: str | None,
-            no_report: bool, command: tuple[str, ...], **opts: Any) -> None:
+            flush_s: float, no_report: bool, command: tuple[str, ...], **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
 
     \b
     gpuaudit run --hz 10 --label team=vision -- python train.py
     """
     code, recording, unavailable = run_workload(
-        command, hz=hz, labels=parse_labels(labels), output=record)
+        command, hz=hz, labels=parse_labels(labels), output=record, flush_s=flush_s)
     if not no_report and recording is not None:
         try:
             _report(recording, unavailable, opts)

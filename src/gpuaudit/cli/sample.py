@@ -30,15 +30,18 @@ __all__ = ["sample_cmd"]
               help="attribution label on every sample (repeatable)")
 @click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
               help="recording path (Parquet); default gpuaudit-sample-<UTC time>.parquet")
+@click.option("--flush-s", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
+              help="seconds between journal flushes: at most this much is lost if killed")
 def sample_cmd(duration: float | None, hz: float, labels: tuple[str, ...],
-               output: str | None) -> None:
+               output: str | None, flush_s: float) -> None:
     """Record every visible GPU to a Parquet recording."""
     from gpuaudit.measure.nvml import NvmlBackend
     from gpuaudit.measure.sampler import Sampler
 
     out = output or default_output("sample")
     sampler = Sampler(NvmlBackend(), interval_s=1.0 / hz, labels=parse_labels(labels),
-                      output=out, origin="live NVML sampling by gpuaudit sample")
+                      output=out, flush_s=flush_s,
+                      origin="live NVML sampling by gpuaudit sample")
     sampler.start()  # SourceUnavailableError -> "error: ..." and exit 2
     done = threading.Event()
 

@@ -54,10 +54,27 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SCENARIO_ENV", "FakeNvml", "load_scenario", "pattern_value"]
+__all__ = ["SCENARIO_ENV", "FakeNvml", "build_fake_library", "load_scenario", "pattern_value"]
 
 #: Environment variable naming the scenario file (read by the C double at nvmlInit).
 SCENARIO_ENV = "GPUAUDIT_FAKE_NVML_SCENARIO"
+
+
+def build_fake_library(out_dir: str | os.PathLike[str], cc: str = "gcc") -> Path:
+    """Compile the C double into ``out_dir/libnvidia-ml.so.1`` (needs a C compiler).
+
+    Load it with ``LD_LIBRARY_PATH=out_dir`` in a child process, or in this one with
+    :func:`gpuaudit.measure.nvml.load_library`; point ``GPUAUDIT_FAKE_NVML_SCENARIO`` at a
+    scenario file before ``nvmlInit``.
+    """
+    import subprocess
+
+    src = Path(__file__).with_name("fakenvml") / "fakenvml.c"
+    out = Path(out_dir) / "libnvidia-ml.so.1"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([cc, "-shared", "-fPIC", "-O2", "-Wall", "-o", str(out), str(src), "-lm"],
+                   check=True, capture_output=True, text=True)
+    return out
 
 
 def load_scenario(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -272,7 +289,7 @@ class FakeNvml:
         self._whole(h)
         self._check(h, "utilization")
         u = self._u(h, t)
-        return self._p.c_nvmlUtilization_t(gpu=int(round(u)), memory=int(round(u / 2)))
+        return self._p.c_nvmlUtilization_t(gpu=int(u + 0.5), memory=int(u / 2 + 0.5))
 
     def nvmlDeviceGetMemoryInfo(self, h: _Handle) -> Any:
         t = self._enter("nvmlDeviceGetMemoryInfo", h)
@@ -347,7 +364,7 @@ class FakeNvml:
         self._check(h, "temperature")
         lo = float(h.spec.get("temp_idle_c", 30.0))
         hi = float(h.spec.get("temp_max_c", 75.0))
-        return int(round(lo + (hi - lo) * self._u(h, t) / 100.0))
+        return int(lo + (hi - lo) * self._u(h, t) / 100.0 + 0.5)
 
     def nvmlDeviceGetClockInfo(self, h: _Handle, clock_type: int) -> int:
         t = self._enter("nvmlDeviceGetClockInfo", h)
