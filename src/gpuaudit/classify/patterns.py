@@ -22,26 +22,28 @@ __all__ = ["BURSTY_MAX_IDLE_RUN_S", "PHASED_MIN_IDLE_RUN_S", "detect_patterns"]
 
 #: Idle runs shorter than this (on average) between busy runs read as input stalls.
 BURSTY_MAX_IDLE_RUN_S = 10.0
-#: Idle runs at least this long (on average) read as idle stretches worth shutting down.
-PHASED_MIN_IDLE_RUN_S = 60.0
+#: An idle stretch at least this long reads as idle time worth shutting down or reclaiming.
+PHASED_MIN_IDLE_RUN_S = 30.0
 
 
 def _classify_one(s: SeriesSignals, interval_s: float) -> Pattern:
     obs = s.observed_s
     if obs <= 0 or s.mean_util_pct is None:
-        return Pattern(s.gpu_uuid, "unknown", "no utilization readings", 0.0, 0.0, None)
+        return Pattern(s.gpu_uuid, "unknown", "no utilization readings", 0.0, 0.0, None, 0.0)
     idle = s.idle_s / obs
     busy = s.busy_high_s / obs
     middle = max(0.0, 1.0 - idle - busy)
     run = s.idle_s / s.idle_runs if s.idle_runs else None
+    longest = s.max_idle_run_s
     std = s.std_util_pct or 0.0
     step = s.mean_abs_step_pct or 0.0
     shares = f"idle {idle:.0%}, busy (>=70%) {busy:.0%}, middle {middle:.0%}"
     if idle >= 0.9:
-        return Pattern(s.gpu_uuid, "idle", f"{shares}; idle almost all the time", idle, busy, run)
-    if busy >= 0.85:
+        return Pattern(s.gpu_uuid, "idle", f"{shares}; idle almost all the time", idle, busy,
+                       run, longest)
+    if busy >= 0.85 and longest < PHASED_MIN_IDLE_RUN_S:
         return Pattern(s.gpu_uuid, "saturated", f"{shares}; busy almost all the time", idle,
-                       busy, run)
+                       busy, run, longest)
     two_sided = idle >= 0.1 and busy >= 0.1 and middle <= 0.5
     if two_sided and run is not None:
         # the average idle run must span at least two samples to be measured as a run at all
@@ -51,20 +53,21 @@ def _classify_one(s: SeriesSignals, interval_s: float) -> Pattern:
                 s.gpu_uuid, "bursty",
                 f"{shares}; bouncing between idle and busy: mean idle run {run:.1f} s, "
                 f"mean change between samples {step:.0f} points, std {std:.0f} points",
-                idle, busy, run)
-        if run >= PHASED_MIN_IDLE_RUN_S:
-            return Pattern(
-                s.gpu_uuid, "phased",
-                f"{shares}; long idle stretches: mean idle run {run:.0f} s over "
-                f"{s.idle_runs} stretch(es)",
-                idle, busy, run)
+                idle, busy, run, longest)
+    if idle >= 0.05 and longest >= PHASED_MIN_IDLE_RUN_S:
+        return Pattern(
+            s.gpu_uuid, "phased",
+            f"{shares}; long idle stretches: the longest {longest:.0f} s, "
+            f"{s.idle_runs} idle stretch(es) in all",
+            idle, busy, run, longest)
     if middle >= 0.6 and std <= 20.0:
         return Pattern(
             s.gpu_uuid, "steady",
             f"{shares}; steadily part-busy at {s.mean_util_pct:.0f}% (std {std:.0f} points, "
             f"mean change between samples {step:.0f} points)",
-            idle, busy, run)
-    return Pattern(s.gpu_uuid, "mixed", f"{shares}; std {std:.0f} points", idle, busy, run)
+            idle, busy, run, longest)
+    return Pattern(s.gpu_uuid, "mixed", f"{shares}; std {std:.0f} points", idle, busy, run,
+                   longest)
 
 
 def detect_patterns(series: Sequence[SeriesSignals], interval_s: float) -> tuple[Pattern, ...]:

@@ -123,6 +123,8 @@ class _Engine:
         self.series_max: dict[str, np.ndarray] = {k: np.zeros(0) for k in _MAX_SIGNALS}
         self.last_u = np.zeros(0)
         self.last_idle = np.zeros(0, dtype=bool)
+        self.cur_idle_run = np.zeros(0)
+        self.max_idle_run = np.zeros(0)
         self.energy_first = np.zeros(0)
         self.energy_last = np.zeros(0)
         self.ecc_min = np.zeros(0)
@@ -169,6 +171,8 @@ class _Engine:
 
             self.last_u = grow(self.last_u, np.nan)
             self.last_idle = grow(self.last_idle, False)
+            self.cur_idle_run = grow(self.cur_idle_run, 0.0)
+            self.max_idle_run = grow(self.max_idle_run, 0.0)
             self.energy_first = grow(self.energy_first, np.nan)
             self.energy_last = grow(self.energy_last, np.nan)
             self.ecc_min = grow(self.ecc_min, np.nan)
@@ -451,8 +455,10 @@ class _Engine:
         ok = ~np.isnan(step)
         s.add("abs_step", c, np.where(ok, step, 0.0))
         s.add("steps", c, ok.astype(np.float64))
-        s.add("idle_runs", c, (idle & ~prev_idle).astype(np.float64))
+        run_start = idle & ~prev_idle
+        s.add("idle_runs", c, run_start.astype(np.float64))
         last = np.append(c[1:] != c[:-1], True)
+        self._idle_run_lengths(c, idle, prev_idle, run_start, first, last, w)
         self.last_u[c[last]] = u[last]
         self.last_idle[c[last]] = idle[last]
         for name in _MEAN_SIGNALS:
@@ -478,6 +484,27 @@ class _Engine:
         if "thermal" in r:
             s.add("thermal_s", c, np.where(r["thermal"], obs, 0.0))
             s.add("power_s", c, np.where(r["powercap"], obs, 0.0))
+
+    def _idle_run_lengths(self, c: np.ndarray, idle: np.ndarray, prev_idle: np.ndarray,
+                          run_start: np.ndarray, first: np.ndarray, last: np.ndarray,
+                          w: np.ndarray) -> None:
+        """Longest idle stretch per series, carried across batches (rows sorted by series)."""
+        idle_w = np.where(idle, w, 0.0)
+        seg_start = run_start | first
+        seg_id = np.cumsum(seg_start) - 1
+        cs = np.cumsum(idle_w)
+        starts = np.flatnonzero(seg_start)
+        base = (cs - idle_w)[starts]
+        rel = cs - base[seg_id]
+        carry = np.zeros(starts.shape[0])
+        cont = first & idle & prev_idle
+        carry[seg_id[cont]] = self.cur_idle_run[c[cont]]
+        rel = np.where(idle, rel + carry[seg_id], 0.0)
+        series_starts = np.flatnonzero(first)
+        maxes = np.maximum.reduceat(rel, series_starts)
+        cs_ = c[series_starts]
+        self.max_idle_run[cs_] = np.maximum(self.max_idle_run[cs_], maxes)
+        self.cur_idle_run[c[last]] = rel[last]
 
     # -- results --------------------------------------------------------------------------
     def cells_table(self) -> pa.Table:
@@ -535,6 +562,7 @@ class _Engine:
                 observed_s=obs, mean_util_pct=mean_u, std_util_pct=std_u,
                 mean_abs_step_pct=float(d["abs_step"][code]) / steps if steps > 0 else None,
                 idle_runs=int(d["idle_runs"][code]), idle_s=float(d["idle_s"][code]),
+                max_idle_run_s=float(self.max_idle_run[code]),
                 busy_high_s=float(d["high_s"][code]),
                 mean_sm_active=mean("sm_active"), mean_sm_occupancy=mean("sm_occupancy"),
                 mean_tensor_active=mean("tensor_active"), mean_dram_active=mean("dram_active"),

@@ -142,6 +142,7 @@ class SeriesSignals:
     idle_runs: int
     idle_s: float
     busy_high_s: float  # time at u >= 70
+    max_idle_run_s: float = 0.0
     mean_sm_active: float | None = None
     mean_sm_occupancy: float | None = None
     mean_tensor_active: float | None = None
@@ -167,7 +168,7 @@ class Pattern:
     """The shape of one GPU's utilization series, with the numbers that decided it.
 
     kinds: ``idle`` (almost always idle), ``bursty`` (bouncing between idle and busy in short
-    runs: an input-starved loop), ``phased`` (long idle stretches between busy stretches),
+    runs: an input-starved loop), ``phased`` (long idle stretches beside busy stretches),
     ``steady`` (steadily half-busy), ``saturated`` (busy nearly always), ``mixed``.
     """
 
@@ -177,6 +178,7 @@ class Pattern:
     idle_share: float
     busy_share: float
     mean_idle_run_s: float | None
+    max_idle_run_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -94,10 +94,12 @@ class Rate:
     committed_source: str | None = None
     currency: str = "USD"
 
-    def describe(self) -> str:
+    def describe(self, source_chars: int = 90) -> str:
         what = " ".join(x for x in (self.provider, self.instance) if x) or "given price"
+        src = self.source if len(self.source) <= source_chars else (
+            self.source[: source_chars - 3].rstrip() + "...")
         return (f"${self.usd_per_gpu_hour}/GPU-h {self.purchase}"
-                f" ({what}; {self.source}; as of {self.as_of})")
+                f" ({what}; as of {self.as_of}; {src})")
 
 
 def gpu_family(name: str) -> str | None:

@@ -29,6 +29,8 @@ __all__ = ["candidate_recommendations"]
 ZERO = Decimal(0)
 ONE = Decimal(1)
 Q = Decimal("0.000001")
+#: A commitment is counted only when the audit spans at least this many hours of data.
+MIN_COMMITMENT_EVIDENCE_HOURS = 24
 
 #: Dense BF16/FP16 tensor TFLOP/s (vendor datasheets), to check a smaller GPU keeps up.
 TENSOR_TFLOPS: dict[str, float] = {
@@ -117,11 +119,10 @@ def _idle(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
     idle_gpus = ctx.gpus(lambda u: ctx.kind(u) in ("idle", "phased"))
     if idle_gpus:
         idle_cost = sum((ctx.lines[u].phase_cost["idle"] for u in idle_gpus), ZERO)
-        runs = [ctx.patterns[u].mean_idle_run_s for u in idle_gpus]
-        longest = max((r for r in runs if r is not None), default=None)
+        longest = max(ctx.patterns[u].max_idle_run_s for u in idle_gpus)
         ev = (f"{len(idle_gpus)} GPU(s) idle in long stretches ({_names(idle_gpus)}): "
-              f"${idle_cost:.2f} of ${ctx.total:.2f} observed cost is idle time"
-              + (f"; mean idle stretch up to {longest:.0f} s" if longest else ""))
+              f"${idle_cost:.2f} of ${ctx.total:.2f} observed cost is idle time; the longest "
+              f"idle stretch lasted {longest:.0f} s")
         share = ctx.share(idle_cost)
         out.append(ctx.rec(cat["idle_shutdown"], share, share, ev, idle_gpus))
     # Consolidation: GPUs that are mostly idle or steadily low could share one GPU.
@@ -327,10 +328,15 @@ def _rates(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
     if rate.purchase == "on-demand" and od and rate.committed_usd_per_gpu_hour is not None:
         d = ONE - rate.committed_usd_per_gpu_hour / od
         busy = ONE - ctx.share(ctx.cost.total.phase_cost["idle"])
-        ev = (f"{rate.committed_source}; the GPUs were in use {busy:.0%} of the observed time "
-              f"(breakeven {ONE - d:.0%})")
-        counted = busy >= ONE - d
-        out.append(ctx.rec(cat["commitment"], d, ONE, ev, ["all"], counted=counted,
-                           why_not=None if counted else "use below the breakeven: commit "
-                           "only to the steady baseline"))
+        hours = ctx.cost.wall_hours
+        ev = (f"{rate.committed_source}; the GPUs were in use {busy:.0%} of {hours:.1f} "
+              f"observed hours (breakeven {ONE - d:.0%})")
+        why_not = None
+        if hours < MIN_COMMITMENT_EVIDENCE_HOURS:
+            why_not = (f"{hours:.1f} h of data cannot show a steady baseline; audit at least "
+                       f"{MIN_COMMITMENT_EVIDENCE_HOURS} h before committing")
+        elif busy < ONE - d:
+            why_not = "use below the breakeven: commit only to the steady baseline"
+        out.append(ctx.rec(cat["commitment"], d, ONE, ev, ["all"], counted=why_not is None,
+                           why_not=why_not))
     return out

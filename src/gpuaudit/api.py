@@ -1,0 +1,88 @@
+"""The Python API: ``gpuaudit.audit(samples, ...)`` runs every stage and returns the result.
+
+Each stage is also callable alone: :func:`gpuaudit.classify.classify`,
+:func:`gpuaudit.price.price_usage`, :func:`gpuaudit.recommend.recommend`,
+:func:`gpuaudit.report.render`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from gpuaudit.classify import check_health, classify, diagnose
+from gpuaudit.price import price_usage, resolve_rates
+from gpuaudit.recommend import Finding, recommend
+from gpuaudit.result import AuditResult
+from gpuaudit.schema import Recording, SampleSource
+
+__all__ = ["audit", "open_source"]
+
+
+def open_source(
+    samples: SampleSource | Recording | pa.Table | str | Path,
+    *,
+    mapping: Mapping[str, str] | None = None,
+    fields: Sequence[str] | None = None,
+    host: str | None = None,
+    gpu_model: str | None = None,
+    tz: str = "UTC",
+) -> SampleSource | Recording:
+    """Turn a path (Parquet, CSV, JSONL, nvidia-smi log) or a table into a sample source."""
+    if isinstance(samples, (str, Path)):
+        from gpuaudit.measure.files import open_samples
+
+        return open_samples(samples, mapping=mapping, fields=fields, host=host,
+                            gpu_model=gpu_model, tz=tz)
+    if isinstance(samples, pa.Table):
+        return Recording(table=samples, source="table", origin="an in-memory sample table")
+    return samples
+
+
+def audit(
+    samples: SampleSource | Recording | pa.Table | str | Path,
+    *,
+    by: Sequence[str] = (),
+    gpu_model: str | None = None,
+    price: Decimal | str | float | None = None,
+    provider: str | None = None,
+    purchase: str = "on-demand",
+    catalog: str | Path | None = None,
+    counts: Mapping[str, int | float | Decimal] | None = None,
+    energy_usd_per_kwh: Decimal | str | float | None = None,
+    findings: Iterable[Finding] = (),
+    interval_s: float | None = None,
+    cap_intervals: float | None = None,
+    mapping: Mapping[str, str] | None = None,
+    fields: Sequence[str] | None = None,
+    host: str | None = None,
+    tz: str = "UTC",
+    extra: Mapping[str, Any] | None = None,
+) -> AuditResult:
+    """Classify, price and recommend in one call.
+
+    ``samples``: a path, a :class:`~gpuaudit.schema.Recording`, a sample source or a sample
+    table. Pricing: ``price`` (USD per GPU-hour) > ``catalog`` (TOML) > the embedded catalog
+    for ``gpu_model`` (or the model the samples name) at ``provider`` (default aws) and
+    ``purchase`` (on-demand, spot, committed). ``by``: group keys (pod, namespace, team, ...).
+    ``counts``: units of work for unit costs (``{"tokens": 2e9}``).
+    """
+    source = open_source(samples, mapping=mapping, fields=fields, host=host,
+                         gpu_model=gpu_model, tz=tz)
+    finding_list = tuple(findings)
+    kwargs: dict[str, Any] = {}
+    if cap_intervals is not None:
+        kwargs["cap_intervals"] = cap_intervals
+    usage = classify(source, by=by, interval_s=interval_s, findings=finding_list, **kwargs)
+    models = {s.gpu_model for s in usage.series} or {None}
+    rates = resolve_rates(models, gpu_model=gpu_model, price=price, provider=provider,
+                          purchase=purchase, catalog=catalog)
+    cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
+    diagnoses = diagnose(usage.series, usage.patterns)
+    plan = recommend(usage, cost, diagnoses, finding_list)
+    return AuditResult(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
+                       health=check_health(usage.series), extra=dict(extra or {}))

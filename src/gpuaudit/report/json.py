@@ -1,0 +1,202 @@
+"""The JSON report: a documented, versioned schema (docs/json-schema.md).
+
+Money is a string of dollars with cents (``"1234.56"``), never a float. The hourly figures
+keep four decimals so every projection is that figure times its hours, exactly, rounded to
+the cent. Within a cost line the phase costs plus unobserved cost sum to the observed cost to
+the cent (largest-remainder rounding). Field names are stable within a major version; new
+fields may be added in a minor version.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from decimal import Decimal
+from typing import Any
+
+from gpuaudit import __version__
+from gpuaudit.classify.usage import PHASE_LOWER_PCT, PHASES, PhaseTime
+from gpuaudit.price.cost import CostLine
+from gpuaudit.price.money import allocate_cents, cents
+from gpuaudit.result import AuditResult
+
+__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "to_dict"]
+
+SCHEMA_ID = "gpuaudit.report"
+SCHEMA_VERSION = "1.0"
+
+
+def _usd(x: Decimal) -> str:
+    return str(cents(x))
+
+
+def _frac(x: Decimal | float) -> float:
+    return round(float(x), 6)
+
+
+def _s(x: float) -> float:
+    return round(x, 3)
+
+
+def phases_dict(t: PhaseTime) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "seconds": {p: _s(v) for p, v in t.phase_seconds().items()},
+        "shares_pct": t.phase_shares_pct(),
+        "observed_s": _s(t.observed_s),
+        "unobserved_s": _s(t.unobserved_s),
+        "gap_s": _s(t.gap_s),
+        "no_reading_s": _s(t.no_reading_s),
+        "mean_util_pct": None if t.mean_util_pct is None else round(t.mean_util_pct, 2),
+        "samples": t.samples,
+        "sm_view": None,
+    }
+    if t.has_sm_view:
+        secs = t.sm_phase_seconds()
+        from gpuaudit.classify.usage import largest_remainder
+
+        out["sm_view"] = {
+            "seconds": {p: _s(v) for p, v in secs.items()},
+            "shares_pct": dict(zip(secs, largest_remainder(list(secs.values())))),
+            "mean_sm_active_pct": round(100 * t.sm_busy_s / sum(secs.values()), 2)
+            if sum(secs.values()) > 0 else None,
+        }
+    return out
+
+
+def cost_line_dict(ln: CostLine) -> dict[str, Any]:
+    parts = [ln.phase_cost[p] for p in PHASES] + [ln.unobserved_cost]
+    rounded = allocate_cents(parts)
+    return {
+        "observed_usd": _usd(ln.observed_cost),
+        "by_phase_usd": {p: str(v) for p, v in zip(PHASES, rounded[:4])},
+        "unobserved_usd": str(rounded[4]),
+        "waste_usd": _usd(ln.waste),
+        "idle_usd": _usd(ln.phase_cost["idle"]),
+        "underutilized_waste_usd": _usd(ln.underutilized_waste),
+        "headroom_usd": _usd(ln.headroom_cost),
+        "waste_share_pct": round(100 * ln.waste_share, 2),
+        "gpu_hours": _frac(ln.gpu_hours),
+        "effective_gpu_hours": _frac(ln.effective_gpu_hours),
+    }
+
+
+def to_dict(result: AuditResult) -> dict[str, Any]:
+    u, c, p = result.usage, result.cost, result.plan
+    cp, wp = c.cost_projection, c.waste_projection
+    patterns = {x.gpu_uuid: x for x in u.patterns}
+    series = u.series_by_uuid()
+    gpus = []
+    for ln in c.per_gpu:
+        uuid = str(ln.key[0])
+        s = series.get(uuid)
+        pat = patterns.get(uuid)
+        gpus.append({
+            "gpu_uuid": uuid,
+            "host": s.host if s else None,
+            "gpu_model": s.gpu_model if s else None,
+            "mig_profile": s.mig_profile if s else None,
+            "pods": list(s.pods) if s else [],
+            "pattern": None if pat is None else {"kind": pat.kind, "evidence": pat.evidence},
+            "phases": phases_dict(ln.time),
+            "cost": cost_line_dict(ln),
+        })
+    groups = [
+        {"key": dict(zip(c.group_keys, ln.key)), "phases": phases_dict(ln.time),
+         "cost": cost_line_dict(ln)}
+        for ln in c.per_group
+    ]
+    energy = None
+    if c.energy is not None:
+        energy = {"kwh": _frac(c.energy.kwh), "method": c.energy.method,
+                  "usd_per_kwh": None if c.energy.usd_per_kwh is None else str(c.energy.usd_per_kwh),
+                  "cost_usd": None if c.energy.cost is None else _usd(c.energy.cost)}
+    per_eff = c.cost_per_effective_gpu_hour
+    return {
+        "schema": SCHEMA_ID,
+        "schema_version": SCHEMA_VERSION,
+        "tool_version": __version__,
+        "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "source": {
+            "kind": u.source,
+            "origin": u.origin,
+            "interval_s": u.interval_s,
+            "cap_s": u.cap_s,
+            "window_start": u.window_start.isoformat() if u.window_start else None,
+            "window_end": u.window_end.isoformat() if u.window_end else None,
+            "wall_hours": _frac(c.wall_hours),
+            "gpus": len(u.series),
+            "notes": [{"reason": n.reason, "count": n.count, "where": n.where,
+                       "column": n.column} for n in u.notes],
+            "events": list(u.events),
+        },
+        "rates": [
+            {"gpu_model_seen": k, "gpu_model": r.gpu_model, "usd_per_gpu_hour": str(r.usd_per_gpu_hour),
+             "purchase": r.purchase, "provider": r.provider, "instance": r.instance,
+             "source": r.source, "as_of": r.as_of, "currency": r.currency}
+            for k, r in sorted(c.rates.items(), key=lambda kv: str(kv[0]))
+        ],
+        "phases": {
+            "thresholds_pct": dict(zip(PHASES, PHASE_LOWER_PCT)),
+            "overall": phases_dict(c.total.time),
+        },
+        "cost": {
+            "currency": c.currency,
+            **cost_line_dict(c.total),
+            "hourly_usd": str(cp["hourly"]),
+            "daily_usd": _usd(cp["daily"]),
+            "monthly_usd": _usd(cp["monthly"]),
+            "yearly_usd": _usd(cp["yearly"]),
+            "waste_hourly_usd": str(wp["hourly"]),
+            "waste_daily_usd": _usd(wp["daily"]),
+            "waste_monthly_usd": _usd(wp["monthly"]),
+            "waste_yearly_usd": _usd(wp["yearly"]),
+            "usd_per_effective_gpu_hour": None if per_eff is None else _usd(per_eff),
+            "unit_costs_usd": {k: str(v.quantize(Decimal("0.000001"))) for k, v in c.unit_costs.items()},
+            "counts": {k: str(v) for k, v in c.counts.items()},
+            "energy": energy,
+        },
+        "gpus": gpus,
+        "groups": {"by": list(c.group_keys), "rows": groups},
+        "patterns": [{"gpu_uuid": x.gpu_uuid, "kind": x.kind, "evidence": x.evidence}
+                     for x in u.patterns],
+        "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence}
+                      for d in result.diagnoses],
+        "health": [{"gpu_uuid": h.gpu_uuid, "kind": h.kind, "severity": h.severity,
+                    "evidence": h.evidence} for h in result.health],
+        "findings": [{"signal": getattr(f, "signal", None), "value": getattr(f, "value", None),
+                      "text": getattr(f, "text", str(f))} for f in u.findings],
+        "recommendations": [
+            {
+                "id": r.id, "title": r.remediation.title, "lever": r.remediation.lever,
+                "group": r.remediation.group, "vocabulary": list(r.remediation.vocabulary),
+                "counted": r.counted, "why_not_counted": r.why_not_counted,
+                "fraction": _frac(r.fraction), "cap_fraction": _frac(r.cap),
+                "monthly_usd": _usd(r.monthly_usd), "evidence": r.evidence,
+                "scope": list(r.scope), "acts_on": r.remediation.acts_on,
+                "preconditions": list(r.remediation.preconditions),
+                "savings_range": r.remediation.savings_range, "source": r.remediation.source,
+            }
+            for r in p.recommendations
+        ],
+        "savings": {
+            "waste_fraction": _frac(p.waste_fraction),
+            "efficiency_uncapped_fraction": _frac(p.efficiency_uncapped_fraction),
+            "efficiency_fraction": _frac(p.efficiency_fraction),
+            "rate_fraction": _frac(p.rate_fraction),
+            "total_fraction": _frac(p.total_fraction),
+            "monthly_cost_usd": _usd(p.monthly_cost_usd),
+            "monthly_savings_usd": _usd(p.monthly_savings_usd),
+            "monthly_after_usd": _usd(p.monthly_after_usd),
+            "efficiency_monthly_usd": _usd(p.efficiency_monthly_usd),
+            "rate_monthly_usd": _usd(p.rate_monthly_usd),
+            "naive_sum_fraction": _frac(p.naive_sum_fraction),
+            "naive_sum_label": "WRONG: adding the fractions double-counts overlapping fixes; "
+                               "shown only for comparison",
+            "notes": list(p.notes),
+        },
+        "extra": result.extra,
+    }
+
+
+def dumps(result: AuditResult) -> str:
+    return json.dumps(to_dict(result), indent=2, default=str) + "\n"

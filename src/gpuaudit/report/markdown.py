@@ -1,0 +1,91 @@
+"""The Markdown report: for pull requests, wikis and tickets."""
+
+from __future__ import annotations
+
+from gpuaudit.classify.usage import PHASES
+from gpuaudit.price.money import allocate_cents
+from gpuaudit.report.terminal import PHASE_LABEL, usd
+from gpuaudit.result import AuditResult
+
+__all__ = ["render_markdown"]
+
+
+def _esc(text: object) -> str:
+    """Escape what would break a Markdown table cell or inject markup."""
+    s = str(text)
+    for ch in ("\\", "|", "<", ">", "*", "_", "`", "[", "]"):
+        s = s.replace(ch, "\\" + ch)
+    return s.replace("\n", " ")
+
+
+def render_markdown(result: AuditResult) -> str:
+    u, c, p = result.usage, result.cost, result.plan
+    cp, wp = c.cost_projection, c.waste_projection
+    t = c.total.time
+    out = ["# gpuaudit report", ""]
+    out.append(f"- **source**: {_esc(u.source)}: {_esc(u.origin)}")
+    if u.window_start and u.window_end:
+        out.append(f"- **window**: {u.window_start:%Y-%m-%d %H:%M:%S} to "
+                   f"{u.window_end:%Y-%m-%d %H:%M:%S} UTC, {len(u.series)} GPU(s), interval "
+                   f"{u.interval_s:g} s")
+    for k, rate in c.rates.items():
+        out.append(f"- **price** ({_esc(rate.gpu_model or k or 'GPU')}): {_esc(rate.describe())}")
+    out += ["", "## Where the GPU time went", "",
+            "| phase | GPU-hours | share | cost |", "|---|---:|---:|---:|"]
+    shares = t.phase_shares_pct()
+    costs = allocate_cents([c.total.phase_cost[ph] for ph in PHASES] + [c.total.unobserved_cost])
+    for ph, cost in zip(PHASES, costs):
+        out.append(f"| {PHASE_LABEL[ph]} | {getattr(t, f'{ph}_s') / 3600:,.3f} | {shares[ph]}% "
+                   f"| ${cost:,.2f} |")
+    out.append(f"| unobserved | {t.unobserved_s / 3600:,.3f} | | ${costs[4]:,.2f} |")
+    out.append(f"| **total** | {t.total_s / 3600:,.3f} | 100% | **{usd(c.total.observed_cost)}** |")
+    out += ["", "## Cost", "", "| | observed | hourly | daily | monthly (720 h) | yearly (8,760 h) |",
+            "|---|---:|---:|---:|---:|---:|",
+            f"| cost | {usd(c.total.observed_cost)} | ${cp['hourly']:,} | {usd(cp['daily'])} | "
+            f"{usd(cp['monthly'])} | {usd(cp['yearly'])} |",
+            f"| waste | {usd(c.total.waste)} | ${wp['hourly']:,} | {usd(wp['daily'])} | "
+            f"{usd(wp['monthly'])} | {usd(wp['yearly'])} |", ""]
+    rows = c.per_group if c.per_group else c.per_gpu
+    keys = c.group_keys if c.per_group else ("gpu",)
+    out += [f"## By {', '.join(keys)}", "",
+            "| " + " | ".join(keys) + " | GPU-h | idle | under | prod | bound | cost | waste |",
+            "|" + "---|" * len(keys) + "---:|---:|---:|---:|---:|---:|---:|"]
+    for ln in rows:
+        sh = ln.time.phase_shares_pct()
+        out.append("| " + " | ".join(_esc(k) for k in ln.key) + f" | {ln.gpu_hours:.2f} | "
+                   + " | ".join(f"{sh[ph]}%" for ph in PHASES)
+                   + f" | {usd(ln.observed_cost)} | {usd(ln.waste)} |")
+    if u.patterns:
+        out += ["", "## Patterns", ""]
+        out += [f"- `{_esc(x.gpu_uuid)}`: **{x.kind}**: {_esc(x.evidence)}" for x in u.patterns]
+    if result.diagnoses:
+        out += ["", "## Diagnoses", ""]
+        out += [f"- `{_esc(d.gpu_uuid)}`: **{d.kind}**: {_esc(d.evidence)}"
+                for d in result.diagnoses]
+    if result.health:
+        out += ["", "## Health", ""]
+        out += [f"- [{h.severity}] `{_esc(h.gpu_uuid)}` {h.kind}: {_esc(h.evidence)}"
+                for h in result.health]
+    out += ["", "## Recommendations", ""]
+    for i, r in enumerate(p.recommendations, 1):
+        flag = "" if r.counted else f" _(not counted: {_esc(r.why_not_counted or '')})_"
+        out.append(f"{i}. **{_esc(r.remediation.title)}** (`{r.id}`, {r.remediation.lever}): "
+                   f"{100 * r.fraction:.1f}% = {usd(r.monthly_usd)}/month on its own{flag}  ")
+        out.append(f"   evidence: {_esc(r.evidence)}  ")
+        out.append(f"   typical: {_esc(r.remediation.savings_range)} (source: "
+                   f"{_esc(r.remediation.source)})")
+    out += ["", "## Savings, combined honestly", "", "| | share | per month |", "|---|---:|---:|",
+            f"| measured waste (cap) | {100 * p.waste_fraction:.1f}% | "
+            f"{usd(p.monthly_cost_usd * p.waste_fraction)} |",
+            f"| efficiency, 1 - prod(1 - f), capped | {100 * p.efficiency_fraction:.1f}% | "
+            f"{usd(p.efficiency_monthly_usd)} |",
+            f"| rate levers | {100 * p.rate_fraction:.1f}% | |",
+            f"| **total, 1 - (1 - F)(1 - D)** | **{100 * p.total_fraction:.1f}%** | "
+            f"**{usd(p.monthly_savings_usd)}** |",
+            f"| naive sum (WRONG: double-counts) | {100 * p.naive_sum_fraction:.1f}% | |", ""]
+    if u.notes:
+        out += ["## Data notes", ""]
+        out += [f"- {_esc(n.reason)} ({n.count:,})" + (f", first at {_esc(n.where)}" if n.where
+                                                       else "") for n in u.notes]
+        out.append("")
+    return "\n".join(out)

@@ -1,0 +1,222 @@
+"""The terminal report (rich): what a person reads first after an audit."""
+
+from __future__ import annotations
+
+import io
+from decimal import Decimal
+
+from rich import box
+from rich.console import Console
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from gpuaudit.classify.usage import PHASES, PhaseTime
+from gpuaudit.price.cost import CostLine
+from gpuaudit.price.money import allocate_cents, cents
+from gpuaudit.result import AuditResult
+
+__all__ = ["render_terminal"]
+
+PHASE_LABEL = {"idle": "idle (<10%)", "underutilized": "underutilized (10-70%)",
+               "productive": "productive (70-90%)", "compute_bound": "compute-bound (>=90%)"}
+PHASE_STYLE = {"idle": "red", "underutilized": "yellow", "productive": "green",
+               "compute_bound": "bright_green"}
+MAX_ROWS = 20
+
+
+def usd(x: Decimal) -> str:
+    return f"${cents(x):,.2f}"
+
+
+def _bar(pct: float, width: int = 24) -> str:
+    n = round(pct / 100 * width)
+    return "█" * n + "·" * (width - n)
+
+
+def _hours(s: float) -> str:
+    h = s / 3600
+    return f"{h:,.2f} h" if h >= 0.1 else f"{s:,.0f} s"
+
+
+def _phase_table(t: PhaseTime, line: CostLine) -> Table:
+    tab = Table(box=box.SIMPLE_HEAVY, title="Where the GPU time went", title_justify="left")
+    tab.add_column("phase")
+    tab.add_column("GPU time", justify="right")
+    tab.add_column("share", justify="right")
+    tab.add_column("", no_wrap=True)
+    tab.add_column("cost", justify="right")
+    shares = t.phase_shares_pct()
+    costs = allocate_cents([line.phase_cost[p] for p in PHASES] + [line.unobserved_cost])
+    for p, cost in zip(PHASES, costs):
+        tab.add_row(Text(PHASE_LABEL[p], style=PHASE_STYLE[p]), _hours(getattr(t, f"{p}_s")),
+                    f"{shares[p]}%", Text(_bar(shares[p]), style=PHASE_STYLE[p]), f"${cost:,.2f}")
+    tab.add_row("unobserved (not in shares)", _hours(t.unobserved_s), "", "",
+                f"${costs[4]:,.2f}")
+    tab.add_row(Text("total billed", style="bold"), _hours(t.total_s), "", "",
+                Text(usd(line.observed_cost), style="bold"))
+    return tab
+
+
+def _sm_view(t: PhaseTime) -> Table | None:
+    if not t.has_sm_view:
+        return None
+    from gpuaudit.classify.usage import largest_remainder
+
+    secs = t.sm_phase_seconds()
+    shares = dict(zip(secs, largest_remainder(list(secs.values()))))
+    tab = Table(box=box.SIMPLE, title="SM-activity view (sm_active; a tiny kernel running "
+                "nonstop reads 100% utilization)", title_justify="left")
+    tab.add_column("phase")
+    tab.add_column("share by utilization", justify="right")
+    tab.add_column("share by SM activity", justify="right")
+    ushares = t.phase_shares_pct()
+    for p in PHASES:
+        tab.add_row(PHASE_LABEL[p], f"{ushares[p]}%", f"{shares[p]}%")
+    return tab
+
+
+def render_terminal(result: AuditResult, *, width: int = 100, color: bool = False) -> str:
+    u, c = result.usage, result.cost
+    buf = io.StringIO()
+    con = Console(file=buf, width=width, force_terminal=color, no_color=not color,
+                  highlight=False, emoji=False)
+    window = ""
+    if u.window_start and u.window_end:
+        window = (f"{u.window_start:%Y-%m-%d %H:%M:%S} -> {u.window_end:%Y-%m-%d %H:%M:%S} UTC "
+                  f"({_hours(u.wall_s)})")
+    rates = "; ".join(f"{r.gpu_model or k or 'GPU'}: {r.describe()}" for k, r in c.rates.items())
+    head = Text.assemble(
+        ("gpuaudit report\n", "bold"),
+        (f"source: {u.source} - {u.origin}\n", ""),
+        (f"window: {window}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
+         f"(gaps over {u.cap_s:g} s count as unobserved)\n", ""),
+        (f"price: {rates}", "dim"),
+    )
+    con.print(Panel(head, box=box.ROUNDED))
+    t = c.total.time
+    con.print(_phase_table(t, c.total))
+    sm = _sm_view(t)
+    if sm is not None:
+        con.print(sm)
+    cp, wp = c.cost_projection, c.waste_projection
+    money = Table(box=box.SIMPLE, title="Cost", title_justify="left")
+    money.add_column("")
+    money.add_column("observed", justify="right")
+    money.add_column("per hour", justify="right")
+    money.add_column("per day", justify="right")
+    money.add_column("per month (720 h)", justify="right")
+    money.add_column("per year (8,760 h)", justify="right")
+    money.add_row("cost", usd(c.total.observed_cost), f"${cp['hourly']:,}", usd(cp["daily"]),
+                  usd(cp["monthly"]), usd(cp["yearly"]))
+    money.add_row(Text("waste", style="red"), usd(c.total.waste), f"${wp['hourly']:,}",
+                  usd(wp["daily"]), usd(wp["monthly"]), usd(wp["yearly"]))
+    con.print(money)
+    eff = c.cost_per_effective_gpu_hour
+    facts = [f"waste = idle {usd(c.total.phase_cost['idle'])} + unused share of "
+             f"underutilized {usd(c.total.underutilized_waste)} "
+             f"({100 * c.total.waste_share:.1f}% of cost); headroom in busy time "
+             f"{usd(c.total.headroom_cost)} (not waste)",
+             f"GPU-hours {c.total.gpu_hours:.2f}, effective GPU-hours "
+             f"{c.total.effective_gpu_hours:.2f}"
+             + (f", cost per effective GPU-hour {usd(eff)}" if eff is not None else "")]
+    for k, v in c.unit_costs.items():
+        facts.append(f"cost per {k.rstrip('s')}: ${v:.6f} ({c.counts[k]:,} {k})")
+    if c.energy is not None:
+        e = f"energy {c.energy.kwh:.3f} kWh ({c.energy.method})"
+        if c.energy.cost is not None:
+            e += f", {usd(c.energy.cost)} at ${c.energy.usd_per_kwh}/kWh"
+        facts.append(e)
+    for f in facts:
+        con.print(f"  {f}")
+    con.print()
+    _rows_table(con, result)
+    if u.patterns or result.diagnoses:
+        con.print(Text("Patterns and diagnoses", style="bold"))
+        kinds: dict[str, list[str]] = {}
+        for pat in u.patterns:
+            kinds.setdefault(pat.kind, []).append(pat.gpu_uuid)
+        for kind, ids in kinds.items():
+            ex = next(x for x in u.patterns if x.kind == kind)
+            con.print(f"  {kind}: {len(ids)} GPU(s), e.g. {ids[0]}: {ex.evidence}")
+        for d in result.diagnoses[:MAX_ROWS]:
+            con.print(f"  {d.kind} on {d.gpu_uuid}: {d.evidence}")
+        con.print()
+    if result.health:
+        con.print(Text("Health", style="bold"))
+        for h in result.health[:MAX_ROWS]:
+            con.print(f"  [{h.severity}] {h.kind} on {h.gpu_uuid}: {h.evidence}")
+        con.print()
+    _plan(con, result)
+    if u.notes or u.events:
+        con.print(Text("Data notes", style="bold"))
+        for n in u.notes:
+            con.print(f"  {n.reason} ({n.count:,} {'cell' if n.column else 'row'}s"
+                      + (f", first at {n.where}" if n.where else "") + ")")
+        for ev in u.events:
+            con.print(f"  event: {ev}")
+    return buf.getvalue()
+
+
+def _rows_table(con: Console, result: AuditResult) -> None:
+    c = result.cost
+    rows = c.per_group if c.per_group else c.per_gpu
+    keys = c.group_keys if c.per_group else ("gpu",)
+    tab = Table(box=box.SIMPLE, title=f"By {', '.join(keys)} (most expensive first)",
+                title_justify="left")
+    for k in keys:
+        tab.add_column(k)
+    tab.add_column("GPU-h", justify="right")
+    tab.add_column("mean util", justify="right")
+    tab.add_column("idle", justify="right")
+    tab.add_column("under", justify="right")
+    tab.add_column("prod", justify="right")
+    tab.add_column("bound", justify="right")
+    tab.add_column("cost", justify="right")
+    tab.add_column("waste", justify="right")
+    for ln in rows[:MAX_ROWS]:
+        sh = ln.time.phase_shares_pct()
+        mu = ln.time.mean_util_pct
+        tab.add_row(*[str(k) if k is not None else "(none)" for k in ln.key],
+                    f"{ln.gpu_hours:.2f}", "-" if mu is None else f"{mu:.0f}%",
+                    *(f"{sh[ph]}%" for ph in PHASES), usd(ln.observed_cost), usd(ln.waste))
+    con.print(tab)
+    if len(rows) > MAX_ROWS:
+        con.print(f"  ... {len(rows) - MAX_ROWS} more (use --format json for all)")
+    con.print()
+
+
+def _plan(con: Console, result: AuditResult) -> None:
+    p = result.plan
+    con.print(Text("Recommendations", style="bold"))
+    if not p.recommendations:
+        con.print("  none: nothing in the measurements calls for a change")
+    for i, r in enumerate(p.recommendations, 1):
+        tag = "" if r.counted else " (not counted: " + (r.why_not_counted or "unverified") + ")"
+        con.print(Text(f"  {i}. {r.remediation.title} [{r.id}, {r.remediation.lever}]", style="bold"
+                       if r.counted else "dim"))
+        con.print(f"     saves {100 * r.fraction:.1f}% = {usd(r.monthly_usd)}/month on its own"
+                  f"{tag}")
+        con.print(f"     evidence: {r.evidence}")
+        con.print(f"     typical: {r.remediation.savings_range} (source: {r.remediation.source})")
+        con.print(f"     check first: {'; '.join(r.remediation.preconditions)}")
+    con.print()
+    tab = Table(box=box.SIMPLE, title="Savings, combined honestly", title_justify="left")
+    tab.add_column("")
+    tab.add_column("share of cost", justify="right")
+    tab.add_column("per month", justify="right")
+    tab.add_row("measured waste (cap on efficiency savings)", f"{100 * p.waste_fraction:.1f}%",
+                usd(p.monthly_cost_usd * p.waste_fraction))
+    tab.add_row("efficiency fixes, 1 - prod(1 - f), capped", f"{100 * p.efficiency_fraction:.1f}%",
+                usd(p.efficiency_monthly_usd))
+    tab.add_row("rate levers (best of spot / commitment)", f"{100 * p.rate_fraction:.1f}%", "")
+    tab.add_row(Text("total: 1 - (1 - F)(1 - D)", style="bold"),
+                f"{100 * p.total_fraction:.1f}%", Text(usd(p.monthly_savings_usd), style="bold"))
+    tab.add_row(Text("naive sum (WRONG: double-counts overlapping fixes)", style="dim"),
+                Text(f"{100 * p.naive_sum_fraction:.1f}%", style="dim"), "")
+    con.print(tab)
+    con.print(f"  monthly cost {usd(p.monthly_cost_usd)} -> {usd(p.monthly_after_usd)} after the "
+              "counted fixes")
+    for n in p.notes:
+        con.print(f"  note: {n}")
+    con.print()
