@@ -263,7 +263,7 @@ def _read_events(array_path: Path, path: Path, offset: int, threads: int | None)
         return con.sql(sql).to_arrow_table()
     except duckdb.Error as exc:
         msg = str(exc)
-        byte = _byte_from_error(msg)
+        byte = _locate_json_error(array_path)
         where = f"{path}: byte {offset + byte}" if byte is not None else str(path)
         raise InputError(
             f"invalid JSON in traceEvents: {msg.splitlines()[0][:300]}",
@@ -275,11 +275,23 @@ def _read_events(array_path: Path, path: Path, offset: int, threads: int | None)
         con.close()
 
 
-def _byte_from_error(msg: str) -> int | None:
-    import re
+def _locate_json_error(array_path: Path, limit_bytes: int = 1 << 30) -> int | None:
+    """Byte offset of the first JSON error in the events array (error path only).
 
-    m = re.search(r"at byte (\d+)", msg)
-    return int(m.group(1)) if m else None
+    DuckDB names the record and the byte within it; :func:`json.loads` (C) gives the
+    absolute position. Skipped above ``limit_bytes`` to keep memory bounded.
+    """
+    import json
+
+    if array_path.stat().st_size > limit_bytes:
+        return None
+    try:
+        json.loads(array_path.read_bytes())
+    except json.JSONDecodeError as exc:
+        return exc.pos
+    except (UnicodeDecodeError, RecursionError):
+        return None
+    return None
 
 
 def _build_rank(path: Path, meta: dict[str, Any], ev: pa.Table) -> RankTrace:
