@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -50,6 +52,6 @@ def test_windows_partition_busy_time(xs: list[tuple[int, int]], width: int) -> N
     edges = np.append(np.arange(0, 400, width, dtype=np.int64), 400)
     busy = busy_in_windows(ms, me, edges)
     g = _grid(xs)
-    expect = [int(g[lo:hi].sum()) for lo, hi in zip(edges[:-1], edges[1:])]
+    expect = [int(g[lo:hi].sum()) for lo, hi in itertools.pairwise(edges)]
     assert busy.tolist() == expect
     assert np.all(busy <= np.diff(edges))

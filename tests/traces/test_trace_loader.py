@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from trace_synth import kernel, launch, span, write
 
 from gpuaudit.errors import InputError
 from gpuaudit.traces.analysis import AnalysisOptions, analyze
 from gpuaudit.traces.loader import load_trace, load_traces
-from trace_synth import kernel, launch, span, write
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 

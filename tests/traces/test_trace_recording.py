@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from trace_synth import kernel, launch, span, write
 
 from gpuaudit.cli import main
 from gpuaudit.errors import InputError
@@ -15,7 +16,6 @@ from gpuaudit.traces.analysis import analyze
 from gpuaudit.traces.loader import load_traces
 from gpuaudit.traces.nsys import read_nsys_kern_sum
 from gpuaudit.traces.recording import findings, trace_to_recording
-from trace_synth import kernel, launch, span, write
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
 
