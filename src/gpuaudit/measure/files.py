@@ -42,6 +42,8 @@ __all__ = ["FORMATS", "FileSource", "open_samples", "parse_mapping", "read_sampl
 
 FORMATS = ("parquet", "csv", "jsonl", "nvidia-smi")
 _HEAD_BYTES = 1 << 16
+#: CSV/JSON block cap: batches hold at most this much text, which bounds memory.
+_MAX_BLOCK = 16 << 20
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 _DATA_CELL = re.compile(r"^\s*([+-]?\d|\[|$)")
 
@@ -217,7 +219,7 @@ class FileSource:
             "CSV file"
         self.origin = f"{kind} {path}"
         row_bytes = max(16, len(head) // max(1, len(head_lines)))
-        block = int(min(max(self.batch_rows * row_bytes, 4096), 1 << 28))
+        block = int(min(max(self.batch_rows * row_bytes, 4096), _MAX_BLOCK))
         header_lines = 1 if header else 0
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
@@ -231,7 +233,7 @@ class FileSource:
         self.origin = f"JSON Lines file {path}"
         head, head_lines = _head_lines(path)
         row_bytes = max(16, len(head) // max(1, len(head_lines)))
-        block = int(min(max(self.batch_rows * row_bytes, 1 << 16), 1 << 28))
+        block = int(min(max(self.batch_rows * row_bytes, 1 << 16), _MAX_BLOCK))
         self._converter = None
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
@@ -241,7 +243,7 @@ class FileSource:
                 for batch in reader:
                     base = line
                     line += batch.num_rows
-                    yield batch, (lambda r, b=base: f"{path}:{b + r + 1}")
+                    yield batch, _at_line(path, base)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise _jsonl_error(path, exc) from exc
 
@@ -260,6 +262,7 @@ class FileSource:
         own = schema.META_VERSION in meta and pf.schema_arrow.names == schema.SAMPLE_SCHEMA.names
         self._own = own
         if own:
+            self._interval_fixed = True  # a recording's interval is its metadata's, or None
             self.source = meta.get(schema.META_SOURCE, b"parquet").decode("utf-8", "replace")
             self.origin = meta.get(schema.META_ORIGIN, f"gpuaudit recording {path}".encode()) \
                 .decode("utf-8", "replace")
@@ -286,7 +289,7 @@ class FileSource:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=self.batch_rows):
                 base = row
                 row += batch.num_rows
-                yield batch, (lambda r, b=base: f"{path}: row {b + r + 1}")
+                yield batch, _at_row(path, base)
 
         self._raw = raw
 
@@ -384,7 +387,30 @@ def infer_interval_s(table: pa.Table) -> float | None:
     gaps = gaps[gaps > 0]
     if gaps.size == 0:
         return None
-    return round(float(np.median(gaps)) / 1e9, 6)
+    return round(float(np.median(gaps)) / 1e9, 9)
+
+
+def _at_line(path: Path, base: int) -> Locate:
+    """Row r of a batch whose first row is line ``base + 1`` -> ``file:line``."""
+
+    def locate(row: int) -> str:
+        return f"{path}:{base + row + 1}"
+
+    return locate
+
+
+def _at_lines(path: Path, lines: np.ndarray) -> Locate:
+    def locate(row: int) -> str:
+        return f"{path}:{int(lines[row])}"
+
+    return locate
+
+
+def _at_row(path: Path, base: int) -> Locate:
+    def locate(row: int) -> str:
+        return f"{path}: row {base + row + 1}"
+
+    return locate
 
 
 def _check_file(path: Path) -> None:
@@ -581,8 +607,8 @@ def _csv_batches(
                     book.add("repeated header lines skipped (appended logs)", int(n_repeat),
                              f"{path}:{first}")
                 batch = batch.take(pa.array(keep))
-                yield batch, (lambda r, ln=lines: f"{path}:{int(ln[r])}")
+                yield batch, _at_lines(path, lines)
             else:
-                yield batch, (lambda r, b=base: f"{path}:{b + r + 1}")
+                yield batch, _at_line(path, base)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise _csv_error(path, exc, len(names), header_lines) from exc

@@ -302,6 +302,7 @@ class BatchConverter:
         self.where = where
         self._time_fmt: smi.TimeFormat | None = None
         self._auto_scale: dict[str, str] = {}
+        self._null_cache: dict[pa.DataType, pa.Array] = {}
         for note in plan.static_notes:
             notes.add(note.reason, note.count, note.where, note.column)
         if not plan.has("ts"):
@@ -448,6 +449,9 @@ class BatchConverter:
             else:
                 cols[tgt.column] = self._number(arr, sc, col, locate)
         self._identity(cols, n, locate)
+        for c in schema.COLUMNS:
+            if c.name not in cols and c.name != "labels":
+                cols[c.name] = self._nulls(c.type, n)
         if label_parts:
             if labels_col is not None:
                 raise InputError("labels come both from a labels column and from label:<key> "
@@ -457,6 +461,13 @@ class BatchConverter:
         if labels_col is not None:
             cols["labels"] = labels_col
         return schema.build_table(cols, n)
+
+    def _nulls(self, typ: pa.DataType, n: int) -> pa.Array:
+        """An all-null column, sliced from one cached array (no allocation per batch)."""
+        cached = self._null_cache.get(typ)
+        if cached is None or len(cached) < n:
+            cached = self._null_cache[typ] = pa.nulls(n, typ)
+        return cached.slice(0, n)
 
     def _identity(self, cols: dict[str, pa.Array], n: int, locate: Locate) -> None:
         for name in ("host", "gpu_uuid"):

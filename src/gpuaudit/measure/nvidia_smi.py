@@ -144,7 +144,7 @@ def resolve_header(name: str) -> str | None:
 def is_known_field(name: str) -> bool:
     """A ``--query-gpu`` field gpuaudit recognises but does not import (fan.speed, pstate)."""
     low = split_header_unit(name)[0].lower()
-    return "." in low and low.startswith(_KNOWN_PREFIXES) or low in (
+    return ("." in low and low.startswith(_KNOWN_PREFIXES)) or low in (
         "driver_version", "pstate", "serial", "count", "vbios_version", "persistence_mode",
         "compute_mode", "display_mode", "display_active",
     )
@@ -190,10 +190,9 @@ def parse_number(
     Only ``unit`` may follow the number: a value in another unit (``17 GiB`` where MiB is
     expected) is an error, never a silent rescale.
     """
-    s = arr
-    if unit:
-        s = pc.replace_substring(s, pattern=unit, replacement="")
-    s = pc.ascii_trim_whitespace(s)
+    # One trim drops spaces and the unit's letters at either end ("73.41 W" -> "73.41");
+    # a value in another unit keeps letters ("17 GiB" -> "17 G") and fails the cast below.
+    s = pc.ascii_trim(arr, characters=" \t" + (unit or ""))
 
     def cast(a: pa.Array) -> pa.Array:
         return pc.cast(a, to_type)
@@ -290,9 +289,13 @@ def _epoch_to_ts(values: pa.Array, unit: str) -> pa.Array:
     mult = next(m for name, _lim, m in _EPOCH_UNITS if name == unit)
     if pa.types.is_integer(values.type):
         ns = pc.multiply_checked(pc.cast(values, pa.int64()), mult)
+    elif mult >= 1000:
+        # float64 holds today's epoch in microseconds exactly (< 2**53); finer digits of a
+        # float are noise, so round to the microsecond before scaling to ns.
+        us = pc.round(pc.multiply(pc.cast(values, pa.float64()), float(mult // 1000)))
+        ns = pc.multiply_checked(pc.cast(us, pa.int64()), 1000)
     else:
-        ns = pc.cast(pc.round(pc.multiply(pc.cast(values, pa.float64()), float(mult))),
-                     pa.int64())
+        ns = pc.cast(pc.round(pc.cast(values, pa.float64())), pa.int64())
     return pc.cast(ns, TS_UTC)
 
 

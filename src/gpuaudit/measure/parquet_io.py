@@ -7,6 +7,7 @@ importer's notes and events travel as JSON under ``gpuaudit.notes`` / ``gpuaudit
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,7 @@ __all__ = ["META_EVENTS", "META_NOTES", "read_metadata", "write_recording"]
 
 META_NOTES = b"gpuaudit.notes"
 META_EVENTS = b"gpuaudit.events"
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 
 
 def notes_to_json(notes: tuple[ImportNote, ...]) -> str:
@@ -90,7 +92,7 @@ def write_recording(
             if interval is not None:
                 meta[schema.META_INTERVAL_S] = repr(float(interval)).encode()
             if start_ns is not None:
-                start = pa.scalar(start_ns, pa.int64()).cast(schema.TS_TYPE).as_py()
+                start = _EPOCH + dt.timedelta(microseconds=start_ns // 1000)
                 meta[schema.META_START] = start.isoformat().encode()
             writer.add_key_value_metadata(meta)
         os.replace(tmp, path)
