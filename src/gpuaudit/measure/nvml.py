@@ -378,8 +378,14 @@ class NvmlBackend:
         count = int(self._call("nvmlDeviceGetCount"))
         out: list[Device] = []
         for i in range(count):
-            h = self._call("nvmlDeviceGetHandleByIndex", i, where=f"GPU index {i}")
-            uuid = _text(self._call("nvmlDeviceGetUUID", h, where=f"GPU index {i}"))
+            try:
+                h = self._call("nvmlDeviceGetHandleByIndex", i, where=f"GPU index {i}")
+                uuid = _text(self._call("nvmlDeviceGetUUID", h, where=f"GPU index {i}"))
+            except (GpuLostError, NvmlError) as exc:
+                if isinstance(exc, NvmlUnavailableError):
+                    raise
+                self.notes.append(f"GPU index {i} cannot be read ({exc.what}); not sampled")
+                continue
             model = self._optional("nvmlDeviceGetName", h)
             dev = Device(uuid=uuid, index=i, model=_text(model) if model is not None else None)
             out.append(dev)

@@ -1,0 +1,127 @@
+"""The real pynvml binding against the compiled fake libnvidia-ml.so.1 (fakenvml.c).
+
+Same scenarios through both doubles must read the same, so the pure-Python FakeNvml that users
+test with stays faithful to what pynvml + a C library return.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pynvml
+import pytest
+
+from gpuaudit.measure.fake_nvml import SCENARIO_ENV, FakeNvml, build_fake_library
+from gpuaudit.measure.nvml import GpuLostError, NvmlBackend, load_library
+from gpuaudit.measure.sampler import Sampler
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (scripts/test "
+                                "installs it) to build the fake libnvidia-ml")
+
+
+@pytest.fixture(scope="module")
+def fakelib(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    lib = build_fake_library(tmp_path_factory.mktemp("fakenvml"))
+    load_library(lib)
+    yield lib
+    with pynvml.libLoadLock:  # leave pynvml as we found it
+        pynvml.nvmlLib = None
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+def _scenario(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: dict) -> None:
+    path = tmp_path / "scenario.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv(SCENARIO_ENV, str(path))
+
+
+PARITY = {
+    "driver_version": "535.104.05",
+    "missing": ["nvmlDeviceGetTotalEccErrors"],
+    "gpus": [
+        {"name": "NVIDIA H200", "gpm": True, "memory_total_mib": 143771,
+         "pattern": {"kind": "constant", "value": 63}, "power_limit_w": 700, "ecc_dbe": 2},
+        {"name": "NVIDIA A100-SXM4-40GB", "not_supported": ["fields", "temperature"],
+         "pattern": {"kind": "constant", "value": 0}},
+        {"name": "NVIDIA A100-SXM4-80GB", "gpm": True,
+         "mig": [{"profile": "3g.40gb", "pattern": {"kind": "constant", "value": 30}},
+                 {"profile": "4g.40gb", "gi": 5}]},
+    ],
+}
+_EXACT = ("util_gpu_pct", "util_mem_pct", "mem_total_mib", "power_w", "power_limit_w",
+          "temp_c", "sm_clock_mhz", "clocks_event_reasons", "ecc_dbe_total", "sm_active",
+          "tensor_active", "gr_engine_active", "pcie_tx_bytes_per_s")
+
+
+def test_c_library_and_python_fake_agree(fakelib: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(tmp_path, monkeypatch, PARITY)
+    real = NvmlBackend(visible=None)  # the real pynvml module
+    devs_c = real.open()
+    fake = FakeNvml.backend(PARITY)
+    devs_py = fake.open()
+    assert devs_c == devs_py
+    assert real.driver_version == "535.104.05"
+    for _ in range(2):  # the second reading has GPM rates
+        for dc, dp in zip(devs_c, devs_py):
+            rc, rp = real.read(dc), fake.read(dp)
+            assert set(rc) == set(rp), dc.uuid
+            for col in _EXACT:
+                if col in rp:
+                    assert rc[col] == pytest.approx(rp[col]), (dc.uuid, col)
+    # GPU 1 has no field API, so its ECC falls back to the missing single call: one warning
+    assert real.warnings == fake.warnings
+    assert len(real.warnings) == 1 and "nvmlDeviceGetTotalEccErrors" in real.warnings[0]
+    real.close()
+    fake.close()
+
+
+def test_real_binding_function_not_found_and_not_supported(
+        fakelib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(tmp_path, monkeypatch, {"missing": ["nvmlGpmQueryDeviceSupport"], "gpus": [
+        {"gpm": True, "not_supported": ["utilization"]}]})
+    b = NvmlBackend(visible=None)
+    dev = b.open()[0]
+    r1, r2 = b.read(dev), b.read(dev)
+    assert "util_gpu_pct" not in r2 and "sm_active" not in r2
+    assert r1["power_w"] > 0
+    assert len(b.warnings) == 1 and "nvmlGpmQueryDeviceSupport" in b.warnings[0]
+    b.close()
+
+
+def test_lost_gpu_through_real_binding_is_an_event(
+        fakelib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(tmp_path, monkeypatch, {"gpus": [
+        {"pattern": {"kind": "square", "period_s": 0.05}},
+        {"lost_at_s": 0.15}]})
+    s = Sampler(NvmlBackend(visible=None), interval_s=0.01, flush_s=0.05)
+    s.start()
+    lost_uuid = s.devices[1].uuid
+    deadline = 0
+    import time
+    while not s.extras.events and deadline < 300:
+        time.sleep(0.01)
+        deadline += 1
+    time.sleep(0.1)
+    rec = s.stop()
+    assert any("lost" in e and lost_uuid in e for e in rec.events)
+    per = rec.table.group_by("gpu_uuid").aggregate([("ts", "count"), ("ts", "max")])
+    counts = dict(zip(per.column("gpu_uuid").cast("string").to_pylist(),
+                      per.column("ts_count").to_pylist()))
+    assert counts[s.devices[0].uuid] > counts.get(lost_uuid, 0)  # the other GPU kept going
+
+
+def test_gpu_lost_error_class(fakelib: Path, tmp_path: Path,
+                              monkeypatch: pytest.MonkeyPatch) -> None:
+    _scenario(tmp_path, monkeypatch, {"gpus": [{"lost_at_s": 0.0}]})
+    pynvml.nvmlInit()
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_GpuIsLost):
+            pynvml.nvmlDeviceGetUtilizationRates(h)
+    finally:
+        pynvml.nvmlShutdown()
+    assert GpuLostError  # the backend maps this class (see test_nvml_backend)
