@@ -42,31 +42,22 @@ def render_report(recording: Recording | None, fmt: str = "terminal", *,
     if recording is None or recording.table.num_rows == 0:
         why = unavailable or "no samples were taken"
         return f"gpuaudit: nothing sampled: {why}\n"
-    try:
-        from gpuaudit.api import audit
-    except ImportError:  # the analysis stages are optional at this layer
-        return _summary(recording)
+    from gpuaudit.api import audit
+
+    if "counts" not in pricing:
+        pricing["counts"] = counts_from(recording)
     result = audit(recording, **pricing)
     text: str = result.render(fmt)
     return text
 
 
-def _summary(recording: Recording) -> str:
-    import pyarrow.compute as pc
+def counts_from(recording: Recording) -> dict[str, float] | None:
+    """Units of work the recording counted (``m.step(samples=..., tokens=...)``)."""
+    import json
 
-    t = recording.table
-    gpus = t.column("gpu_uuid").cast("string").unique()
-    ts = t.column("ts").cast("int64")
-    span_s = (pc.max(ts).as_py() - pc.min(ts).as_py()) / 1e9
-    mean = pc.mean(t.column("util_gpu_pct")).as_py()
-    lines = [
-        f"gpuaudit: {t.num_rows} samples of {len(gpus)} device(s) over {span_s:.1f} s "
-        f"({recording.origin})",
-        f"  mean GPU utilization: {mean:.1f}%" if mean is not None else
-        "  GPU utilization: not reported by these devices",
-    ]
-    lines += [f"  event: {e}" for e in recording.events]
-    return "\n".join(lines) + "\n"
+    raw = json.loads(recording.meta.get("counters", "{}") or "{}")
+    counts = {k: float(v) for k, v in raw.items() if v}
+    return counts or None
 
 
 class Monitor:

@@ -25,22 +25,12 @@ from typing import Any
 
 import click
 
+from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
 from gpuaudit.errors import InputError, SourceUnavailableError
 
 __all__ = ["parse_labels", "run_cmd", "run_workload"]
 
 _FORWARD = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
-
-try:  # the shared pricing/output options, where that module exists
-    from gpuaudit.cli.options import emit, output_options, pricing_options
-except ImportError:  # pragma: no cover - depends on the rest of the CLI
-    emit = None
-
-    def _identity(f: Any) -> Any:
-        return f
-
-    pricing_options = output_options = _identity
-
 
 def parse_labels(values: Sequence[str]) -> dict[str, str]:
     """``["team=vision", "project=resnet"]`` -> dict; a value may contain '='."""
@@ -124,12 +114,7 @@ def run_workload(
 
     previous = {s: signal.signal(s, forward) for s in _FORWARD}
     try:
-        while True:
-            try:
-                code = child.wait()
-                break
-            except KeyboardInterrupt:  # pragma: no cover - handler replaced above
-                continue
+        code = child.wait()
     finally:
         for s, h in previous.items():
             signal.signal(s, h)
@@ -164,7 +149,7 @@ def run_workload(
 @output_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run_cmd(ctx: click.Context, hz: float, labels: tuple[str, ...], record: str | None,
+def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: str | None,
             flush_s: float, no_report: bool, command: tuple[str, ...], **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
 
@@ -182,19 +167,21 @@ def run_cmd(ctx: click.Context, hz: float, labels: tuple[str, ...], record: str 
 
 
 def _report(recording: Any, unavailable: str | None, opts: dict[str, Any]) -> None:
-    from gpuaudit.monitor import render_report
+    """The priced report: terminal text on stderr (the child's stdout stays its own),
+    other formats through the shared ``emit`` (stdout or ``-o``)."""
+    from gpuaudit.api import audit
+    from gpuaudit.monitor import counts_from, render_report
 
-    if recording is None or recording.table.num_rows == 0 or emit is None:
+    if recording is None or recording.table.num_rows == 0:
         click.echo(render_report(recording, "terminal", unavailable=unavailable), err=True,
                    nl=False)
         return
-    from gpuaudit.api import audit
-
     fmt = opts.pop("fmt", None) or "terminal"
     out = opts.pop("output", None)
-    result = audit(recording, **opts)
+    pricing = pricing_kwargs(opts)
+    pricing["counts"] = pricing["counts"] or counts_from(recording)
+    result = audit(recording, **pricing)
     if out is None and fmt == "terminal":
-        click.echo(result.render(fmt), err=True, nl=False)
+        click.echo(result.render(fmt, width=100, color=False), err=True, nl=False)
     else:
         emit(result, fmt, out)
-

@@ -136,7 +136,7 @@ class NvmlUnavailableError(SourceUnavailableError):
     """NVML cannot be used at all: no binding, no libnvidia-ml, no driver, no visible GPU."""
 
 
-def translate(exc: BaseException, call: str, where: str | None = None) -> NvmlError:
+def translate(exc: BaseException, call: str, where: str | None = None) -> GpuauditError:
     """Map a ``pynvml.NVMLError`` (anything with an int ``value``) to one of our errors.
 
     This is the one place NVML return codes are interpreted.
@@ -242,7 +242,7 @@ class NvmlBackend:
         self,
         lib: Any = None,
         *,
-        visible: str | None | EllipsisType = ...,
+        visible: str | EllipsisType | None = ...,
         library_path: str | None = None,
         pcie_throughput: bool = False,
     ) -> None:

@@ -153,10 +153,10 @@ class Recorder:
         if self.path.parent and not self.path.parent.exists():
             raise InputError(f"directory {self.path.parent} does not exist",
                              where=str(self.path), fix="create it or choose another -o path")
-        self._jf = open(self.journal, "wb")  # noqa: SIM115 (closed in close())
+        self._jf = open(self.journal, "wb")
         self._writer = pa.ipc.new_stream(self._jf, SAMPLE_SCHEMA.with_metadata(self.meta))
         _fsync(self._jf)
-        self._sf = open(self.side, "w")  # noqa: SIM115
+        self._sf = open(self.side, "w")
         self._seen: dict[str, int] = {}
         self.rows = 0
         self.closed = False
@@ -226,7 +226,7 @@ def _journal_batches(journal: Path) -> tuple[pa.Schema, Iterator[pa.RecordBatch]
 
 def finalize_journal(journal: Path, out: Path, meta: Mapping[bytes, bytes]) -> int:
     """Stream a journal into a zstd Parquet file at ``out`` (atomic rename); return rows."""
-    schema, batches, _ = _journal_batches(journal)
+    _schema, batches, _ = _journal_batches(journal)
     tmp = out.with_name(out.name + ".tmp")
     rows = 0
     with pq.ParquetWriter(str(tmp), SAMPLE_SCHEMA.with_metadata(dict(meta)),

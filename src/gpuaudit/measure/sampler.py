@@ -293,7 +293,7 @@ class Sampler:
                 self._tick(buf)
                 self._ticks += 1
                 k += 1
-        except BaseException as exc:  # noqa: BLE001 - nothing may escape into the workload
+        except BaseException as exc:
             self._event(f"sampling stopped after an internal error: {type(exc).__name__}: "
                         f"{exc}")
         finally:
