@@ -1,0 +1,150 @@
+"""gpuaudit trace vs HolisticTraceAnalysis 0.5.0: time and peak RSS, side by side.
+
+Each measurement runs in a fresh process; the figure is the median of ``--reps`` runs.
+``total_s`` is load + temporal, idle and kernel-type breakdowns inside the process (imports
+excluded for both tools); ``wall_s`` is the whole process; ``rss_mb`` its peak RSS
+(``wait4`` rusage). HTA runs from its own venv (``benchmarks/_work/hta-venv``,
+``pip install HolisticTraceAnalysis==0.5.0``); it is never a gpuaudit dependency.
+
+    .venv/bin/python benchmarks/bench_traces.py [--reps 3] [--big]
+
+``--big`` also builds a ~500 MB SYNTHETIC trace (the V100 trace repeated in time) in
+benchmarks/_work and measures gpuaudit on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "benchmarks" / "_work"
+DATA = ROOT / "tests" / "data" / "traces"
+HTA_PY = WORK / "hta-venv" / "bin" / "python"
+PY = sys.executable
+
+OURS = r"""
+import json, sys, time
+t0 = time.perf_counter()
+from gpuaudit.traces.loader import load_traces
+from gpuaudit.traces.analysis import analyze
+import duckdb  # loaded lazily by the loader; imports are excluded for both tools
+t1 = time.perf_counter()
+tr = load_traces([sys.argv[1]])
+t2 = time.perf_counter()
+a = analyze(tr)
+t3 = time.perf_counter()
+print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "total_s": t3 - t1,
+                  "events": sum(r.kernels.num_rows for r in tr.ranks)}))
+"""
+
+
+def run(cmd: list[str]) -> dict[str, float]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if status != 0:
+        raise RuntimeError(f"{cmd} failed ({status})")
+    res = json.loads(out.decode().strip().splitlines()[-1])
+    res["wall_s"] = wall
+    res["rss_mb"] = usage.ru_maxrss / 1024
+    return res
+
+
+def median(runs: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def trace_dir(name: str) -> Path:
+    """HTA wants a directory of rank traces: link single files into one."""
+    src = DATA / name
+    if src.is_dir():
+        return src
+    d = WORK / "dirs" / name.split(".")[0]
+    d.mkdir(parents=True, exist_ok=True)
+    link = d / name
+    if not link.exists():
+        link.symlink_to(src)
+    return d
+
+
+def build_big(target_mb: int = 500) -> Path:
+    """SYNTHETIC: the V100 trace's events repeated in time until the JSON is ~target_mb."""
+    out = WORK / "synthetic_v100_repeated.json"
+    if out.exists():
+        return out
+    doc = json.loads(gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes()))
+    events = doc.pop("traceEvents")
+    evs = [json.dumps(e) for e in events if e.get("ph") != "M"]
+    span_us = 600_000.0
+    head = json.dumps({k: v for k, v in doc.items()})[:-1]
+    with open(out, "w") as fh:
+        fh.write(head + ', "traceEvents": [\n')
+        k = 0
+        first = True
+        while fh.tell() < target_mb * 1_000_000:
+            shift = k * span_us
+            for e in events:
+                if e.get("ph") == "M":
+                    continue
+                e2 = dict(e)
+                if "ts" in e2:
+                    e2["ts"] = round(e2["ts"] + shift, 3)
+                if isinstance(e2.get("args"), dict) and "correlation" in e2["args"]:
+                    e2["args"] = {**e2["args"], "correlation": e2["args"]["correlation"]
+                                  + k * 10_000_000}
+                fh.write(("" if first else ",\n") + json.dumps(e2))
+                first = False
+            k += 1
+        fh.write("\n]}\n")
+    del evs
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--big", action="store_true")
+    args = ap.parse_args()
+    rows = []
+    for name in ("a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz",
+                 "two_ranks"):
+        d = trace_dir(name)
+        ours = median([run([PY, "-c", OURS, str(d)]) for _ in range(args.reps)])
+        hta = (median([run([str(HTA_PY), str(ROOT / "benchmarks" / "hta_compare.py"),
+                            str(d)]) for _ in range(args.reps)])
+               if HTA_PY.exists() else None)
+        rows.append((name, ours, hta))
+    if args.big:
+        big = build_big()
+        ours = median([run([PY, "-c", OURS, str(big)]) for _ in range(args.reps)])
+        rows.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", ours, None))
+    print("| trace | gpuaudit load / total / wall / peak RSS | HTA 0.5.0 load / total / wall /"
+          " peak RSS | speed-up (total) | RSS ratio |")
+    print("|---|---|---|---|---|")
+    for name, o, h in rows:
+        ours_s = (f"{o['load_s']:.3f} s / {o['total_s']:.3f} s / {o['wall_s']:.2f} s / "
+                  f"{o['rss_mb']:.0f} MB")
+        if h:
+            hta_s = (f"{h['load_s']:.3f} s / {h['total_s']:.3f} s / {h['wall_s']:.2f} s / "
+                     f"{h['rss_mb']:.0f} MB")
+            print(f"| {name} | {ours_s} | {hta_s} | {h['total_s'] / o['total_s']:.1f}x | "
+                  f"{o['rss_mb'] / h['rss_mb']:.2f} |")
+        else:
+            print(f"| {name} | {ours_s} | n/a | | |")
+    shutil.rmtree(WORK / "dirs", ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
