@@ -8,13 +8,14 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "monitor", "monitored"]
+__all__ = ["Report", "__version__", "audit", "monitor", "monitored"]
 
-_LAZY = {"monitor": "gpuaudit.monitor", "monitored": "gpuaudit.monitor"}
+_LAZY = {"monitor": "gpuaudit.monitor", "monitored": "gpuaudit.monitor",
+         "audit": "gpuaudit.api", "Report": "gpuaudit.api"}
 
 
 def __getattr__(name: str) -> object:
-    # monitor/monitored load the sampler only when used, keeping `import gpuaudit` light
+    # load the pipeline and the sampler only when used, keeping `import gpuaudit` light
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'gpuaudit' has no attribute {name!r}")

@@ -14,13 +14,32 @@ from typing import Any
 
 import pyarrow as pa
 
-from gpuaudit.classify import check_health, classify, diagnose
+from gpuaudit.classify import Usage, check_health, classify, diagnose
 from gpuaudit.price import price_usage, resolve_rates
 from gpuaudit.recommend import Finding, recommend
 from gpuaudit.result import AuditResult
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["audit", "open_source"]
+__all__ = ["Report", "audit", "open_source"]
+
+
+class Report(AuditResult):
+    """What :func:`audit` returns: the :class:`~gpuaudit.result.AuditResult` plus rendering."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON report as a dict (schema: docs/json-schema.md)."""
+        from gpuaudit.report.json import to_dict
+
+        return to_dict(self)
+
+    def render(self, fmt: str = "terminal", *, width: int = 100, color: bool = False) -> str:
+        """The report as text in ``fmt``: terminal, json, markdown or html."""
+        from gpuaudit.report import render
+
+        return render(self, fmt, width=width, color=color)
+
+    def __str__(self) -> str:
+        return self.render("terminal")
 
 
 def open_source(
@@ -62,7 +81,7 @@ def audit(
     host: str | None = None,
     tz: str = "UTC",
     extra: Mapping[str, Any] | None = None,
-) -> AuditResult:
+) -> Report:
     """Classify, price and recommend in one call.
 
     ``samples``: a path, a :class:`~gpuaudit.schema.Recording`, a sample source or a sample
@@ -84,5 +103,30 @@ def audit(
     cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
     diagnoses = diagnose(usage.series, usage.patterns)
     plan = recommend(usage, cost, diagnoses, finding_list)
-    return AuditResult(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
-                       health=check_health(usage.series), extra=dict(extra or {}))
+    extras = dict(extra or {})
+    if "timeline" not in extras:
+        timeline = _timeline(samples, source, usage, mapping=mapping, fields=fields, host=host,
+                             gpu_model=gpu_model, tz=tz)
+        if timeline is not None:
+            extras["timeline"] = timeline
+    return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
+                       health=check_health(usage.series), extra=extras)
+
+
+def _timeline(samples: object, source: SampleSource | Recording, usage: Usage,
+              **open_kw: Any) -> dict[str, Any] | None:
+    """extra["timeline"]: a second streaming pass where the samples can be re-read.
+
+    A Recording (or table) is read again from memory, a path is opened again; a one-shot
+    stream (a live SampleSource) cannot be re-read and gets no timeline.
+    """
+    from gpuaudit.classify.timeline import timeline_for
+
+    if isinstance(samples, (str, Path)):
+        again = open_source(samples, **open_kw)
+    elif isinstance(source, Recording):
+        again = source
+    else:
+        return None
+    tl = timeline_for(again, usage)
+    return None if tl is None else tl.to_dict()

@@ -1,7 +1,8 @@
 """The composed value of one audit: usage, cost, plan, diagnoses and health.
 
-The last arrow of the pipeline before rendering. ``render`` hands it to a renderer in
-:mod:`gpuaudit.report`; nothing here computes.
+The last arrow of the pipeline before rendering: plain data. Renderers in
+:mod:`gpuaudit.report` take it; :class:`gpuaudit.api.Report` (what ``gpuaudit.audit`` returns)
+adds ``render``/``to_dict`` on top, in the composition layer, so nothing here reaches right.
 """
 
 from __future__ import annotations
@@ -28,18 +29,3 @@ class AuditResult:
     diagnoses: tuple[Diagnosis, ...]
     health: tuple[HealthIssue, ...]
     extra: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The JSON report as a dict (schema: docs/json-schema.md)."""
-        from gpuaudit.report.json import to_dict
-
-        return to_dict(self)
-
-    def render(self, fmt: str = "terminal", *, width: int = 100, color: bool = False) -> str:
-        """The report as text in ``fmt``: terminal, json, markdown or html."""
-        from gpuaudit.report import render
-
-        return render(self, fmt, width=width, color=color)
-
-    def __str__(self) -> str:
-        return self.render("terminal")

@@ -146,13 +146,15 @@ class _Engine:
         models = batch.column("gpu_model")
         migs = batch.column("mig_profile")
         idx = col.indices.to_numpy(zero_copy_only=False)
-        mapping = np.empty(len(dictionary), dtype=np.int64)
-        for j, uuid in enumerate(dictionary):
+        mapping = np.full(len(dictionary), -1, dtype=np.int64)
+        # a sliced batch may carry dictionary entries none of its rows use
+        present, first_rows = np.unique(idx, return_index=True)
+        for j, row in zip(present.tolist(), first_rows.tolist()):
+            uuid = dictionary[j]
             code = self.series_index.get(uuid)
             if code is None:
                 code = len(self.series_index)
                 self.series_index[uuid] = code
-                row = int(np.flatnonzero(idx == j)[0]) if idx.size else 0
                 self.series_meta.append(
                     (str(hosts[row].as_py()), models[row].as_py(), migs[row].as_py())
                 )
@@ -204,9 +206,8 @@ class _Engine:
         for vals in group_vals:
             enc = pc.dictionary_encode(pa.array(vals, type=pa.string()))
             key_tables.append(enc.dictionary.to_pylist())
-            ind = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
-            nulls = np.asarray(pc.is_null(enc.indices).to_numpy(zero_copy_only=False))
-            ind = np.where(nulls, len(key_tables[-1]), ind)
+            ind = enc.indices.fill_null(len(key_tables[-1])).to_numpy(
+                zero_copy_only=False).astype(np.int64)
             combo_codes = combo_codes * (len(key_tables[-1]) + 1) + ind
         combined = codes.astype(np.int64) * int(combo_codes.max() + 1 if combo_codes.size else 1)
         combined = combined + combo_codes

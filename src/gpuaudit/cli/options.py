@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
+from gpuaudit.report import render
 from gpuaudit.result import FORMATS, AuditResult
 
 __all__ = ["emit", "output_options", "pricing_kwargs", "pricing_options"]
@@ -76,7 +77,7 @@ def pricing_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
 def emit(result: AuditResult, fmt: str, output: Path | None) -> None:
     """Render ``result`` and write it to ``output`` or stdout (terminal colour when a tty)."""
     if output is not None:
-        text = result.render(fmt, width=100, color=False)
+        text = render(result, fmt, width=100, color=False)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
         click.echo(f"wrote {fmt} report to {output}", err=True)
@@ -85,4 +86,4 @@ def emit(result: AuditResult, fmt: str, output: Path | None) -> None:
     import shutil
 
     width = shutil.get_terminal_size((100, 40)).columns if tty else 100
-    click.echo(result.render(fmt, width=max(80, min(width, 140)), color=tty), nl=False)
+    click.echo(render(result, fmt, width=max(80, min(width, 140)), color=tty), nl=False)

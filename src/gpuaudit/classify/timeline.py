@@ -1,0 +1,286 @@
+"""A downsampled per-GPU utilization timeline and a utilization histogram.
+
+The HTML report's timeline and histogram and the terminal's sparklines draw from this; they
+compute nothing themselves. It is built in a second streaming pass over the same samples the
+phase engine read (:func:`gpuaudit.classify.classify` first gives the window), with the same
+time weighting (see :mod:`gpuaudit.classify.phases`): a sample stands until the next sample of
+its ``gpu_uuid``, capped at ``cap_s``; a series' last sample stands for one nominal interval;
+``u`` is ``util_gpu_pct`` (NVML utilization.gpu / DCGM_FI_DEV_GPU_UTIL), else
+``100 x gr_engine_active`` (DCGM_FI_PROF_GR_ENGINE_ACTIVE); a sample with neither is left out.
+
+The window is cut into at most ``max_buckets`` equal buckets, none shorter than the nominal
+interval. A sample's whole weight goes to the bucket its timestamp falls in. Per GPU and bucket
+it keeps the time-weighted mean utilization and the phase holding the most time (the band
+colour); a bucket with no reading is null (unobserved, not idle). The histogram holds observed
+GPU-seconds in 5 % utilization bins over all GPUs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit.classify.usage import PHASES, Usage
+from gpuaudit.schema import Recording, SampleSource
+
+__all__ = ["HIST_EDGES_PCT", "Timeline", "build_timeline", "resample_mean", "timeline_for"]
+
+_NS = 1_000_000_000
+_PHASE_EDGES = np.array([10.0, 70.0, 90.0])
+#: Histogram bin edges, percent: 0, 5, ..., 100 (the last bin includes 100).
+HIST_EDGES_PCT: tuple[float, ...] = tuple(float(x) for x in range(0, 101, 5))
+_N_HIST = len(HIST_EDGES_PCT) - 1
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Bucketed utilization per GPU. Arrays are ``(gpus, buckets)``; NaN / -1 mean no reading.
+
+    ``phase`` holds the index into :data:`~gpuaudit.classify.usage.PHASES` of the phase with
+    the most observed time in the bucket. ``hist_s`` is observed GPU-seconds per 5 % bin.
+    """
+
+    start: datetime
+    bucket_s: float
+    gpu_uuids: tuple[str, ...]
+    hosts: tuple[str, ...]
+    util_pct: np.ndarray
+    phase: np.ndarray
+    observed_s: np.ndarray
+    hist_s: np.ndarray
+    truncated_gpus: int = 0
+
+    @property
+    def buckets(self) -> int:
+        return int(self.util_pct.shape[1]) if self.util_pct.ndim == 2 else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form, as stored in ``AuditResult.extra["timeline"]``."""
+        gpus = []
+        for i, uuid in enumerate(self.gpu_uuids):
+            u = self.util_pct[i]
+            ph = self.phase[i]
+            gpus.append({
+                "gpu_uuid": uuid,
+                "host": self.hosts[i],
+                "util_pct": [None if math.isnan(x) else round(float(x), 1) for x in u.tolist()],
+                "phase": [None if p < 0 else int(p) for p in ph.tolist()],
+            })
+        return {
+            "version": 1,
+            "start": self.start.isoformat(),
+            "bucket_s": self.bucket_s,
+            "buckets": self.buckets,
+            "phases": list(PHASES),
+            "gpus": gpus,
+            "truncated_gpus": self.truncated_gpus,
+            "histogram": {
+                "edges_pct": list(HIST_EDGES_PCT),
+                "seconds": [round(float(x), 3) for x in self.hist_s.tolist()],
+            },
+        }
+
+
+class _Acc:
+    """Per (series, bucket) accumulators that grow with the number of series seen."""
+
+    def __init__(self, n_buckets: int) -> None:
+        self.nb = n_buckets
+        self.rows = 0
+        self.w = np.zeros((0, n_buckets))
+        self.uw = np.zeros((0, n_buckets))
+        self.ph = np.zeros((0, n_buckets, len(PHASES)))
+
+    def ensure(self, n: int) -> None:
+        if n <= self.rows:
+            return
+        new = max(n, 2 * self.rows, 16)
+        for name in ("w", "uw", "ph"):
+            a = getattr(self, name)
+            g = np.zeros((new, *a.shape[1:]))
+            g[: a.shape[0]] = a
+            setattr(self, name, g)
+        self.rows = new
+
+
+def build_timeline(
+    source: SampleSource | Recording,
+    *,
+    start: datetime,
+    end: datetime,
+    interval_s: float,
+    cap_s: float,
+    max_buckets: int = 240,
+    max_gpus: int = 512,
+) -> Timeline:
+    """Stream ``source`` once and bucket each GPU's utilization over ``[start, end)``.
+
+    Vectorised per batch (numpy ``bincount``); memory is O(GPUs x buckets), whatever the
+    recording's length. GPUs past ``max_gpus`` (in order of first appearance) are counted in
+    ``truncated_gpus`` and left out of the per-GPU arrays but not out of the histogram.
+    """
+    if max_buckets < 1:
+        raise ValueError(f"max_buckets must be >= 1, got {max_buckets}")
+    start_ns = _ns(start)
+    wall_ns = max(_ns(end) - start_ns, 1)
+    interval_ns = max(round(interval_s * _NS), 1)
+    width_ns = max(math.ceil(wall_ns / max_buckets), interval_ns)
+    nb = max(1, math.ceil(wall_ns / width_ns))
+    cap_ns = max(round(cap_s * _NS), 1)
+    index: dict[str, int] = {}
+    hosts: list[str] = []
+    acc = _Acc(nb)
+    hist = np.zeros(_N_HIST)
+    pending: dict[str, np.ndarray] | None = None
+
+    def consume(rows: dict[str, np.ndarray], final: bool) -> dict[str, np.ndarray] | None:
+        order = np.argsort(rows["code"], kind="stable")
+        r = {k: v[order] for k, v in rows.items()}
+        c, t = r["code"], r["ts"]
+        n = c.shape[0]
+        same = np.zeros(n, dtype=bool)
+        same[1:] = c[1:] == c[:-1]
+        step = np.zeros(n, dtype=np.int64)
+        step[1:] = t[1:] - t[:-1]
+        new_group = ~same | (step != 0)
+        gid = np.cumsum(new_group) - 1
+        g_start = np.flatnonzero(new_group)
+        g_c, g_t = c[g_start], t[g_start]
+        has_next = np.zeros(g_start.shape[0], dtype=bool)
+        has_next[:-1] = g_c[1:] == g_c[:-1]
+        g_next = np.zeros(g_start.shape[0], dtype=np.int64)
+        g_next[:-1] = g_t[1:]
+        if final:
+            done = np.ones(n, dtype=bool)
+            dt = np.full(n, interval_ns, dtype=np.int64)
+            left = None
+        else:
+            done = has_next[gid]
+            dt = np.where(done, g_next[gid] - t, 0)
+            left = {k: v[~done] for k, v in r.items()}
+        if done.any():
+            _accumulate(acc, hist, {k: v[done] for k, v in r.items()},
+                        np.minimum(dt[done], cap_ns), start_ns, width_ns, nb)
+        return left
+
+    for batch in source.batches():
+        if batch.num_rows == 0:
+            continue
+        rows = _rows(batch, index, hosts)
+        acc.ensure(len(index))
+        if pending is not None and pending["code"].shape[0]:
+            rows = {k: np.concatenate([pending[k], rows[k]]) for k in rows}
+        pending = consume(rows, final=False)
+    if pending is not None and pending["code"].shape[0]:
+        consume(pending, final=True)
+
+    n_gpus = len(index)
+    keep = min(n_gpus, max_gpus)
+    acc.ensure(n_gpus)
+    w = acc.w[:keep]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        util = np.where(w > 0, acc.uw[:keep] / np.where(w > 0, w, 1.0), np.nan)
+    phase = np.where(w > 0, np.argmax(acc.ph[:keep], axis=2), -1).astype(np.int8)
+    return Timeline(
+        start=start, bucket_s=width_ns / _NS, gpu_uuids=tuple(list(index)[:keep]),
+        hosts=tuple(hosts[:keep]), util_pct=util, phase=phase, observed_s=w.copy(),
+        hist_s=hist, truncated_gpus=n_gpus - keep,
+    )
+
+
+def _accumulate(acc: _Acc, hist: np.ndarray, r: dict[str, np.ndarray], dt_ns: np.ndarray,
+                start_ns: int, width_ns: int, nb: int) -> None:
+    u = r["u"]
+    ok = ~np.isnan(u)
+    if not ok.any():
+        return
+    u = u[ok]
+    w = dt_ns[ok] / _NS * r["share"][ok]
+    code = r["code"][ok]
+    bucket = np.clip((r["ts"][ok] - start_ns) // width_ns, 0, nb - 1)
+    cell = code * nb + bucket
+    size = acc.rows * nb
+    acc.w += np.bincount(cell, weights=w, minlength=size).reshape(acc.rows, nb)
+    acc.uw += np.bincount(cell, weights=w * u, minlength=size).reshape(acc.rows, nb)
+    phase = np.searchsorted(_PHASE_EDGES, u, side="right")
+    k = len(PHASES)
+    acc.ph += np.bincount(cell * k + phase, weights=w, minlength=size * k).reshape(
+        acc.rows, nb, k)
+    hb = np.clip((u // 5.0).astype(np.int64), 0, _N_HIST - 1)
+    hist += np.bincount(hb, weights=w, minlength=_N_HIST)
+
+
+def _rows(batch: pa.RecordBatch, index: dict[str, int], hosts: list[str]) -> dict[str, np.ndarray]:
+    col = batch.column("gpu_uuid")
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    idx = col.indices.to_numpy(zero_copy_only=False)
+    host_col = batch.column("host")
+    mapping = np.empty(len(col.dictionary), dtype=np.int64)
+    for j, uuid in enumerate(col.dictionary.to_pylist()):
+        code = index.get(uuid)
+        if code is None:
+            code = index[uuid] = len(index)
+            where = np.flatnonzero(idx == j)
+            hosts.append(str(host_col[int(where[0])].as_py()) if where.size else "")
+        mapping[j] = code
+    n = batch.num_rows
+    u = _float(batch, "util_gpu_pct", n)
+    gr = _float(batch, "gr_engine_active", n)
+    u = np.where(np.isnan(u), gr * 100.0, u)
+    share = _float(batch, "gpu_share", n)
+    return {
+        "code": mapping[idx],
+        "ts": batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False),
+        "u": u,
+        "share": np.where(np.isnan(share), 1.0, share),
+    }
+
+
+def _float(batch: pa.RecordBatch, name: str, n: int) -> np.ndarray:
+    col = batch.column(name)
+    if col.null_count == len(col):
+        return np.full(n, np.nan)
+    return np.asarray(col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False),
+                      dtype=np.float64)
+
+
+def _ns(t: datetime) -> int:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    delta = t - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * _NS + delta.microseconds * 1000
+
+
+def timeline_for(source: SampleSource | Recording, usage: Usage, *,
+                 max_buckets: int = 240) -> Timeline | None:
+    """The timeline of ``source`` over the window :func:`classify` found (None if empty)."""
+    if usage.window_start is None or usage.window_end is None:
+        return None
+    return build_timeline(source, start=usage.window_start, end=usage.window_end,
+                          interval_s=usage.interval_s, cap_s=usage.cap_s,
+                          max_buckets=max_buckets)
+
+
+def resample_mean(values: Sequence[float | None], n: int) -> list[float | None]:
+    """Average ``values`` (None = no reading) into ``n`` equal slices, for narrow displays."""
+    m = len(values)
+    if m == 0 or n <= 0:
+        return []
+    if m <= n:
+        return list(values)
+    arr = np.array([np.nan if v is None else float(v) for v in values])
+    edges = np.linspace(0, m, n + 1).round().astype(np.int64)
+    out: list[float | None] = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        seg = arr[a:max(b, a + 1)]
+        seg = seg[~np.isnan(seg)]
+        out.append(float(seg.mean()) if seg.size else None)
+    return out

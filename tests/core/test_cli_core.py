@@ -1,0 +1,61 @@
+"""The README's commands, run as a user runs them (a real subprocess)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "core"
+
+
+def gpuaudit(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpuaudit.cli", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_audit_without_gpu_says_it_uses_the_bundled_real_recording():
+    p = gpuaudit("audit", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    assert "bundled REAL recording" in p.stderr
+    d = json.loads(p.stdout)
+    assert d["source"]["origin"].startswith("real recording")
+
+
+def test_report_nvidia_smi_log_with_price_to_json_file(tmp_path):
+    out = tmp_path / "report.json"
+    p = gpuaudit("report", str(DATA / "nanogpt_8xh100_nvidia_smi.csv"), "--price", "3.20",
+                 "--format", "json", "-o", str(out))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(out.read_text())
+    assert d["rates"][0]["usd_per_gpu_hour"] == "3.20"
+    assert d["cost"]["hourly_usd"] == "25.6000"
+
+
+def test_report_mapped_pod_csv_by_pod(tmp_path):
+    csv = tmp_path / "pods.csv"
+    lines = ["time,pod_name,gpu_util"]
+    for i in range(60):
+        lines.append(f"{1_700_000_000 + i},train-a,{95 if i % 2 else 90}")
+        lines.append(f"{1_700_000_000 + i},notebook-b,{0 if i < 50 else 20}")
+    csv.write_text("\n".join(lines) + "\n")
+    p = gpuaudit("report", str(csv), "--map", "gpu_util=util_gpu_pct,time=ts,pod_name=pod",
+                 "--by", "pod", "--gpu-model", "A100", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    rows = {r["key"]["pod"]: r for r in d["groups"]["rows"]}
+    assert set(rows) == {"train-a", "notebook-b"}
+    assert rows["notebook-b"]["phases"]["shares_pct"]["idle"] > 70
+
+
+def test_unknown_gpu_model_error_lists_known_models():
+    p = gpuaudit("report", str(DATA / "nanogpt_8xh100_nvidia_smi.csv"), "--gpu-model",
+                 "Voodoo5")
+    assert p.returncode == 2
+    assert p.stderr.startswith("error: ") and "H100 80GB SXM" in p.stderr
+
+
+def test_missing_model_without_price_is_a_clear_error():
+    p = gpuaudit("report", str(DATA / "nanogpt_8xh100_nvidia_smi.csv"))
+    assert p.returncode == 2 and "--gpu-model" in p.stderr
