@@ -42,8 +42,10 @@ __all__ = ["FORMATS", "FileSource", "open_samples", "parse_mapping", "read_sampl
 
 FORMATS = ("parquet", "csv", "jsonl", "nvidia-smi")
 _HEAD_BYTES = 1 << 16
-#: CSV/JSON block cap: batches hold at most this much text, which bounds memory.
-_MAX_BLOCK = 16 << 20
+#: Parser block cap: Arrow reads up to 32 blocks ahead, so this bounds read-ahead memory.
+_MAX_BLOCK = 1 << 20
+#: Rows converted at a time: larger batches cost memory and, past cache sizes, speed.
+_CHUNK_ROWS = 1 << 17
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 _DATA_CELL = re.compile(r"^\s*([+-]?\d|\[|$)")
 
@@ -72,7 +74,8 @@ def open_samples(
     (:func:`parse_mapping`). ``fields`` names the columns of a ``noheader`` nvidia-smi log
     (the ``--query-gpu`` list). ``host`` and ``gpu_model`` fill what the file lacks
     (host defaults to the file name's stem). ``tz`` is the zone of timestamps that carry
-    none (nvidia-smi writes local time). Header problems raise here; bad rows raise while
+    none (nvidia-smi writes local time). Batches hold at most ``batch_rows`` rows (and at
+    most 131,072: bigger batches only cost memory and speed). Header problems raise here; bad rows raise while
     streaming, each as an :class:`~gpuaudit.errors.InputError` naming file:line and the fix.
     """
     return FileSource(Path(path), fmt=fmt, mapping=mapping, fields=fields, host=host,
@@ -127,6 +130,7 @@ class FileSource:
         self.gpu_model = gpu_model
         self.tz = tz
         self.batch_rows = batch_rows
+        self._chunk = min(batch_rows, _CHUNK_ROWS)
         self.interval_s = None
         self.meta: dict[str, str] = {"path": str(path), "format": self.fmt}
         self._events: tuple[str, ...] = ()
@@ -219,11 +223,12 @@ class FileSource:
             "CSV file"
         self.origin = f"{kind} {path}"
         row_bytes = max(16, len(head) // max(1, len(head_lines)))
-        block = int(min(max(self.batch_rows * row_bytes, 4096), _MAX_BLOCK))
+        block = int(min(max(self._chunk * row_bytes, 4096), _MAX_BLOCK))
         header_lines = 1 if header else 0
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
-            yield from _csv_batches(path, names, header_lines, block, self._book)
+            yield from _csv_batches(path, names, header_lines, block, self._chunk,
+                                    self._book)
 
         self._raw: RawBatches = raw
 
@@ -233,7 +238,7 @@ class FileSource:
         self.origin = f"JSON Lines file {path}"
         head, head_lines = _head_lines(path)
         row_bytes = max(16, len(head) // max(1, len(head_lines)))
-        block = int(min(max(self.batch_rows * row_bytes, 1 << 16), _MAX_BLOCK))
+        block = int(min(max(self._chunk * row_bytes, 1 << 16), _MAX_BLOCK))
         self._converter = None
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
@@ -286,7 +291,7 @@ class FileSource:
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = 0
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=self.batch_rows):
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk):
                 base = row
                 row += batch.num_rows
                 yield batch, _at_row(path, base)
@@ -568,47 +573,76 @@ def _jsonl_error(path: Path, exc: Exception) -> InputError:
 
 
 def _csv_batches(
-    path: Path, names: list[str], header_lines: int, block: int, book: NoteBook,
+    path: Path, names: list[str], header_lines: int, block: int, batch_rows: int,
+    book: NoteBook,
 ) -> Iterator[tuple[pa.RecordBatch, Locate]]:
-    """Raw text batches of a CSV file with each row's line number (blank lines and repeated
-    headers from appended logs are dropped and counted)."""
+    """Raw text batches of about ``batch_rows`` rows with each row's line number (blank
+    lines and repeated headers from appended logs are dropped and counted)."""
+    seen = 0
+    for batch in _regroup(_csv_blocks(path, names, header_lines, block), batch_rows):
+        base = header_lines + seen
+        seen += batch.num_rows
+        blank = pc.is_null(batch.column(0))
+        for i in range(1, batch.num_columns):
+            blank = pc.and_(blank, pc.is_null(batch.column(i)))
+        n_blank = pc.sum(blank).as_py() or 0
+        repeat = pc.fill_null(pc.equal(pc.ascii_trim_whitespace(batch.column(0)), names[0]),
+                              False)
+        n_repeat = pc.sum(repeat).as_py() or 0
+        if not (n_blank or n_repeat):
+            yield batch, _at_line(path, base)
+            continue
+        drop = pc.or_(blank, repeat)
+        keep = np.flatnonzero(~np.asarray(drop.to_numpy(zero_copy_only=False)))
+        if n_blank:
+            first = base + 1 + int(pc.index(blank, True).as_py())
+            book.add("blank lines skipped", int(n_blank), f"{path}:{first}")
+        if n_repeat:
+            first = base + 1 + int(pc.index(repeat, True).as_py())
+            book.add("repeated header lines skipped (appended logs)", int(n_repeat),
+                     f"{path}:{first}")
+        yield batch.take(pa.array(keep)), _at_lines(path, keep + base + 1)
+
+
+def _regroup(blocks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
+    """Concatenate small parser blocks into batches of at least ``rows`` rows."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for b in blocks:
+        pending.append(b)
+        count += b.num_rows
+        if count >= rows:
+            yield _one_batch(pending)
+            pending, count = [], 0
+    if pending:
+        yield _one_batch(pending)
+
+
+def _one_batch(parts: list[pa.RecordBatch]) -> pa.RecordBatch:
+    if len(parts) == 1:
+        return parts[0]
+    return pa.Table.from_batches(parts).combine_chunks().to_batches()[0]
+
+
+def _csv_blocks(path: Path, names: list[str], header_lines: int,
+                block: int) -> Iterator[pa.RecordBatch]:
+    """The parser's blocks, every column as text (``pyarrow.csv.open_csv``).
+
+    Arrow's streaming reader reads up to 32 blocks ahead of the consumer, so the block is
+    kept small (:data:`_MAX_BLOCK`): that read-ahead, not the file, bounds memory.
+    """
     read = pcsv.ReadOptions(column_names=names, skip_rows=header_lines, block_size=block,
                             use_threads=True)
     parse = pcsv.ParseOptions(ignore_empty_lines=False)
     conv = pcsv.ConvertOptions(column_types={n: pa.string() for n in names},
                                null_values=smi.NULL_VALUES, strings_can_be_null=True,
                                quoted_strings_can_be_null=True)
-    seen = 0
     try:
-        reader = pcsv.open_csv(str(path), read_options=read, parse_options=parse,
-                               convert_options=conv)
-        for batch in reader:
-            n = batch.num_rows
-            base = header_lines + seen
-            seen += n
-            blank = pc.is_null(batch.column(0))
-            for i in range(1, batch.num_columns):
-                blank = pc.and_(blank, pc.is_null(batch.column(i)))
-            drop = blank
-            n_blank = pc.sum(blank).as_py() or 0
-            repeat = pc.fill_null(pc.equal(pc.ascii_trim_whitespace(batch.column(0)),
-                                           names[0]), False)
-            n_repeat = pc.sum(repeat).as_py() or 0
-            if n_repeat:
-                drop = pc.or_(drop, repeat)
-            if n_blank or n_repeat:
-                keep = np.flatnonzero(~np.asarray(drop.to_numpy(zero_copy_only=False)))
-                lines = keep + base + 1
-                if n_blank:
-                    first = base + 1 + int(pc.index(blank, True).as_py())
-                    book.add("blank lines skipped", int(n_blank), f"{path}:{first}")
-                if n_repeat:
-                    first = base + 1 + int(pc.index(repeat, True).as_py())
-                    book.add("repeated header lines skipped (appended logs)", int(n_repeat),
-                             f"{path}:{first}")
-                batch = batch.take(pa.array(keep))
-                yield batch, _at_lines(path, lines)
-            else:
-                yield batch, _at_line(path, base)
+        with pa.input_stream(str(path), compression="detect") as stream:
+            reader = pcsv.open_csv(stream, read_options=read, parse_options=parse,
+                                   convert_options=conv)
+            yield from reader
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise _csv_error(path, exc, len(names), header_lines) from exc
+
+
