@@ -1,0 +1,430 @@
+"""Prometheus (and Thanos, Mimir, VictoriaMetrics) over the HTTP API, with httpx.
+
+Reads ``/api/v1/query`` (instant) and ``/api/v1/query_range`` (POSTed form, so long PromQL
+never hits a URL length limit). What a fleet pull needs and this module does:
+
+- auth: a bearer token from a file (re-read on every request, for rotated service-account
+  tokens) or an environment variable, HTTP basic auth, a custom CA bundle;
+- a timeout per request, bounded retries with exponential backoff on connection errors,
+  timeouts, 429 and 5xx; then :class:`~gpuaudit.errors.SourceUnavailableError`;
+- long ranges split into chunks (at most 11,000 points per series, the server's limit), and a
+  chunk the server refuses as too big (``exceeded maximum resolution of 11,000 points per
+  timeseries``, ``query processing would load too many samples into memory``) split in half
+  until it fits;
+- bytes moved counted (``wire_bytes``: as downloaded; ``body_bytes``: decoded), requests
+  counted, for the benchmark and the report;
+- a rich progress bar on stderr, when asked.
+
+:class:`PrometheusSource` is the raw-pull path: ``query_range`` of the dcgm-exporter series at
+``step`` into sample-table batches (chunk by chunk, each GPU's rows in time order), for the
+normal classify stage.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pyarrow as pa
+
+from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.schema import ImportNote
+
+__all__ = [
+    "MAX_POINTS_PER_SERIES",
+    "PromClient",
+    "PrometheusSource",
+    "QueryTooLarge",
+    "RangeResult",
+    "escape_label_value",
+    "selector",
+]
+
+#: Prometheus refuses query_range answers of more than 11,000 points per series.
+MAX_POINTS_PER_SERIES = 11_000
+_TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too many",
+              "maximum number of samples", "query would return too many")
+
+
+class QueryTooLarge(InputError):
+    """The server refused a query as too big (points per series, samples in memory)."""
+
+
+def escape_label_value(value: str) -> str:
+    """``value`` as a PromQL double-quoted string body: backslash, quote and newline escaped.
+
+    PromQL strings follow Go's escaping; escaping these three (plus carriage return and tab)
+    means no label value can end the string early and inject PromQL.
+    """
+    return (value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+            .replace("\r", "\\r").replace("\t", "\\t"))
+
+
+def selector(matchers: Mapping[str, str] | None = None, *, regex: Mapping[str, str] | None = None,
+             ) -> str:
+    """A label-matcher list ``{k="v",k2=~"re"}`` with every value escaped ('' when empty)."""
+    parts = [f'{k}="{escape_label_value(v)}"' for k, v in sorted((matchers or {}).items())]
+    parts += [f'{k}=~"{escape_label_value(v)}"' for k, v in sorted((regex or {}).items())]
+    for k in [*(matchers or {}), *(regex or {})]:
+        if not k or not (k[0].isalpha() or k[0] == "_") or not all(
+                c.isalnum() or c == "_" for c in k):
+            raise InputError(f"invalid label name {k!r}",
+                             fix="label names are [a-zA-Z_][a-zA-Z0-9_]*")
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+@dataclass(frozen=True)
+class RangeResult:
+    """One series of a range query: its labels, timestamps (ns) and float64 values."""
+
+    labels: dict[str, str]
+    ts_ns: np.ndarray
+    values: np.ndarray
+
+
+ProgressHook = Callable[[str, int], Callable[[int], None]]
+
+
+def rich_progress() -> tuple[ProgressHook, Callable[[], None]]:
+    """A progress hook drawing rich bars on stderr, and the function that closes them."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+    prog.start()
+
+    def hook(desc: str, total: int) -> Callable[[int], None]:
+        task = prog.add_task(desc, total=total)
+
+        def advance(n: int) -> None:
+            prog.advance(task, n)
+
+        return advance
+
+    return hook, prog.stop
+
+
+@dataclass
+class PromClient:
+    """A Prometheus HTTP API client: auth, timeouts, bounded retries, chunking, byte counts.
+
+    ``bearer_token_file`` is read on every request; ``bearer_token_env`` names an environment
+    variable holding the token. ``transport`` lets tests inject ``httpx.MockTransport``.
+    """
+
+    url: str
+    bearer_token_file: str | Path | None = None
+    bearer_token_env: str | None = None
+    basic_auth: tuple[str, str] | None = None
+    ca_file: str | Path | None = None
+    timeout_s: float = 60.0
+    retries: int = 4
+    backoff_s: float = 0.5
+    max_backoff_s: float = 8.0
+    transport: httpx.BaseTransport | None = None
+    progress: ProgressHook | None = None
+    sleep: Callable[[float], None] = time.sleep
+    wire_bytes: int = 0
+    body_bytes: int = 0
+    requests: int = 0
+    _client: httpx.Client | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.url = self.url.rstrip("/")
+        if not self.url.startswith(("http://", "https://")):
+            raise InputError(f"Prometheus URL {self.url!r} has no http:// or https://",
+                             fix="give the server's base URL, e.g. http://prometheus:9090")
+        verify: Any = True
+        if self.ca_file is not None:
+            if not Path(self.ca_file).is_file():
+                raise InputError(f"CA bundle {self.ca_file} not found", where=str(self.ca_file),
+                                 fix="give a PEM file with the server's CA (--ca-file)")
+            import ssl
+
+            verify = ssl.create_default_context(cafile=str(self.ca_file))
+        auth = httpx.BasicAuth(*self.basic_auth) if self.basic_auth else None
+        self._client = httpx.Client(timeout=self.timeout_s, verify=verify, auth=auth,
+                                    transport=self.transport)
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def __enter__(self) -> PromClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- transport ------------------------------------------------------------------------
+    def _headers(self) -> dict[str, str]:
+        token: str | None = None
+        if self.bearer_token_file is not None:
+            try:
+                token = Path(self.bearer_token_file).read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise InputError(f"cannot read bearer token file: {exc.strerror or exc}",
+                                 where=str(self.bearer_token_file),
+                                 fix="give a readable file holding the token") from exc
+        elif self.bearer_token_env:
+            token = os.environ.get(self.bearer_token_env)
+            if not token:
+                raise InputError(f"environment variable {self.bearer_token_env} is empty",
+                                 fix="export the bearer token in it, or use --bearer-token-file")
+        return {"Authorization": f"Bearer {token}"} if token else {}
+
+    def _post(self, path: str, data: Mapping[str, str]) -> Any:
+        assert self._client is not None
+        where = f"{self.url}{path}"
+        delay = self.backoff_s
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.sleep(min(delay, self.max_backoff_s))
+                delay *= 2
+            try:
+                resp = self._client.post(where, data=dict(data), headers=self._headers())
+            except httpx.TimeoutException as exc:
+                last = f"timed out after {self.timeout_s:g} s ({exc.__class__.__name__})"
+                continue
+            except httpx.HTTPError as exc:
+                last = f"{exc.__class__.__name__}: {exc}"
+                continue
+            self.requests += 1
+            self.wire_bytes += resp.num_bytes_downloaded
+            self.body_bytes += len(resp.content)
+            if resp.status_code == 429 or resp.status_code >= 500:
+                text = _error_text(resp)
+                if any(m in text for m in _TOO_LARGE):
+                    raise QueryTooLarge(text, where=where, fix="use a smaller chunk")
+                last = f"HTTP {resp.status_code}: {text}"
+                continue
+            if resp.status_code in (401, 403):
+                raise SourceUnavailableError(
+                    f"Prometheus refused the credentials (HTTP {resp.status_code})",
+                    where=where, fix="check --bearer-token-file / --bearer-token-env / "
+                    "--basic-auth")
+            text = _error_text(resp)
+            if resp.status_code != 200:
+                if any(m in text for m in _TOO_LARGE):
+                    raise QueryTooLarge(text, where=where, fix="use a smaller chunk or step")
+                raise InputError(f"Prometheus rejected the query (HTTP {resp.status_code}): "
+                                 f"{text}", where=f"{where} query={data.get('query', '')!r}",
+                                 fix="check the selector and the time range")
+            try:
+                body = resp.json()
+            except ValueError as exc:
+                raise SourceUnavailableError(
+                    "answer is not JSON: is this the Prometheus API?", where=where,
+                    fix="give the server's base URL (without /api/v1)") from exc
+            return body.get("data", {})
+        raise SourceUnavailableError(
+            f"Prometheus unavailable after {self.retries + 1} attempt(s): {last}",
+            where=where, fix="check the server is up and reachable; --timeout and --retries "
+            "raise the patience")
+
+    # -- API ------------------------------------------------------------------------------
+    def query(self, expr: str, time_s: float) -> list[tuple[dict[str, str], float]]:
+        """``/api/v1/query`` at ``time_s``: (labels, value) per series (vector results)."""
+        data = self._post("/api/v1/query", {"query": expr, "time": _fmt_time(time_s)})
+        if data.get("resultType") == "scalar":
+            return [({}, float(data["result"][1]))]
+        return [(dict(r.get("metric", {})), float(r["value"][1])) for r in data.get("result", [])]
+
+    def query_range_once(self, expr: str, start_s: float, end_s: float,
+                         step_s: float) -> list[RangeResult]:
+        """One ``/api/v1/query_range`` call (no chunking)."""
+        data = self._post("/api/v1/query_range", {
+            "query": expr, "start": _fmt_time(start_s), "end": _fmt_time(end_s),
+            "step": f"{step_s:g}"})
+        out = []
+        for r in data.get("result", []):
+            vals = r.get("values", [])
+            arr = np.array(vals, dtype=object).reshape(-1, 2) if vals else np.zeros((0, 2))
+            ts = np.round(arr[:, 0].astype(np.float64) * 1e9).astype(np.int64)
+            out.append(RangeResult(dict(r.get("metric", {})), ts, arr[:, 1].astype(np.float64)))
+        return out
+
+    def query_range(self, expr: str, start_s: float, end_s: float, step_s: float, *,
+                    max_points: int = MAX_POINTS_PER_SERIES) -> Iterator[list[RangeResult]]:
+        """``query_range`` split into chunks of at most ``max_points`` steps, yielded in time
+        order; a chunk the server finds too big is halved (down to one step) and retried."""
+        for a, b in time_chunks(start_s, end_s, step_s, max_points):
+            yield from self._range_split(expr, a, b, step_s)
+
+    def _range_split(self, expr: str, a: float, b: float, step_s: float,
+                     ) -> Iterator[list[RangeResult]]:
+        try:
+            yield self.query_range_once(expr, a, b, step_s)
+        except QueryTooLarge:
+            n = round((b - a) / step_s)
+            if n < 1:
+                raise
+            mid = a + (n // 2) * step_s
+            yield from self._range_split(expr, a, mid, step_s)
+            yield from self._range_split(expr, mid + step_s, b, step_s)
+
+
+def time_chunks(start_s: float, end_s: float, step_s: float,
+                max_points: int) -> list[tuple[float, float]]:
+    """[start, end] cut into inclusive, step-aligned pieces of at most ``max_points`` points."""
+    if end_s < start_s:
+        raise InputError(f"range end {end_s} is before start {start_s}",
+                         fix="--start must be before --end")
+    out = []
+    span = step_s * (max_points - 1)
+    a = start_s
+    while a <= end_s:
+        b = min(a + span, end_s)
+        out.append((a, b))
+        a = b + step_s
+    return out
+
+
+def duration(seconds: float) -> str:
+    """A PromQL duration in whole milliseconds (``86400000ms``)."""
+    return f"{round(seconds * 1000)}ms"
+
+
+def fresh(sel: str, step_s: float) -> str:
+    """``last_over_time(<sel>[step - 1ms])``: the sample scraped within the last step only.
+
+    At each step of a range query (or subquery) this sees a sample once, and a GPU that
+    stopped reporting has no value (no 5-minute lookback hold), so a missing scrape is
+    unobserved time, as in the local classify engine.
+    """
+    return f"last_over_time({sel}[{duration(step_s - 0.001)}])"
+
+
+def _fmt_time(t: float) -> str:
+    return f"{t:.3f}"
+
+
+def _error_text(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+        return str(body.get("error") or body)
+    except ValueError:
+        return resp.text[:300]
+
+
+# -- raw pull ---------------------------------------------------------------------------
+#: The series pulled by the raw path (dcgm-exporter names, converted by gpuaudit.measure.dcgm).
+RAW_METRICS: tuple[str, ...] = (
+    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
+    "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_XID_ERRORS",
+)
+
+
+class PrometheusSource:
+    """dcgm-exporter series pulled from Prometheus with ``query_range`` at ``step_s``, as a
+    :class:`~gpuaudit.schema.SampleSource` (one batch per time chunk).
+
+    One query per metric and chunk (``last_over_time(<metric>{<matchers>}[<step>-1ms])``,
+    see :func:`fresh`); rows join on the
+    series identity (UUID, GPU_I_ID, host, pod labels) and the step timestamp. A step where a
+    GPU has neither GPU_UTIL nor GR_ENGINE_ACTIVE has no row: it is unobserved time in
+    classify, never idle.
+    """
+
+    source = "prometheus"
+
+    def __init__(self, client: PromClient, *, start_s: float, end_s: float, step_s: float,
+                 matchers: Mapping[str, str] | None = None,
+                 metrics: Sequence[str] = RAW_METRICS, chunk_points: int = 2880) -> None:
+        self.client = client
+        self.start_s, self.end_s, self.step_s = start_s, end_s, step_s
+        self.sel = selector(matchers)
+        self.metrics = tuple(metrics)
+        self.chunk_points = min(chunk_points, MAX_POINTS_PER_SERIES)
+        self.interval_s: float | None = step_s
+        self.origin = f"Prometheus {client.url} (raw query_range, step {step_s:g} s)"
+        self._notes: list[ImportNote] = []
+
+    @property
+    def notes(self) -> tuple[ImportNote, ...]:
+        return tuple(self._notes)
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        return ()
+
+    def batches(self) -> Iterator[pa.RecordBatch]:
+        from gpuaudit.measure.dcgm import SeriesId, series_id, series_table
+
+        chunks = time_chunks(self.start_s, self.end_s, self.step_s, self.chunk_points)
+        advance = self.client.progress("raw pull", len(chunks) * len(self.metrics)) \
+            if self.client.progress else None
+        ids: list[SeriesId] = []
+        id_index: dict[SeriesId, int] = {}
+        for a, b in chunks:
+            per_metric: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {}
+            for metric in self.metrics:
+                parts = []
+                expr = fresh(f"{metric}{self.sel}", self.step_s)
+                for res in self.client.query_range(expr, a, b, self.step_s):
+                    for r in res:
+                        sid = series_id(r.labels, default_host="unknown",
+                                        where=f"{self.client.url}: {metric}")
+                        code = id_index.get(sid)
+                        if code is None:
+                            code = id_index[sid] = len(ids)
+                            ids.append(sid)
+                        parts.append((code, r.ts_ns, r.values))
+                per_metric[metric] = parts
+                if advance:
+                    advance(1)
+            table, notes = _join_chunk(ids, per_metric, a, self.step_s, series_table,
+                                       where=f"{self.client.url}")
+            self._notes.extend(notes)
+            if table.num_rows:
+                yield from table.to_batches()
+
+
+def _join_chunk(ids: Sequence[Any], per_metric: Mapping[str, list[tuple[int, np.ndarray,
+                np.ndarray]]], start_s: float, step_s: float, series_table: Any, *,
+                where: str) -> tuple[pa.Table, list[ImportNote]]:
+    """Put every metric's points on one (series, step) grid, keep steps that carry a
+    utilization reading (GPU_UTIL or GR_ENGINE_ACTIVE), build the table columnar."""
+    step_ns = round(step_s * 1e9)
+    start_ns = round(start_s * 1e9)
+    keys: list[np.ndarray] = []
+    for parts in per_metric.values():
+        for code, ts, _v in parts:
+            keys.append(code * (1 << 32) + (ts - start_ns) // step_ns)
+    if not keys:
+        return series_table([], np.zeros(0, np.int64), np.zeros(0, np.int64), {},
+                            where=where)
+    uniq = np.unique(np.concatenate(keys))
+    values: dict[str, np.ndarray] = {}
+    for metric, parts in per_metric.items():
+        if not parts:
+            continue
+        col = np.full(uniq.shape[0], np.nan)
+        for code, ts, v in parts:
+            k = code * (1 << 32) + (ts - start_ns) // step_ns
+            col[np.searchsorted(uniq, k)] = v
+        values[metric] = col
+    u = values.get("DCGM_FI_DEV_GPU_UTIL")
+    g = values.get("DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    has = np.zeros(uniq.shape[0], dtype=bool)
+    for x in (u, g):
+        if x is not None:
+            has |= ~np.isnan(x)
+    uniq = uniq[has]
+    values = {k: v[has] for k, v in values.items()}
+    codes = (uniq >> 32).astype(np.int64)
+    ts_ns = start_ns + (uniq & ((1 << 32) - 1)) * step_ns
+    table, notes = series_table(ids, codes, ts_ns.astype(np.int64), values, where=where)
+    return table, notes

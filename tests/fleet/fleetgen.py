@@ -1,0 +1,294 @@
+"""A synthetic but realistically labelled GPU fleet history, and a real Prometheus holding it.
+
+Label sets are those of the real dcgm-exporter captures in tests/data/dcgm (L4 kops: gpu,
+UUID, pci_bus_id, device, modelName, Hostname, DCGM_FI_DRIVER_VERSION), as Prometheus stores
+them with the Helm chart's ``honorLabels: false``: the target's own pod/namespace/container
+(the exporter pod) plus ``exported_pod``/``exported_namespace``/``exported_container`` for
+GPUs a workload holds, and nothing for unheld GPUs. One GPU is time-sliced between two pods
+(two series at once), one is split into MIG instances (GR_ENGINE_ACTIVE only, no GPU_UTIL),
+one node misses scrapes for a while (unobserved time). kube-state-metrics ``kube_pod_labels``
+carries the tagging policy (``label_team_id``, ``label_project_id``, ``label_user_id``) for
+some pods. Used by tests/fleet and benchmarks/bench_fleet.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pyarrow as pa
+
+from gpuaudit.schema import build_table
+
+DAY_S = 86_400
+TEAMS = ("vision", "nlp", "recsys")
+#: namespaces; "sandbox" is mapped by no one (unattributed), team-* via the mapping file
+NAMESPACES = ("team-vision", "team-nlp", "team-recsys", "sandbox")
+
+
+@dataclass
+class Series:
+    metric_labels: dict[str, str]
+    ts_s: np.ndarray  # int seconds
+    util: np.ndarray  # percent
+    mig: bool
+    pod: str | None
+    namespace: str | None
+    host: str
+    uuid: str
+    share: float | None
+
+
+@dataclass
+class Fleet:
+    start_s: int
+    end_s: int  # last step
+    step_s: int
+    series: list[Series]
+    pods: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # kube labels
+
+    def sample_table(self) -> pa.Table:
+        """The ground truth as a sample table (what the exporter measured)."""
+        cols: dict[str, list[np.ndarray] | list[object]] = {k: [] for k in (
+            "ts", "host", "gpu_uuid", "gpu_model", "util", "gr", "pod", "ns", "share",
+            "mig")}
+        parts: dict[str, list[np.ndarray]] = {k: [] for k in cols}
+        for s in self.series:
+            n = s.ts_s.shape[0]
+            parts["ts"].append(s.ts_s.astype(np.int64) * 1_000_000_000)
+            parts["host"].append(np.full(n, s.host, dtype=object))
+            parts["gpu_uuid"].append(np.full(n, s.uuid, dtype=object))
+            parts["gpu_model"].append(np.full(n, "NVIDIA L4", dtype=object))
+            parts["util"].append(np.full(n, np.nan) if s.mig else s.util)
+            parts["gr"].append(s.util / 100.0)
+            parts["pod"].append(np.full(n, s.pod, dtype=object))
+            parts["ns"].append(np.full(n, s.namespace, dtype=object))
+            parts["share"].append(np.full(n, np.nan if s.share is None else s.share))
+            parts["mig"].append(np.full(n, "3g.12gb" if s.mig else None, dtype=object))
+        cat = {k: np.concatenate(v) for k, v in parts.items()}
+        order = np.lexsort((cat["pod"].astype(str), cat["ts"], cat["gpu_uuid"].astype(str)))
+        cat = {k: v[order] for k, v in cat.items()}
+        labels = []
+        for ns, pod in zip(cat["ns"], cat["pod"]):
+            kl = self.pods.get((ns, pod), {}) if pod else {}
+            labels.append(list(kl.items()))
+        return build_table({
+            "ts": pa.array(cat["ts"], pa.int64()).cast(pa.timestamp("ns", tz="UTC")),
+            "host": cat["host"].tolist(), "gpu_uuid": cat["gpu_uuid"].tolist(),
+            "gpu_model": cat["gpu_model"].tolist(),
+            "util_gpu_pct": pa.array(cat["util"], mask=np.isnan(cat["util"]),
+                                     type=pa.float32()),
+            "gr_engine_active": pa.array(cat["gr"], type=pa.float32()),
+            "pod": cat["pod"].tolist(), "namespace": cat["ns"].tolist(),
+            "mig_profile": cat["mig"].tolist(),
+            "gpu_share": pa.array(cat["share"], mask=np.isnan(cat["share"]),
+                                  type=pa.float32()),
+            "labels": pa.array(labels, type=pa.map_(pa.string(), pa.string())),
+        })
+
+    def write_openmetrics(self, path: Path, *, extra_metrics: bool = True) -> int:
+        """OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``; returns the
+        number of samples written."""
+        n = 0
+        with open(path, "w", encoding="utf-8") as f:
+            metrics = [("DCGM_FI_DEV_GPU_UTIL", "util"), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gr")]
+            if extra_metrics:
+                metrics += [("DCGM_FI_DEV_POWER_USAGE", "power"), ("DCGM_FI_DEV_FB_USED", "fb"),
+                            ("DCGM_FI_DEV_FB_FREE", "fbfree")]
+            for metric, kind in metrics:
+                f.write(f"# TYPE {metric} gauge\n")
+                for s in self.series:
+                    if kind == "util" and s.mig:
+                        continue
+                    lab = ",".join(f'{k}="{v}"' for k, v in s.metric_labels.items())
+                    if kind == "util":
+                        vals = s.util
+                    elif kind == "gr":
+                        vals = s.util / 100.0
+                    elif kind == "power":
+                        vals = 16.0 + s.util * 0.56
+                    elif kind == "fb":
+                        vals = np.where(s.util > 5, 18000.0, 0.0)
+                    else:
+                        vals = 23034.0 - np.where(s.util > 5, 18000.0, 0.0)
+                    vs = np.char.mod("%.6g", vals)
+                    ts = s.ts_s.astype(np.int64).astype(str)
+                    prefix = f"{metric}{{{lab}}} "
+                    f.write("".join(np.char.add(np.char.add(np.char.add(prefix, vs), " "),
+                                                np.char.add(ts, "\n"))))
+                    n += vals.shape[0]
+            f.write("# TYPE kube_pod_labels gauge\n")
+            for (ns, pod), kl in sorted(self.pods.items()):
+                if not kl:
+                    continue
+                lab = ",".join([f'namespace="{ns}"', f'pod="{pod}"',
+                                *(f'label_{k.replace("-", "_")}="{v}"'
+                                  for k, v in sorted(kl.items()))])
+                ts = np.arange(self.start_s, self.end_s + 1, 300)
+                f.write("".join(f"kube_pod_labels{{{lab}}} 1 {t}\n" for t in ts))
+                n += ts.shape[0]
+            f.write("# EOF\n")
+        return n
+
+
+def _uuid(rng: np.random.Generator) -> str:
+    h = rng.integers(0, 16, 32)
+    s = "".join("0123456789abcdef"[i] for i in h)
+    return f"GPU-{s[:8]}-{s[8:12]}-{s[12:16]}-{s[16:20]}-{s[20:]}"
+
+
+def _pattern(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    if kind == "idle":
+        return rng.integers(0, 4, n).astype(np.float64)
+    if kind == "steady":
+        return rng.integers(40, 60, n).astype(np.float64)
+    if kind == "saturated":
+        return rng.integers(91, 101, n).astype(np.float64)
+    # bursty: short idle runs between busy runs
+    period = rng.integers(3, 6)
+    return np.where((np.arange(n) % period) == 0, 0.0, 100.0)
+
+
+def make_fleet(*, nodes: int = 3, gpus_per_node: int = 4, hours: float = 6.0,
+               step_s: int = 15, seed: int = 7, start_s: int = 1_704_067_200,
+               special: bool = True, segment_hours: float = 2.0) -> Fleet:
+    """A fleet of ``nodes`` x ``gpus_per_node`` L4 GPUs over ``hours`` at ``step_s``."""
+    rng = np.random.default_rng(seed)
+    steps = int(hours * 3600 // step_s)
+    ts_all = start_s + np.arange(steps, dtype=np.int64) * step_s
+    series: list[Series] = []
+    pods: dict[tuple[str, str], dict[str, str]] = {}
+    seg = max(1, int(segment_hours * 3600 // step_s))
+    for node in range(nodes):
+        host = f"ip-10-0-{node // 250}-{node % 250}.ec2.internal"
+        exporter_pod = f"nvidia-dcgm-exporter-{seed:02d}{node:04d}"
+        gap = np.zeros(steps, dtype=bool)
+        if special and node == 0:
+            gap[steps // 3: steps // 3 + max(2, 600 // step_s)] = True  # missed scrapes
+        for g in range(gpus_per_node):
+            uuid = _uuid(rng)
+            base = {"gpu": str(g), "UUID": uuid, "pci_bus_id": f"00000000:{0x31 + g:02X}:00.0",
+                    "device": f"nvidia{g}", "modelName": "NVIDIA L4", "Hostname": host,
+                    "DCGM_FI_DRIVER_VERSION": "580.105.08", "instance": f"10.0.{node}.5:9400",
+                    "job": "nvidia-dcgm-exporter", "namespace": "gpu-operator",
+                    "pod": exporter_pod, "container": "nvidia-dcgm-exporter"}
+            mig = special and node == 1 % max(nodes, 1) and g == 0 and nodes > 1
+            shared = special and node == 0 and g == 1
+            instances = [("1", "3g.12gb"), ("2", "3g.12gb")] if mig else [(None, None)]
+            for gi, prof in instances:
+                labels0 = dict(base)
+                if gi is not None:
+                    labels0["GPU_I_ID"] = gi
+                    labels0["GPU_I_PROFILE"] = prof  # type: ignore[assignment]
+                gpu_uuid = f"{uuid}/gi{gi}" if gi is not None else uuid
+                for a in range(0, steps, seg):
+                    b = min(steps, a + seg)
+                    idx = np.arange(a, b)
+                    idx = idx[~gap[idx]]
+                    if idx.size == 0:
+                        continue
+                    held = rng.random() < 0.8
+                    kind = str(rng.choice(["idle", "steady", "saturated", "bursty"]))
+                    util = _pattern(kind, idx.size, rng) if held else \
+                        rng.integers(0, 2, idx.size).astype(np.float64)
+                    holders: list[tuple[str | None, str | None]] = [(None, None)]
+                    if held:
+                        k = int(rng.integers(0, len(NAMESPACES)))
+                        ns = NAMESPACES[k]
+                        holders = [(ns, f"{ns.split('-')[-1]}-train-{node}-{g}-{gi or 0}-{a}")]
+                        if shared:
+                            holders.append((ns, f"{ns.split('-')[-1]}-infer-{node}-{g}-{a}"))
+                    for ns, pod in holders:
+                        labels = dict(labels0)
+                        if pod is not None:
+                            assert ns is not None
+                            labels.update(exported_namespace=ns, exported_pod=pod,
+                                          exported_container="main")
+                            team = ns.split("-")[-1]
+                            if rng.random() < 0.5 and ns != "sandbox":
+                                pods[(ns, pod)] = {"team-id": team,
+                                                   "project-id": f"{team}-p{int(rng.integers(1, 3))}",
+                                                   "user-id": f"u{int(rng.integers(1, 5))}"}
+                            else:
+                                pods.setdefault((ns, pod), {})
+                        series.append(Series(
+                            labels, ts_all[idx], util, mig, pod, ns, host, gpu_uuid,
+                            1.0 / len(holders) if len(holders) > 1 else None))
+    return Fleet(start_s=start_s, end_s=int(ts_all[-1]), step_s=step_s, series=series,
+                 pods=pods)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def backfill(fleet: Fleet, data_dir: Path, *, extra_metrics: bool = True) -> int:
+    """Write the fleet as OpenMetrics and turn it into TSDB blocks with promtool."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    om = data_dir.parent / f"{data_dir.name}.om"
+    n = fleet.write_openmetrics(om, extra_metrics=extra_metrics)
+    subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(om),
+                    str(data_dir)], check=True, capture_output=True, timeout=1800)
+    om.unlink()
+    return n
+
+
+@contextlib.contextmanager
+def run_prometheus(data_dir: Path, *, extra_args: tuple[str, ...] = ()) -> Iterator[str]:
+    """Start Prometheus on 127.0.0.1 (free port) over ``data_dir``; yield its URL; stop it."""
+    if shutil.which("prometheus") is None:
+        raise RuntimeError("prometheus is not installed (scripts/test installs it)")
+    port = free_port()
+    cfg_dir = Path(tempfile.mkdtemp(prefix="gpuaudit-prom-"))
+    cfg = cfg_dir / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data_dir}",
+         f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
+         *extra_args],
+        stdout=subprocess.DEVNULL, stderr=open(cfg_dir / "log", "wb"))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("prometheus exited: "
+                                   + (cfg_dir / "log").read_text(errors="replace")[-2000:])
+            try:
+                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("prometheus did not become ready in 60 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(cfg_dir, ignore_errors=True)
+
+
+def peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+__all__ = ["Fleet", "backfill", "make_fleet", "os", "peak_rss_mib", "run_prometheus"]
