@@ -239,3 +239,15 @@ def test_unknown_format_rejected() -> None:
     with pytest.raises(InputError) as e:
         open_samples(NANOGPT, fmt="xlsx")
     assert "parquet, csv, jsonl, nvidia-smi" in str(e.value)
+
+
+def test_compressed_csv_and_jsonl(tmp_path: Path) -> None:
+    import gzip
+
+    for name in ("nvidia_smi/smi_units.csv", "files/table.jsonl"):
+        src = DATA / name
+        gz = tmp_path / (src.name + ".gz")
+        gz.write_bytes(gzip.compress(src.read_bytes()))
+        a = read_samples(src, host="h").table
+        b = read_samples(gz, host="h").table
+        assert a.equals(b), name

@@ -82,10 +82,20 @@ def open_samples(
                       gpu_model=gpu_model, tz=tz, batch_rows=batch_rows)
 
 
-def read_samples(path: str | Path, **kwargs: object) -> Recording:
-    """:func:`open_samples`, consumed whole into a validated :class:`Recording`."""
-    src = open_samples(path, **kwargs)  # type: ignore[arg-type]
-    return src.to_recording()
+def read_samples(
+    path: str | Path,
+    *,
+    fmt: str | None = None,
+    mapping: Mapping[str, str] | None = None,
+    fields: Sequence[str] | None = None,
+    host: str | None = None,
+    gpu_model: str | None = None,
+    tz: str = "UTC",
+    batch_rows: int = 1 << 20,
+) -> Recording:
+    """:func:`open_samples` (same arguments), consumed whole into a validated Recording."""
+    return open_samples(path, fmt=fmt, mapping=mapping, fields=fields, host=host,
+                        gpu_model=gpu_model, tz=tz, batch_rows=batch_rows).to_recording()
 
 
 # --------------------------------------------------------------------------- the source
