@@ -45,6 +45,7 @@ _INT_COLS = tuple(c for c in READ_COLUMNS if c in INT_COLUMNS)
 _F_IDX = {c: i for i, c in enumerate(_FLOAT_COLS)}
 _I_IDX = {c: i for i, c in enumerate(_INT_COLS)}
 _LATENESS_RING = 1 << 16
+_MAX_SLEEP_S = 0.2  # bounds how long stop() waits for the sampling thread to notice
 
 
 class Backend(Protocol):
@@ -273,10 +274,13 @@ class Sampler:
                 deadline = start + k * period
                 now = time.monotonic()
                 if now < deadline:
-                    if self._stop.wait(deadline - now):
-                        break
-                    now = time.monotonic()
-                elif self._stop.is_set():
+                    # time.sleep, not Event.wait: under a GIL-busy workload every GIL
+                    # re-acquisition costs up to one switch interval (5 ms), and
+                    # Condition.wait re-acquires several times; sleep does once.
+                    while now < deadline and not self._stop.is_set():
+                        time.sleep(min(deadline - now, _MAX_SLEEP_S))
+                        now = time.monotonic()
+                if self._stop.is_set():
                     break
                 behind = int((now - start) / period)
                 if behind > k:  # a whole interval overrun: skip to the latest deadline

@@ -1,0 +1,118 @@
+"""Sampler overhead and timing: gpuaudit's deadline-scheduled thread vs a plain sleep loop.
+
+Both read the same pure-Python fake NVML (2 GPUs, GPM on: 14 NVML calls per GPU per tick)
+through the same backend, so the difference is the scheduling alone. The plain loop is what
+nvitop/gpustat-style pollers do: ``read(); time.sleep(period)``.
+
+Measured per configuration (rate x main thread idle or GIL-busy):
+  * achieved rate (ticks / elapsed),
+  * tick interval error |dt - period| p50 / p99 (from consecutive tick timestamps),
+  * CPU share of one core used by the sampling threads (thread CPU time / wall time).
+
+    .venv/bin/python benchmarks/bench_sampler.py            # ~70 s
+    .venv/bin/python benchmarks/bench_sampler.py --seconds 2  # quick look
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import threading
+import time
+
+import numpy as np
+
+from gpuaudit.measure.fake_nvml import FakeNvml
+from gpuaudit.measure.sampler import Sampler
+
+SCENARIO = {"gpus": [{"gpm": True, "pattern": {"kind": "square", "period_s": 1.0}},
+                     {"gpm": True, "pattern": {"kind": "sawtooth", "period_s": 3.0}}]}
+
+
+def busy(stop: threading.Event) -> None:
+    """A GIL-holding main thread: pure-Python arithmetic, as a tokenizer or a data loader."""
+    x = 0
+    while not stop.is_set():
+        for i in range(1000):
+            x += i * i
+
+
+def measure(kind: str, hz: float, seconds: float, gil_busy: bool) -> dict[str, float]:
+    stop = threading.Event()
+    ticks_ns: list[int] = []
+    cpu = [0.0]
+    period = 1.0 / hz
+    if kind == "gpuaudit":
+        sampler = Sampler(FakeNvml.backend(SCENARIO), interval_s=period)
+        sampler.start()
+    else:
+        backend = FakeNvml.backend(SCENARIO)
+        devices = backend.open()
+
+        def loop() -> None:
+            c0 = time.thread_time()
+            while not stop.is_set():
+                ticks_ns.append(time.monotonic_ns())
+                for d in devices:
+                    backend.read(d)
+                time.sleep(period)
+            cpu[0] = time.thread_time() - c0
+
+        th = threading.Thread(target=loop, daemon=True)
+        th.start()
+    t0 = time.monotonic()
+    if gil_busy:
+        busy_stop = threading.Event()
+        timer = threading.Timer(seconds, busy_stop.set)
+        timer.start()
+        busy(busy_stop)
+    else:
+        time.sleep(seconds)
+    wall = time.monotonic() - t0
+    if kind == "gpuaudit":
+        rec = sampler.stop()
+        stats = sampler.stats()
+        first = rec.table.column("gpu_uuid").cast("string").to_numpy(zero_copy_only=False)
+        ts = rec.table.column("ts").cast("int64").to_numpy()
+        t = ts[first == first[0]]
+        cpu_s = stats.cpu_s
+        elapsed = stats.elapsed_s
+    else:
+        stop.set()
+        th.join()
+        backend.close()
+        t = np.array(ticks_ns)
+        cpu_s = cpu[0]
+        elapsed = (t[-1] - t[0]) / 1e9 if len(t) > 1 else wall
+    dt = np.diff(t) / 1e9
+    err = np.abs(dt - period)
+    return {
+        "rate_hz": (len(t) - 1) / ((t[-1] - t[0]) / 1e9) if len(t) > 1 else 0.0,
+        "err_p50_ms": float(np.percentile(err, 50) * 1e3),
+        "err_p99_ms": float(np.percentile(err, 99) * 1e3),
+        "cpu_pct": 100.0 * cpu_s / max(elapsed, 1e-9),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=8.0, help="seconds per configuration")
+    args = ap.parse_args()
+    print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python "
+          f"{platform.python_version()}, switch interval 5 ms")
+    measure("gpuaudit", 50.0, 1.0, False)  # warm-up: imports, first Arrow build
+    measure("sleep-loop", 50.0, 1.0, False)
+    print(f"{'config':<24}{'impl':<12}{'rate Hz':>9}{'err p50 ms':>12}{'err p99 ms':>12}"
+          f"{'CPU %':>8}")
+    for hz in (10.0, 100.0):
+        for gil in (False, True):
+            for kind in ("gpuaudit", "sleep-loop"):
+                r = measure(kind, hz, args.seconds, gil)
+                cfg = f"{hz:g} Hz, main {'GIL-busy' if gil else 'idle'}"
+                print(f"{cfg:<24}{kind:<12}{r['rate_hz']:>9.2f}{r['err_p50_ms']:>12.3f}"
+                      f"{r['err_p99_ms']:>12.3f}{r['cpu_pct']:>8.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
