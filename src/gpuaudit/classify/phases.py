@@ -104,7 +104,7 @@ class _Grow:
 
 
 _SERIES_SUMS = (
-    "obs_s", "u_w", "u2_w", "abs_step", "steps", "idle_runs", "idle_s", "high_s",
+    "u2_w", "abs_step", "steps", "idle_runs",
     "thermal_s", "power_s", *(f"{k}_w" for k in _MEAN_SIGNALS), *(f"{k}_t" for k in _MEAN_SIGNALS),
     "power2_w",
 )
@@ -245,11 +245,12 @@ class _Engine:
             u = np.where(np.isnan(u), gr * 100.0, u)
         rows["u"] = u
         share = _float(batch, "gpu_share")
-        rows["share"] = np.ones(n) if share is None else np.where(np.isnan(share), 1.0, share)
+        if share is not None:
+            rows["share"] = np.where(np.isnan(share), 1.0, share)
         sm = _float(batch, "sm_active")
         if sm is not None:
             self.has_sm = True
-        rows["sm"] = np.full(n, np.nan) if sm is None else sm
+            rows["sm"] = sm
         for name, (cols, _scale) in _MEAN_SIGNALS.items():
             if name == "sm_active":
                 continue
@@ -330,9 +331,9 @@ class _Engine:
                 a = self.pending.get(k)
                 b = rows.get(k)
                 if a is None:
-                    a = _blank_like(b, n_p)  # type: ignore[arg-type]
+                    a = _blank_like(b, n_p, k)  # type: ignore[arg-type]
                 if b is None:
-                    b = _blank_like(a, n_b)
+                    b = _blank_like(a, n_b, k)
                 merged[k] = np.concatenate([a, b])
             rows = merged
         self._process(rows, final=False, position=position)
@@ -345,17 +346,20 @@ class _Engine:
     def _process(self, rows: dict[str, np.ndarray], *, final: bool, position: str) -> None:
         codes = rows["code"]
         n = codes.shape[0]
-        if self.series.size < 65536:
-            order = np.argsort(codes.astype(np.uint16), kind="stable")
-        else:
-            order = np.argsort(codes, kind="stable")
+        order = _periodic_order(codes)
+        if order is None:
+            if self.series.size < 65536:
+                order = np.argsort(codes.astype(np.uint16), kind="stable")
+            else:
+                order = np.argsort(codes, kind="stable")
         r = {k: v[order] for k, v in rows.items()}
         c, t = r["code"], r["ts"]
         same_series = np.zeros(n, dtype=bool)
         same_series[1:] = c[1:] == c[:-1]
         dt_prev = np.zeros(n, dtype=np.int64)
         dt_prev[1:] = t[1:] - t[:-1]
-        bad = same_series & ((dt_prev < 0) | ((dt_prev == 0) & (r["share"] >= 1.0)))
+        dup_ok = r["share"] < 1.0 if "share" in r else np.zeros(n, dtype=bool)
+        bad = same_series & ((dt_prev < 0) | ((dt_prev == 0) & ~dup_ok))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             uuid = next(k for k, v in self.series_index.items() if v == int(c[i]))
@@ -396,53 +400,67 @@ class _Engine:
     def _accumulate(self, r: dict[str, np.ndarray], dt_ns: np.ndarray) -> None:
         assert self.interval_s is not None
         cap_s = self.cap_intervals * self.interval_s
-        dt_s = dt_ns / _NS
+        dt_s = dt_ns * (1.0 / _NS)
         obs = np.minimum(dt_s, cap_s)
-        share = r["share"]
-        gap = (dt_s - obs) * share
-        obs_w = obs * share
+        gap = dt_s - obs
+        share = r.get("share")
+        obs_w = obs
+        if share is not None:
+            obs_w = obs * share
+            gap = gap * share
         u = r["u"]
         no_reading = np.isnan(u)
-        u_ok = np.where(no_reading, 0.0, u)
-        phase = np.searchsorted(_EDGES, u_ok, side="right")
+        has_nr = bool(no_reading.any())
+        u_ok = np.where(no_reading, 0.0, u) if has_nr else u
+        read_w = np.where(no_reading, 0.0, obs_w) if has_nr else obs_w
+        phase = ((u_ok >= 10.0).astype(np.int64) + (u_ok >= 70.0) + (u_ok >= 90.0))
         cell = r["cell"]
         cells = self.cells
-        cells.add("gap_s", cell, gap)
-        cells.add("no_reading_s", cell, np.where(no_reading, obs_w, 0.0))
-        read_w = np.where(no_reading, 0.0, obs_w)
+        n = cells.size
+        d = cells.data
+        # one pass per quantity over (cell, phase) keys instead of one per phase
+        key = cell * 4 + phase
+        by_phase = np.bincount(key, weights=read_w, minlength=4 * n).reshape(n, 4)
+        util = u_ok * 0.01
+        busy_w = read_w * util
+        unused = np.bincount(key, weights=read_w - busy_w, minlength=4 * n).reshape(n, 4)
         for k, name in enumerate(("idle_s", "underutilized_s", "productive_s", "compute_bound_s")):
-            cells.add(name, cell, np.where(phase == k, read_w, 0.0))
-        unused = read_w * (1.0 - u_ok / 100.0)
-        cells.add("underutilized_unused_s", cell, np.where(phase == 1, unused, 0.0))
-        cells.add("headroom_s", cell, np.where(phase >= 2, unused, 0.0))
-        cells.add("busy_s", cell, read_w * u_ok / 100.0)
-        cells.add("samples", cell, np.ones(cell.shape[0]))
-        sm = r["sm"]
-        sm_ok = ~np.isnan(sm)
-        if sm_ok.any():
-            sm_w = np.where(sm_ok, obs_w, 0.0)
-            sm_pct = np.where(sm_ok, sm * 100.0, 0.0)
-            sm_phase = np.searchsorted(_EDGES, sm_pct, side="right")
-            for k, name in enumerate(
-                ("sm_idle_s", "sm_underutilized_s", "sm_productive_s", "sm_compute_bound_s")
-            ):
-                cells.add(name, cell, np.where(sm_phase == k, sm_w, 0.0))
-            cells.add("sm_busy_s", cell, sm_w * sm_pct / 100.0)
-        self._series_stats(r, obs, u, no_reading)
+            d[name][:n] += by_phase[:, k]
+        d["underutilized_unused_s"][:n] += unused[:, 1]
+        d["headroom_s"][:n] += unused[:, 2] + unused[:, 3]
+        cells.add("busy_s", cell, busy_w)
+        if gap.any():
+            cells.add("gap_s", cell, gap)
+        if has_nr:
+            cells.add("no_reading_s", cell, np.where(no_reading, obs_w, 0.0))
+        d["samples"][:n] += np.bincount(cell, minlength=n)
+        sm = r.get("sm")
+        if sm is not None:
+            sm_ok = ~np.isnan(sm)
+            if sm_ok.any():
+                sm_w = np.where(sm_ok, obs_w, 0.0)
+                sm_pct = np.where(sm_ok, sm * 100.0, 0.0)
+                sm_phase = (sm_pct >= 10.0).astype(np.int64) + (sm_pct >= 70.0) + (sm_pct >= 90.0)
+                sm_by = np.bincount(cell * 4 + sm_phase, weights=sm_w,
+                                    minlength=4 * n).reshape(n, 4)
+                for k, name in enumerate(
+                    ("sm_idle_s", "sm_underutilized_s", "sm_productive_s", "sm_compute_bound_s")
+                ):
+                    d[name][:n] += sm_by[:, k]
+                cells.add("sm_busy_s", cell, sm_w * sm_pct / 100.0)
+        self._series_stats(r, obs, u, no_reading if has_nr else None, u_ok, read_w)
 
     def _series_stats(
-        self, r: dict[str, np.ndarray], obs: np.ndarray, u: np.ndarray, no_reading: np.ndarray
+        self, r: dict[str, np.ndarray], obs: np.ndarray, u: np.ndarray,
+        no_reading: np.ndarray | None, u0: np.ndarray, w: np.ndarray,
     ) -> None:
+        """Per-series sums the cells cannot give (time-weighted u^2, steps, idle runs)."""
         s = self.series
         c = r["code"]
-        w = np.where(no_reading, 0.0, obs)
-        u0 = np.where(no_reading, 0.0, u)
-        s.add("obs_s", c, w)
-        s.add("u_w", c, w * u0)
         s.add("u2_w", c, w * u0 * u0)
-        idle = (~no_reading) & (u0 < 10.0)
-        s.add("idle_s", c, np.where(idle, w, 0.0))
-        s.add("high_s", c, np.where(u0 >= 70.0, w, 0.0))
+        idle = u0 < 10.0
+        if no_reading is not None:
+            idle &= ~no_reading
         # consecutive steps within a series, the first row of each series against the carry
         first = np.ones(c.shape[0], dtype=bool)
         first[1:] = c[1:] != c[:-1]
@@ -454,10 +472,14 @@ class _Engine:
         prev_idle[first] = self.last_idle[c[first]]
         step = np.abs(u - prev_u)
         ok = ~np.isnan(step)
-        s.add("abs_step", c, np.where(ok, step, 0.0))
-        s.add("steps", c, ok.astype(np.float64))
+        if ok.all():
+            s.add("abs_step", c, step)
+            s.data["steps"][: s.size] += np.bincount(c, minlength=s.size)
+        else:
+            s.add("abs_step", c, np.where(ok, step, 0.0))
+            s.data["steps"][: s.size] += np.bincount(c[ok], minlength=s.size)
         run_start = idle & ~prev_idle
-        s.add("idle_runs", c, run_start.astype(np.float64))
+        s.data["idle_runs"][: s.size] += np.bincount(c[run_start], minlength=s.size)
         last = np.append(c[1:] != c[:-1], True)
         self._idle_run_lengths(c, idle, prev_idle, run_start, first, last, w)
         self.last_u[c[last]] = u[last]
@@ -531,15 +553,33 @@ class _Engine:
     def series_signals(self) -> tuple[SeriesSignals, ...]:
         out = []
         d = self.series.data
+        # per-series phase totals come from the cells (several cells per series when grouped)
+        n_cells = len(self.cell_index)
+        n_series = len(self.series_index)
+        code_of_cell = np.empty(n_cells, dtype=np.int64)
+        for (code, _key), cid in self.cell_index.items():
+            code_of_cell[cid] = code
+        cd = self.cells.data
+
+        def per_series(*names: str) -> np.ndarray:
+            total = sum(cd[name][:n_cells] for name in names)
+            return np.bincount(code_of_cell, weights=np.asarray(total, dtype=np.float64),
+                               minlength=n_series)
+
+        s_obs = per_series("idle_s", "underutilized_s", "productive_s", "compute_bound_s")
+        s_busy = per_series("busy_s")
+        s_idle = per_series("idle_s")
+        s_high = per_series("productive_s", "compute_bound_s")
+        s_samples = per_series("samples")
         for uuid, code in self.series_index.items():
             host, model, mig = self.series_meta[code]
-            obs = float(d["obs_s"][code])
+            obs = float(s_obs[code])
 
             def mean(name: str, code: int = code) -> float | None:
                 t = float(d[f"{name}_t"][code])
                 return float(d[f"{name}_w"][code]) / t if t > 0 else None
 
-            mean_u = float(d["u_w"][code]) / obs if obs > 0 else None
+            mean_u = 100.0 * float(s_busy[code]) / obs if obs > 0 else None
             std_u = None
             if mean_u is not None:
                 std_u = float(np.sqrt(max(float(d["u2_w"][code]) / obs - mean_u * mean_u, 0.0)))
@@ -558,13 +598,12 @@ class _Engine:
             ecc_lo, ecc_hi = float(self.ecc_min[code]), float(self.ecc_max[code])
             out.append(SeriesSignals(
                 gpu_uuid=uuid, host=host, gpu_model=model, mig_profile=mig,
-                samples=int(self.cells.data["samples"][
-                    [cid for (cc, _k), cid in self.cell_index.items() if cc == code]].sum()),
+                samples=int(s_samples[code]),
                 observed_s=obs, mean_util_pct=mean_u, std_util_pct=std_u,
                 mean_abs_step_pct=float(d["abs_step"][code]) / steps if steps > 0 else None,
-                idle_runs=int(d["idle_runs"][code]), idle_s=float(d["idle_s"][code]),
+                idle_runs=int(d["idle_runs"][code]), idle_s=float(s_idle[code]),
                 max_idle_run_s=float(self.max_idle_run[code]),
-                busy_high_s=float(d["high_s"][code]),
+                busy_high_s=float(s_high[code]),
                 mean_sm_active=mean("sm_active"), mean_sm_occupancy=mean("sm_occupancy"),
                 mean_tensor_active=mean("tensor_active"), mean_dram_active=mean("dram_active"),
                 mean_pcie_bytes_per_s=mean("pcie"), mean_nvlink_bytes_per_s=mean("nvlink"),
@@ -581,6 +620,22 @@ class _Engine:
         return tuple(out)
 
 
+def _periodic_order(codes: np.ndarray) -> np.ndarray | None:
+    """The series-major order of rows laid out tick by tick with the GPUs in a fixed order
+    (how samplers and nvidia-smi write), without sorting; None for any other layout."""
+    n = codes.shape[0]
+    again = np.flatnonzero(codes[1:] == codes[0])
+    if again.size == 0:
+        return None
+    g = int(again[0]) + 1
+    if g < 2 or n % g:
+        return None
+    grid = codes.reshape(-1, g)
+    if not (grid == grid[0]).all() or np.unique(grid[0]).size != g:
+        return None
+    return np.asarray(np.arange(n, dtype=np.int64).reshape(-1, g).T.ravel())
+
+
 def _float(batch: pa.RecordBatch, name: str) -> np.ndarray | None:
     col = batch.column(name)
     if col.null_count == len(col):
@@ -590,7 +645,9 @@ def _float(batch: pa.RecordBatch, name: str) -> np.ndarray | None:
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
 
 
-def _blank_like(a: np.ndarray, n: int) -> np.ndarray:
+def _blank_like(a: np.ndarray, n: int, key: str) -> np.ndarray:
+    if key == "share":
+        return np.ones(n)
     if a.dtype == bool:
         return np.zeros(n, dtype=bool)
     if a.dtype.kind == "f":
