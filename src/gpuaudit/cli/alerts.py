@@ -1,0 +1,46 @@
+"""``gpuaudit alerts``: Prometheus alerting rules for GPU waste and health (dcgm-exporter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+__all__ = ["alerts_cmd"]
+
+
+@click.command("alerts")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the rule file here instead of stdout.")
+@click.option("--underutil-pct", type=float, default=50.0, show_default=True,
+              help="GpuUnderutilized: mean utilization (percent) below this ...")
+@click.option("--underutil-window", default="1h", show_default=True,
+              help="... averaged over this window, on a GPU a pod holds.")
+@click.option("--memory-pressure", "memory_pressure_ratio", type=float, default=0.85,
+              show_default=True, help="GpuMemoryPressure: framebuffer used/(used+free) above.")
+@click.option("--temperature-c", type=float, default=85.0, show_default=True,
+              help="GpuHighTemperature: degrees C above this for 5 minutes.")
+@click.option("--tensor-idle", "tensor_idle_ratio", type=float, default=0.01,
+              show_default=True, help="GpuTensorCoresIdle: tensor pipe active ratio below ...")
+@click.option("--tensor-busy", "tensor_busy_ratio", type=float, default=0.5, show_default=True,
+              help="... while the graphics engine is active above this ratio.")
+@click.option("--held-idle-hours", type=float, default=4.0, show_default=True,
+              help="GpuHeldIdle: a held GPU with no activity for this many hours.")
+@click.option("--for", "for_duration", default="15m", show_default=True,
+              help="How long the waste conditions must hold before firing.")
+@click.option("--exported", "exported_labels", is_flag=True,
+              help="Match exported_pod/exported_namespace (dcgm-exporter Helm chart default, "
+              "honorLabels: false).")
+@click.option("--selector", default="", metavar='LABEL="VALUE",...',
+              help='Extra label matchers for every rule, e.g. cluster="prod".')
+def alerts_cmd(output: Path | None, **kw: object) -> None:
+    """Write Prometheus alerting rules (YAML) for GPU waste and GPU health."""
+    from gpuaudit.integrate.alerts import AlertThresholds, rules_yaml
+
+    text = rules_yaml(AlertThresholds(**kw))  # type: ignore[arg-type]
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(text, encoding="utf-8")
+    click.echo(f"wrote alert rules to {output} (check: promtool check rules {output})", err=True)
