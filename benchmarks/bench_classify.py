@@ -72,7 +72,8 @@ def generate(path: Path, gpus: int, hours: float, hz: float) -> None:
             })
             w.write_table(table)
     pf = pq.ParquetFile(tmp)
-    meta = {b"gpuaudit.interval_s": str(1 / hz).encode(), b"gpuaudit.source": b"synthetic",
+    meta = {b"gpuaudit.version": b"0.1.0",
+            b"gpuaudit.interval_s": str(1 / hz).encode(), b"gpuaudit.source": b"synthetic",
             b"gpuaudit.origin": b"SYNTHETIC benchmark fleet (benchmarks/bench_classify.py)"}
     del pf
     # rewrite footer metadata cheaply: keep data, add key-value metadata via a second pass
