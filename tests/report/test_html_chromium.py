@@ -24,10 +24,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_html_report import EVIL_POD, EVIL_TEAM, synthetic_table
 
 from gpuaudit.api import audit
-
-from test_html_report import EVIL_POD, EVIL_TEAM, synthetic_table
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 pytestmark = [

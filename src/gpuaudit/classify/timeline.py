@@ -17,6 +17,7 @@ GPU-seconds in 5 % utilization bins over all GPUs.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -279,7 +280,7 @@ def resample_mean(values: Sequence[float | None], n: int) -> list[float | None]:
     arr = np.array([np.nan if v is None else float(v) for v in values])
     edges = np.linspace(0, m, n + 1).round().astype(np.int64)
     out: list[float | None] = []
-    for a, b in zip(edges[:-1], edges[1:]):
+    for a, b in itertools.pairwise(edges.tolist()):
         seg = arr[a:max(b, a + 1)]
         seg = seg[~np.isnan(seg)]
         out.append(float(seg.mean()) if seg.size else None)

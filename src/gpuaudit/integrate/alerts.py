@@ -72,8 +72,8 @@ def alert_rules(t: AlertThresholds = AlertThresholds()) -> dict[str, Any]:
     base = t.selector.strip().strip("{}")
     held = f'{{{pod}!=""' + (f",{base}" if base else "") + "}"
     sel = f"{{{base}}}" if base else ""
-    who = (f"GPU {{{{ $labels.gpu }}}} ({{{{ $labels.UUID }}}}{{{{ $labels.uuid }}}}) on "
-           f"{{{{ $labels.Hostname }}}}{{{{ $labels.hostname }}}}")
+    who = ("GPU {{ $labels.gpu }} ({{ $labels.UUID }}{{ $labels.uuid }}) on "
+           "{{ $labels.Hostname }}{{ $labels.hostname }}")
     owner = f"pod {{{{ $labels.{ns} }}}}/{{{{ $labels.{pod} }}}}"
     val = '{{ $value | printf "%.1f" }}'
     val3 = '{{ $value | printf "%.3f" }}'

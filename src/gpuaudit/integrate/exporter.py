@@ -25,6 +25,7 @@ registry with one custom collector), so a scrape costs a memcpy whatever the fle
 from __future__ import annotations
 
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -287,7 +288,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 
@@ -298,6 +299,10 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, addr: tuple[str, int], state: ExporterState) -> None:
         self.state = state
         super().__init__(addr, _Handler)
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
@@ -312,12 +317,7 @@ def parse_listen(listen: str) -> tuple[str, int]:
 def serve(state: ExporterState, host: str = "127.0.0.1", port: int = 9402) -> _Server:
     """Start serving ``state`` on ``host:port`` in a background thread; returns the server
     (``server.server_address`` has the bound port when ``port`` is 0; ``shutdown()`` stops)."""
-    import socket
-
-    cls = _Server
-    if ":" in host:
-        cls = type("_Server6", (_Server,), {"address_family": socket.AF_INET6})
-    server = cls((host, port), state)
+    server = (_Server6 if ":" in host else _Server)((host, port), state)
     threading.Thread(target=server.serve_forever, name="gpuaudit-exporter-http",
                      daemon=True).start()
     return server

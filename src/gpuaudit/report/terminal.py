@@ -99,6 +99,7 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
     sm = _sm_view(t)
     if sm is not None:
         con.print(sm)
+    _sparklines(con, result, width)
     cp, wp = c.cost_projection, c.waste_projection
     money = Table(box=box.SIMPLE, title="Cost", title_justify="left")
     money.add_column("")
@@ -148,6 +149,11 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
             con.print(f"  [{h.severity}] {h.kind} on {h.gpu_uuid}: {h.evidence}")
         con.print()
     _plan(con, result)
+    trace = result.extra.get("trace")
+    if trace:
+        from gpuaudit.report.trace import render_trace_terminal
+
+        con.print(Text(render_trace_terminal(trace)), end="")
     if u.notes or u.events:
         con.print(Text("Data notes", style="bold"))
         for n in u.notes:
@@ -156,6 +162,30 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         for ev in u.events:
             con.print(f"  event: {ev}")
     return buf.getvalue()
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def _sparklines(con: Console, result: AuditResult, width: int) -> None:
+    """Utilization over time per GPU, from extra["timeline"] (classify/timeline.py)."""
+    from gpuaudit.classify.timeline import resample_mean
+
+    tl = result.extra.get("timeline")
+    if not isinstance(tl, dict) or not tl.get("gpus"):
+        return
+    gpus = tl["gpus"][:MAX_ROWS]
+    name_w = min(28, max(len(str(g["gpu_uuid"])) for g in gpus))
+    cols = max(10, width - name_w - 4)
+    con.print(Text(f"Utilization over time (one line per GPU; blank = no reading; "
+                   f"{tl.get('start', '')[:19]} UTC onwards)", style="bold"))
+    for g in gpus:
+        vals = resample_mean(g["util_pct"], cols)
+        line = "".join(" " if v is None else SPARK[min(7, int(v / 100 * 8))] for v in vals)
+        con.print(f"  {str(g['gpu_uuid'])[-name_w:]:>{name_w}} {line}", highlight=False)
+    if len(tl["gpus"]) > MAX_ROWS:
+        con.print(f"  ... {len(tl['gpus']) - MAX_ROWS} more GPUs")
+    con.print()
 
 
 def _rows_table(con: Console, result: AuditResult) -> None:
