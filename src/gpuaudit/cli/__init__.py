@@ -22,6 +22,8 @@ COMMANDS: dict[str, str] = {
     "trace": "trace:trace_cmd",
     "run": "run:run_cmd",
     "sample": "sample:sample_cmd",
+    "scrape": "scrape:scrape_cmd",
+    "fleet": "fleet:fleet_cmd",
     "grafana": "grafana:grafana_cmd",
     "alerts": "alerts:alerts_cmd",
     "exporter": "exporter:exporter_cmd",

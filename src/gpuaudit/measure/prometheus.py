@@ -404,8 +404,9 @@ def _join_chunk(ids: Sequence[Any], per_metric: Mapping[str, list[tuple[int, np.
         for code, ts, _v in parts:
             keys.append(code * (1 << 32) + (ts - start_ns) // step_ns)
     if not keys:
-        return series_table([], np.zeros(0, np.int64), np.zeros(0, np.int64), {},
-                            where=where)
+        empty: tuple[pa.Table, list[ImportNote]] = series_table(
+            [], np.zeros(0, np.int64), np.zeros(0, np.int64), {}, where=where)
+        return empty
     uniq = np.unique(np.concatenate(keys))
     values: dict[str, np.ndarray] = {}
     for metric, parts in per_metric.items():
@@ -426,5 +427,39 @@ def _join_chunk(ids: Sequence[Any], per_metric: Mapping[str, list[tuple[int, np.
     values = {k: v[has] for k, v in values.items()}
     codes = (uniq >> 32).astype(np.int64)
     ts_ns = start_ns + (uniq & ((1 << 32) - 1)) * step_ns
-    table, notes = series_table(ids, codes, ts_ns.astype(np.int64), values, where=where)
-    return table, notes
+    out: tuple[pa.Table, list[ImportNote]] = series_table(
+        ids, codes, ts_ns.astype(np.int64), values, where=where)
+    return out
+
+
+def pod_labels(client: PromClient, *, start_s: float, end_s: float,
+               matchers: Mapping[str, str] | None = None,
+               ) -> dict[tuple[str, str], dict[str, str]]:
+    """kube-state-metrics ``kube_pod_labels`` of every pod seen in the range:
+    (namespace, pod) -> labels with the ``label_`` prefix removed (``label_team_id`` ->
+    ``team_id``). PromQL: ``last_over_time(kube_pod_labels{...}[<range>])``. Empty when
+    kube-state-metrics is not scraped."""
+    rng = duration(max(end_s - start_s, 1.0))
+    rows = client.query(f"last_over_time(kube_pod_labels{selector(matchers)}[{rng}])", end_s)
+    out: dict[tuple[str, str], dict[str, str]] = {}
+    for labels, _v in rows:
+        ns = labels.get("exported_namespace") or labels.get("namespace", "")
+        pod = labels.get("exported_pod") or labels.get("pod", "")
+        if not pod:
+            continue
+        kl = {k[6:]: v for k, v in labels.items() if k.startswith("label_") and v}
+        out.setdefault((ns, pod), {}).update(kl)
+    return out
+
+
+def detect_interval_s(client: PromClient, *, end_s: float,
+                      matchers: Mapping[str, str] | None = None) -> float | None:
+    """The scrape interval of the dcgm-exporter series: 3600 / the median number of
+    ``DCGM_FI_DEV_GPU_UTIL`` (or GR_ENGINE_ACTIVE) samples per series in the last hour of the
+    range (PromQL ``quantile(0.5, count_over_time(...[1h]))``), rounded to a whole second."""
+    sel = selector(matchers)
+    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
+        res = client.query(f"quantile(0.5, count_over_time({metric}{sel}[1h]))", end_s)
+        if res and res[0][1] == res[0][1] and res[0][1] >= 2:
+            return float(max(1, round(3600.0 / res[0][1])))
+    return None

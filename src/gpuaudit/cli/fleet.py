@@ -1,0 +1,365 @@
+"""``gpuaudit fleet``: audit a GPU fleet from Prometheus (dcgm-exporter series), by team.
+
+Default path: the phase classification is pushed down into Prometheus as PromQL
+(:mod:`gpuaudit.measure.pushdown`), so only per-series sums cross the wire. ``--raw`` pulls
+the samples with ``query_range`` instead and classifies them here. ``--recording`` audits a
+recording made by ``gpuaudit scrape`` the same way. :func:`audit_fleet` is the same
+composition for Python callers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli.options import output_options, pricing_kwargs, pricing_options
+from gpuaudit.errors import InputError
+
+__all__ = ["audit_fleet", "fleet_cmd", "parse_duration_s", "parse_time_s"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
+          "y": 31536000.0}
+
+
+def parse_duration_s(text: str) -> float:
+    """``15s``, ``1m``, ``7d``, ``1h30m`` or plain seconds, as seconds."""
+    t = text.strip()
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)", t)
+    if not parts or "".join(a + b for a, b in parts) != t:
+        raise InputError(f"cannot read duration {text!r}", fix="write e.g. 15s, 1m, 7d, 1h30m")
+    return sum(float(a) * _UNITS[b] for a, b in parts)
+
+
+def parse_time_s(text: str) -> float:
+    """An absolute time: ISO 8601 (UTC when no zone), epoch seconds, or ``now``."""
+    t = text.strip()
+    if t == "now":
+        return time.time()
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    try:
+        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InputError(f"cannot read time {text!r}",
+                         fix="write ISO 8601 (2025-01-31T00:00:00Z) or epoch seconds") from exc
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return dt.timestamp()
+
+
+def _advice(usage: Any, rates: Any, keys: Sequence[str], top: int,
+            pricing: Mapping[str, Any]) -> dict[tuple[str | None, ...], list[dict[str, Any]]]:
+    """The recommender run on each of the ``top`` costliest groups alone."""
+    import pyarrow.compute as pc
+
+    from gpuaudit.classify import diagnose
+    from gpuaudit.price import price_usage
+    from gpuaudit.price.attribution import rollup
+    from gpuaudit.recommend import recommend
+
+    out: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
+    cells = usage.cells
+    for key, _line in rollup(cells, keys, rates)[:top]:
+        mask = None
+        for k, v in zip(keys, key):
+            m = pc.is_null(cells.column(k)) if v is None else pc.equal(cells.column(k), v)
+            m = pc.fill_null(m, False)
+            mask = m if mask is None else pc.and_(mask, m)
+        sub_cells = cells.filter(mask) if mask is not None else cells
+        gpus = set(sub_cells.column("gpu_uuid").to_pylist())
+        series = tuple(s for s in usage.series if s.gpu_uuid in gpus)
+        patterns = tuple(p for p in usage.patterns if p.gpu_uuid in gpus)
+        sub = replace(usage, cells=sub_cells, series=series, patterns=patterns)
+        cost = price_usage(sub, rates, energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"))
+        plan = recommend(sub, cost, diagnose(series, patterns))
+        recs = sorted(plan.recommendations, key=lambda r: -r.monthly_usd)[:3]
+        out[tuple(key)] = [{"id": r.id, "title": r.remediation.title,
+                            "monthly_usd": str(r.monthly_usd.quantize(Decimal("0.01"))),
+                            "evidence": r.evidence, "counted": r.counted} for r in recs]
+    return out
+
+
+def audit_fleet(
+    *,
+    prometheus: str | None = None,
+    recording: str | Path | None = None,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    since_s: float = 7 * 86400.0,
+    step_s: float | None = None,
+    by: Sequence[str] = ("team",),
+    map_file: str | Path | None = None,
+    matchers: Mapping[str, str] | None = None,
+    raw: bool = False,
+    client_kwargs: Mapping[str, Any] | None = None,
+    chunk_s: float = 86400.0,
+    pricing: Mapping[str, Any] | None = None,
+    advice_groups: int = 10,
+) -> Any:
+    """Audit a fleet and return an :class:`~gpuaudit.result.AuditResult` whose
+    ``extra["fleet"]`` holds the showback, KPIs and histograms (see report/fleet.py)."""
+    import pyarrow as pa
+
+    from gpuaudit.api import Report
+    from gpuaudit.classify import check_health, classify, diagnose
+    from gpuaudit.classify.phases import group_key_names
+    from gpuaudit.measure.prometheus import (
+        PromClient,
+        PrometheusSource,
+        detect_interval_s,
+        pod_labels,
+    )
+    from gpuaudit.measure.pushdown import pull_aggregates
+    from gpuaudit.price import price_usage, resolve_rates
+    from gpuaudit.price.attribution import (
+        Attributor,
+        attribute_table,
+        coarse_usage,
+        fleet_summary,
+        load_mapping,
+        usage_from_pushdown,
+    )
+    from gpuaudit.recommend import recommend
+
+    pricing = dict(pricing or {})
+    mapping = load_mapping(map_file) if map_file else None
+    user_keys = group_key_names(list(by) or ["team"])
+    fine_keys = tuple(dict.fromkeys([*user_keys, "namespace", "pod"]))
+    transfer: dict[str, Any] = {}
+    util_window: dict[str, float | None] = {}
+    daily: pa.Table | None = None
+    if (prometheus is None) == (recording is None):
+        raise InputError("give either --prometheus URL or --recording PATH",
+                         fix="gpuaudit fleet --prometheus http://prom:9090 --since 7d")
+    if recording is not None:
+        from gpuaudit.measure.files import read_samples
+
+        rec = read_samples(recording)
+        table = attribute_table(rec.table, Attributor(mapping, {}))
+        usage_fine = classify(replace(rec, table=table), by=fine_keys)
+        daily, util_window = _local_kpis(table, fine_keys, usage_fine.interval_s)
+        transfer = {"mode": "recording", "path": str(recording)}
+    else:
+        assert prometheus is not None
+        client = PromClient(prometheus, **dict(client_kwargs or {}))
+        try:
+            end = end_s if end_s is not None else time.time()
+            start = start_s if start_s is not None else end - since_s
+            if end <= start:
+                raise InputError("the range is empty (--end is not after --start)",
+                                 fix="give --since, or --start before --end")
+            step = step_s or detect_interval_s(client, end_s=end, matchers=matchers)
+            if step is None:
+                raise InputError(
+                    "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
+                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE) in the last hour of the range",
+                    where=prometheus, fix="check --start/--end/--since and --match, or give "
+                    "--step (the scrape interval)")
+            step = float(step)
+            start = (start // step + 1) * step
+            end = (end // step) * step
+            kube = pod_labels(client, start_s=start, end_s=end)
+            attributor = Attributor(mapping, kube)
+            if raw:
+                src = PrometheusSource(client, start_s=start, end_s=end, step_s=step,
+                                       matchers=matchers)
+                batches = list(src.batches())
+                from gpuaudit.schema import SAMPLE_SCHEMA, Recording
+
+                table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
+                table = attribute_table(table, attributor)
+                rec = Recording(table=table, source="prometheus", origin=src.origin,
+                                interval_s=step, notes=src.notes)
+                usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
+                daily, util_window = _local_kpis(table, fine_keys, step, start_s=start,
+                                                 chunk_s=chunk_s)
+            else:
+                data = pull_aggregates(client, start_s=start, end_s=end, step_s=step,
+                                       matchers=matchers, chunk_s=chunk_s)
+                usage_fine, daily = usage_from_pushdown(
+                    data, by=fine_keys,
+                    labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
+                                                              dict(sid.labels)))
+                util_window = dict(data.fleet_util_pct)
+            transfer = {"mode": "raw query_range" if raw else "PromQL pushdown",
+                        "url": prometheus, "requests": client.requests,
+                        "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
+                        "step_s": step, "start": _iso(start), "end": _iso(end),
+                        "kube_pod_labels": len(kube)}
+        finally:
+            client.close()
+    usage = coarse_usage(usage_fine, user_keys)
+    models = {s.gpu_model for s in usage.series} or {None}
+    rates = resolve_rates(models, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
+                          provider=pricing.get("provider"),
+                          purchase=pricing.get("purchase", "on-demand"),
+                          catalog=pricing.get("catalog"))
+    cost = price_usage(usage, rates, counts=pricing.get("counts"),
+                       energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"))
+    diagnoses = diagnose(usage.series, usage.patterns)
+    plan = recommend(usage, cost, diagnoses)
+    advice = _advice(usage_fine, rates, list(user_keys), advice_groups, pricing)
+    fleet = fleet_summary(usage_fine, rates, group_keys=user_keys, daily=daily,
+                          util_window_pct=util_window, advice=advice, transfer=transfer)
+    return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
+                       health=check_health(usage.series), extra={"fleet": fleet})
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
+
+
+def _local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
+                start_s: float | None = None, chunk_s: float = 86400.0,
+                ) -> tuple[Any, dict[str, float | None]]:
+    """Per-day cells (classify over each day's rows) and mean utilization over the last 1 h
+    and 24 h, from a sample table already attributed."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpuaudit.classify import classify
+
+    if table.num_rows == 0:
+        return None, {}
+    ts = table.column("ts").cast(pa.int64()).to_numpy()
+    t0 = float(start_s) if start_s is not None else float(ts.min()) / 1e9
+    day = ((ts / 1e9 - t0) // chunk_s).astype(np.int64)
+    parts = []
+    for d in np.unique(day):
+        sub = table.filter(pa.array(day == d))
+        u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0)
+        cells = u.cells
+        start_ns = int((t0 + d * chunk_s) * 1e9)
+        parts.append(cells.add_column(0, "day_start", pa.array(
+            [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))))
+    daily = pa.concat_tables(parts, promote_options="permissive")
+    end_ns = int(ts.max())
+    out: dict[str, float | None] = {}
+    for label, secs in (("1h", 3600), ("24h", 86400)):
+        sub = table.filter(pc.greater(table.column("ts").cast(pa.int64()),
+                                      end_ns - secs * 1_000_000_000))
+        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0).overall() \
+            .mean_util_pct if sub.num_rows else None
+    return daily, out
+
+
+def _matchers(items: Sequence[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise InputError(f"cannot read --match {item!r}", fix="write LABEL=VALUE")
+        out[k.strip()] = v
+    return out
+
+
+@click.command("fleet")
+@click.option("--prometheus", "prometheus", metavar="URL", default=None,
+              help="Prometheus-compatible base URL (Prometheus, Thanos, Mimir, VictoriaMetrics).")
+@click.option("--recording", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Audit a recording from `gpuaudit scrape` instead.")
+@click.option("--since", default="7d", show_default=True, help="Range ending now (or --end).")
+@click.option("--start", default=None, help="Range start (ISO 8601 or epoch seconds).")
+@click.option("--end", default=None, help="Range end (ISO 8601, epoch seconds or 'now').")
+@click.option("--step", default=None,
+              help="Scrape interval of the exporter series (default: detected).")
+@click.option("--by", "by", multiple=True, metavar="KEY",
+              help="Roll up by team, project, user, namespace, pod or any label "
+              "(repeat or comma-separate; default team).")
+@click.option("--map-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="TOML mapping namespace/label -> team/project (docs/fleet.md).")
+@click.option("--match", "match", multiple=True, metavar="LABEL=VALUE",
+              help="Only series with this label value (repeatable), e.g. Hostname=node-1.")
+@click.option("--raw", is_flag=True, help="Pull raw samples (query_range) instead of pushdown.")
+@click.option("--chunk", default="1d", show_default=True, help="Time chunk per query batch.")
+@click.option("--bearer-token-file", type=click.Path(path_type=Path), default=None,
+              help="File holding a bearer token (re-read per request).")
+@click.option("--bearer-token-env", default=None, metavar="VAR",
+              help="Environment variable holding a bearer token.")
+@click.option("--basic-auth", default=None, metavar="USER:PASSWORD_ENV",
+              help="Basic auth: user name and the environment variable holding the password.")
+@click.option("--ca-file", type=click.Path(path_type=Path), default=None,
+              help="CA bundle (PEM) to verify the server's certificate.")
+@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
+              help="Seconds per request.")
+@click.option("--retries", type=int, default=4, show_default=True,
+              help="Retries per request (exponential backoff) before giving up.")
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bars on stderr (default: when stderr is a terminal).")
+@pricing_options
+@output_options
+def fleet_cmd(prometheus: str | None, recording: Path | None, since: str, start: str | None,
+              end: str | None, step: str | None, by: tuple[str, ...], map_file: Path | None,
+              match: tuple[str, ...], raw: bool, chunk: str, bearer_token_file: Path | None,
+              bearer_token_env: str | None, basic_auth: str | None, ca_file: Path | None,
+              timeout_s: float, retries: int, progress: bool | None, fmt: str,
+              output: Path | None, **kw: Any) -> None:
+    """Fleet audit from dcgm-exporter series in Prometheus, attributed to teams."""
+    import os
+    import sys
+
+    pricing = pricing_kwargs(kw)
+    groups = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
+    client_kwargs: dict[str, Any] = {"timeout_s": timeout_s, "retries": retries,
+                                     "bearer_token_file": bearer_token_file,
+                                     "bearer_token_env": bearer_token_env, "ca_file": ca_file}
+    if basic_auth:
+        user, sep, var = basic_auth.partition(":")
+        password = os.environ.get(var) if sep else None
+        if not password:
+            raise InputError("--basic-auth needs USER:VAR with the password in $VAR",
+                             fix="export PROM_PASSWORD=...; --basic-auth me:PROM_PASSWORD")
+        client_kwargs["basic_auth"] = (user, password)
+    stop = None
+    if progress or (progress is None and sys.stderr.isatty()):
+        from gpuaudit.measure.prometheus import rich_progress
+
+        hook, stop = rich_progress()
+        client_kwargs["progress"] = hook
+    try:
+        result = audit_fleet(
+            prometheus=prometheus, recording=recording,
+            start_s=parse_time_s(start) if start else None,
+            end_s=parse_time_s(end) if end else None,
+            since_s=parse_duration_s(since),
+            step_s=parse_duration_s(step) if step else None,
+            by=groups or ("team",), map_file=map_file, matchers=_matchers(match), raw=raw,
+            client_kwargs=client_kwargs, chunk_s=parse_duration_s(chunk), pricing=pricing)
+    finally:
+        if stop is not None:
+            stop()
+    emit_fleet(result, fmt, output)
+
+
+def emit_fleet(result: Any, fmt: str, output: Path | None) -> None:
+    """The core report plus the fleet section (terminal/Markdown); JSON and HTML carry the
+    fleet dict in ``extra.fleet``."""
+    import sys
+
+    from gpuaudit.report.fleet import render_fleet
+
+    tty = output is None and sys.stdout.isatty()
+    text = result.render(fmt, width=100, color=tty)
+    if fmt in ("terminal", "markdown"):
+        text = text.rstrip("\n") + "\n" + render_fleet(result.extra["fleet"], fmt)
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {fmt} report to {output}", err=True)
+    else:
+        click.echo(text, nl=False)

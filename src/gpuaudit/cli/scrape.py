@@ -1,0 +1,98 @@
+"""``gpuaudit scrape URL...``: record dcgm-exporter ``/metrics`` endpoints into a recording.
+
+Each tick GETs every endpoint (in parallel, httpx), parses the text exposition format
+(:func:`gpuaudit.measure.dcgm.parse_metrics_text`) and appends the rows to a crash-safe
+journal (:class:`gpuaudit.measure.recorder.Recorder`); the Parquet recording is written when
+``--duration`` ends or on Ctrl-C. An endpoint that fails on a tick is an event in the
+recording (its GPUs' time is unobserved), not the end of the recording; if every endpoint
+fails on the first tick the command stops with the error.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+__all__ = ["scrape_cmd", "scrape_to_recording"]
+
+
+def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, duration_s: float,
+                        timeout_s: float = 10.0, clock: object = time) -> int:
+    """Scrape ``urls`` every ``every_s`` for ``duration_s`` into ``output``; returns rows
+    written. Ctrl-C finishes the recording cleanly."""
+    import httpx
+
+    from gpuaudit.errors import GpuauditError
+    from gpuaudit.measure.dcgm import scrape_once
+    from gpuaudit.measure.recorder import Extras, Recorder
+
+    t_start = time.time()
+    rec = Recorder(output, interval_s=every_s, origin=f"dcgm-exporter {', '.join(urls)}",
+                   source="dcgm-exporter", host=None, start_ns=int(t_start * 1e9))
+    extras = Extras()
+    seen_notes: set[str] = set()
+    ticks = 0
+    mono0 = time.monotonic()
+    try:
+        with httpx.Client(timeout=timeout_s) as client:
+            while True:
+                now_ns = time.time_ns()
+                tables = []
+                for url in urls:
+                    try:
+                        table, notes = scrape_once([url], client=client, ts_ns=now_ns)
+                    except GpuauditError as exc:
+                        if ticks == 0 and len(urls) == 1:
+                            raise
+                        extras.events.append(f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}"
+                                             f" {url} unavailable: {exc.what}")
+                        continue
+                    tables.append(table)
+                    for n in notes:
+                        if n.reason not in seen_notes:
+                            seen_notes.add(n.reason)
+                            extras.notes.append(f"{n.where}: {n.reason}")
+                if ticks == 0 and not tables:
+                    from gpuaudit.errors import SourceUnavailableError
+
+                    raise SourceUnavailableError("no endpoint answered on the first scrape",
+                                                 where=", ".join(urls),
+                                                 fix="check the URLs (http://<node>:9400/metrics)")
+                for t in tables:
+                    for batch in t.to_batches():
+                        rec.write(batch)
+                rec.write(None, extras)
+                ticks += 1
+                next_t = mono0 + ticks * every_s
+                if next_t - mono0 >= duration_s:
+                    break
+                time.sleep(max(0.0, next_t - time.monotonic()))
+    except KeyboardInterrupt:
+        extras.events.append("stopped by Ctrl-C")
+    except BaseException:
+        rec.close(extras)
+        raise
+    extras.sampler = {"ticks": ticks, "every_s": every_s}
+    rec.close(extras)
+    return rec.rows
+
+
+@click.command("scrape")
+@click.argument("urls", nargs=-1, required=True)
+@click.option("--every", default="15s", show_default=True, help="Scrape interval.")
+@click.option("--duration", default="10m", show_default=True, help="How long to record.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              required=True, help="Recording to write (Parquet).")
+@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
+              help="Seconds per request.")
+def scrape_cmd(urls: tuple[str, ...], every: str, duration: str, output: Path,
+               timeout_s: float) -> None:
+    """Record dcgm-exporter endpoints (http://node:9400/metrics ...) into a recording."""
+    from gpuaudit.cli.fleet import parse_duration_s
+
+    every_s = parse_duration_s(every)
+    rows = scrape_to_recording(list(urls), output, every_s=every_s,
+                               duration_s=parse_duration_s(duration), timeout_s=timeout_s)
+    click.echo(f"wrote {rows} sample rows to {output}", err=True)
