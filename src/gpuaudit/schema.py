@@ -29,6 +29,7 @@ __all__ = [
     "SAMPLE_SCHEMA",
     "Column",
     "ImportNote",
+    "OrderCheck",
     "Recording",
     "SampleSource",
     "build_table",
@@ -333,7 +334,7 @@ def validate(
         if col.scale == "percent":
             _check_percent_scale(arr, col, where)
     if check_order:
-        _check_order(table, where)
+        OrderCheck().check(table, where)
     return table
 
 
@@ -370,22 +371,40 @@ def _check_percent_scale(arr: pa.ChunkedArray, col: Column, where: Callable[[int
         )
 
 
-def _check_order(table: pa.Table, where: Callable[[int], str]) -> None:
-    codes = pc.dictionary_encode(table.column("gpu_uuid").cast(pa.string())).combine_chunks()
-    bad = order_violation(
-        codes.indices.to_numpy(),
-        table.column("ts").cast(pa.int64()).to_numpy(),
-        ~np.asarray(pc.is_null(table.column("gpu_share")).to_numpy(zero_copy_only=False)),
-    )
-    if bad >= 0:
-        gpu = codes.dictionary[codes.indices[bad].as_py()].as_py()
-        ts = table.column("ts")[bad]
-        raise SampleTableError(
-            f"timestamp {ts} repeats or runs backwards for GPU {gpu}",
-            column="ts", row=bad, value=str(ts), where=where(bad),
-            fix="each GPU's samples must be in time order with no duplicates; sort the "
-            "file by time, or give each GPU a distinct gpu_uuid",
-        )
+class OrderCheck:
+    """Each GPU's timestamps must increase across a whole stream of tables, not just one.
+
+    Keeps the last timestamp of every ``gpu_uuid`` between calls; a fresh instance checks a
+    single table. Rows of a time-sliced GPU (``gpu_share`` set) may repeat a timestamp.
+    """
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.last_ts = np.empty(0, dtype=np.int64)
+
+    def check(self, table: pa.Table, where: Callable[[int], str]) -> None:
+        uuid = table.column("gpu_uuid").combine_chunks()
+        if not pa.types.is_dictionary(uuid.type):
+            uuid = pc.dictionary_encode(uuid)
+        mapping = np.array([self.codes.setdefault(str(v), len(self.codes))
+                            for v in uuid.dictionary.to_pylist()], dtype=np.int64)
+        if len(self.codes) > len(self.last_ts):
+            grown = np.full(len(self.codes), np.iinfo(np.int64).min, dtype=np.int64)
+            grown[: len(self.last_ts)] = self.last_ts
+            self.last_ts = grown
+        codes = mapping[uuid.indices.to_numpy(zero_copy_only=False)]
+        shared = np.asarray(pc.is_valid(table.column("gpu_share")).to_numpy(zero_copy_only=False))
+        ts = table.column("ts").cast(pa.int64()).to_numpy()
+        bad = order_violation(codes, ts, shared, self.last_ts)
+        if bad >= 0:
+            gpu = uuid.dictionary[uuid.indices[bad].as_py()].as_py()
+            ts_v = table.column("ts")[bad]
+            raise SampleTableError(
+                f"timestamp {ts_v} repeats or runs backwards for GPU {gpu}",
+                column="ts", row=bad, value=str(ts_v), where=where(bad),
+                fix="each GPU's samples must be in time order with no duplicates; sort the "
+                "file by time, or give each GPU a distinct gpu_uuid (a uuid or index column)",
+            )
 
 
 def order_violation(

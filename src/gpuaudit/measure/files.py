@@ -24,7 +24,7 @@ import pyarrow.json as pjson
 import pyarrow.parquet as pq
 
 from gpuaudit import schema
-from gpuaudit.errors import InputError, SampleTableError
+from gpuaudit.errors import InputError
 from gpuaudit.measure import nvidia_smi as smi
 from gpuaudit.measure.mapping import BatchConverter, NoteBook, parse_mapping, resolve_columns
 from gpuaudit.measure.parquet_io import (
@@ -310,7 +310,7 @@ class FileSource:
 
     # -- the stream --------------------------------------------------------------------
     def _stream(self) -> Iterator[pa.RecordBatch]:
-        order = _OrderCheck()
+        order = schema.OrderCheck()
         total = 0
         for raw, locate in self._raw():
             if raw.num_rows == 0:
@@ -354,38 +354,6 @@ class FileSource:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-class _OrderCheck:
-    """Each GPU's timestamps must increase across the whole stream, not just one batch."""
-
-    def __init__(self) -> None:
-        self.codes: dict[str, int] = {}
-        self.last_ts = np.empty(0, dtype=np.int64)
-
-    def check(self, table: pa.Table, locate: Locate) -> None:
-        uuid = table.column("gpu_uuid").combine_chunks()
-        if not pa.types.is_dictionary(uuid.type):
-            uuid = pc.dictionary_encode(uuid)
-        mapping = np.array([self.codes.setdefault(str(v), len(self.codes))
-                            for v in uuid.dictionary.to_pylist()], dtype=np.int64)
-        if len(self.codes) > len(self.last_ts):
-            grown = np.full(len(self.codes), np.iinfo(np.int64).min, dtype=np.int64)
-            grown[: len(self.last_ts)] = self.last_ts
-            self.last_ts = grown
-        codes = mapping[uuid.indices.to_numpy(zero_copy_only=False)]
-        shared = np.asarray(pc.is_valid(table.column("gpu_share")).to_numpy(zero_copy_only=False))
-        ts = table.column("ts").cast(pa.int64()).to_numpy()
-        bad = schema.order_violation(codes, ts, shared, self.last_ts)
-        if bad >= 0:
-            gpu = uuid.dictionary[uuid.indices[bad].as_py()].as_py()
-            ts_v = table.column("ts")[bad]
-            raise SampleTableError(
-                f"timestamp {ts_v} repeats or runs backwards for GPU {gpu}",
-                column="ts", row=bad, value=str(ts_v), where=locate(bad),
-                fix="each GPU's samples must be in time order with no duplicates; sort the "
-                "file by time, or give each GPU a distinct gpu_uuid (uuid or index column)",
-            )
 
 
 def infer_interval_s(table: pa.Table) -> float | None:
