@@ -11,7 +11,11 @@
     @gpuaudit.monitored(labels={"project": "resnet"})
     def train(): ...
 
-Sampling runs in a background thread (see :mod:`gpuaudit.measure.sampler`). Measurement
+Sampling runs in a background thread (see :mod:`gpuaudit.measure.sampler`), or, at 50 Hz
+and above or with ``process=True``, in a separate process that owns NVML and the recording
+(:mod:`gpuaudit.measure.sampler_process`): a GIL-bound workload cannot slow it, and a crash
+or hang of the sampler cannot hurt the workload. ``m.mark``/``m.step`` only append to a list
+there; a thread sends them over in batches. Measurement
 never stands between a user and their job: without an NVIDIA driver or GPU the block runs
 unmeasured, one line on stderr says why, and :meth:`Monitor.report` says nothing was sampled.
 """
@@ -65,6 +69,8 @@ class Monitor:
 
     ``backend`` defaults to :class:`~gpuaudit.measure.nvml.NvmlBackend` (every GPU visible
     to this process). ``output`` streams the recording to a Parquet path as it is sampled.
+    ``process``: True samples in a separate process, False in a thread, None (default)
+    chooses the process at ``hz >= 50`` when the backend can be sent there.
     """
 
     def __init__(
@@ -76,6 +82,7 @@ class Monitor:
         backend: Any = None,
         flush_s: float = 5.0,
         quiet: bool = False,
+        process: bool | None = None,
     ) -> None:
         if not hz > 0:
             raise ValueError(f"hz must be > 0, got {hz}")
@@ -87,6 +94,7 @@ class Monitor:
         self.recording: Recording | None = None
         self._backend = backend
         self._flush_s = flush_s
+        self._process = process
         self._sampler: Any = None
         self._totals: dict[str, float | None] = {"steps": 0, "samples": None, "tokens": None}
         self._marks: list[str] = []
@@ -97,7 +105,7 @@ class Monitor:
 
         backend = self._backend if self._backend is not None else NvmlBackend()
         sampler = Sampler(backend, interval_s=1.0 / self.hz, labels=self.labels,
-                          output=self.output, flush_s=self._flush_s,
+                          output=self.output, flush_s=self._flush_s, process=self._process,
                           origin=f"live NVML sampling by gpuaudit.monitor (labels "
                           f"{self.labels or {}})")
         try:

@@ -66,10 +66,12 @@ def run_workload(
     backend: Any = None,
     flush_s: float = 5.0,
     echo: Any = None,
+    process: bool | None = None,
 ) -> tuple[int, Any, str | None]:
     """Run ``command`` under the sampler; return (exit code, Recording or None, why-not).
 
-    ``why-not`` is set when nothing was sampled.
+    ``why-not`` is set when nothing was sampled. ``process``: sample in a separate process
+    (True), in a thread of this one (False), or choose by rate (None: process at >= 50 Hz).
     """
     from gpuaudit.measure.nvml import NvmlBackend
     from gpuaudit.measure.sampler import Sampler
@@ -80,7 +82,7 @@ def run_workload(
     backend = backend if backend is not None else NvmlBackend()
     sampler: Sampler | None = Sampler(
         backend, interval_s=1.0 / hz, labels=labels or {}, output=out_path, flush_s=flush_s,
-        origin=f"live NVML sampling by gpuaudit run -- {' '.join(command)}",
+        process=process, origin=f"live NVML sampling by gpuaudit run -- {' '.join(command)}",
     )
     unavailable: str | None = None
     try:
@@ -95,25 +97,34 @@ def run_workload(
         say(f"gpuaudit: nothing will be sampled: {unavailable}; running the command anyway")
         sampler = None
 
-    try:
-        child = subprocess.Popen(list(command))
-    except OSError as exc:
-        say(f"error: cannot run {command[0]!r}: {exc.strerror or exc}\n"
-            "  fix: check the command name and PATH")
-        if sampler is not None:
-            sampler.stop()
-        return 127, None, "the command could not be started"  # as a shell does
-
     forward_int = not _terminal_foreground()
+    started: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
 
     def forward(signum: int, frame: FrameType | None) -> None:
         if signum == signal.SIGINT and not forward_int:
             return
+        if not started:  # arrived while the child was being started: send it once it is
+            pending.append(signum)
+            return
         with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+            started[0].send_signal(signum)
 
+    # installed before the child starts, so a signal can never find the default action
     previous = {s: signal.signal(s, forward) for s in _FORWARD}
     try:
+        try:
+            child = subprocess.Popen(list(command))
+        except OSError as exc:
+            say(f"error: cannot run {command[0]!r}: {exc.strerror or exc}\n"
+                "  fix: check the command name and PATH")
+            if sampler is not None:
+                sampler.stop()
+            return 127, None, "the command could not be started"  # as a shell does
+        started.append(child)
+        for signum in pending:
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(signum)
         code = child.wait()
     finally:
         for s, h in previous.items():
@@ -127,6 +138,8 @@ def run_workload(
         say(f"gpuaudit: recorded {recording.table.num_rows} samples of "
             f"{len(sampler.devices)} device(s) to {out_path} "
             f"(finalised in {time.monotonic() - t0:.1f} s)")
+        for event in recording.events:
+            say(f"gpuaudit: event: {event}")
         if recording.table.num_rows == 0:
             unavailable = "the command ended before the first sample"
     return code, recording, unavailable
@@ -145,19 +158,23 @@ def run_workload(
 @click.option("--flush-s", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
               help="seconds between journal flushes: at most this much is lost if killed")
 @click.option("--no-report", is_flag=True, help="record only; print no report")
+@click.option("--process/--no-process", "process", default=None,
+              help="sample in a separate process (default: at --hz 50 and above)")
 @pricing_options
 @output_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: str | None,
-            flush_s: float, no_report: bool, command: tuple[str, ...], **opts: Any) -> None:
+            flush_s: float, no_report: bool, process: bool | None, command: tuple[str, ...],
+            **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
 
     \b
     gpuaudit run --hz 10 --label team=vision -- python train.py
     """
     code, recording, unavailable = run_workload(
-        command, hz=hz, labels=parse_labels(labels), output=record, flush_s=flush_s)
+        command, hz=hz, labels=parse_labels(labels), output=record, flush_s=flush_s,
+        process=process)
     if not no_report and recording is not None:
         try:
             _report(recording, unavailable, opts)

@@ -32,15 +32,17 @@ __all__ = ["sample_cmd"]
               help="recording path (Parquet); default gpuaudit-sample-<UTC time>.parquet")
 @click.option("--flush-s", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
               help="seconds between journal flushes: at most this much is lost if killed")
+@click.option("--process/--no-process", "process", default=None,
+              help="sample in a separate process (default: at --hz 50 and above)")
 def sample_cmd(duration: float | None, hz: float, labels: tuple[str, ...],
-               output: str | None, flush_s: float) -> None:
+               output: str | None, flush_s: float, process: bool | None) -> None:
     """Record every visible GPU to a Parquet recording."""
     from gpuaudit.measure.nvml import NvmlBackend
     from gpuaudit.measure.sampler import Sampler
 
     out = output or default_output("sample")
     sampler = Sampler(NvmlBackend(), interval_s=1.0 / hz, labels=parse_labels(labels),
-                      output=out, flush_s=flush_s,
+                      output=out, flush_s=flush_s, process=process,
                       origin="live NVML sampling by gpuaudit sample")
     sampler.start()  # SourceUnavailableError -> "error: ..." and exit 2
     done = threading.Event()

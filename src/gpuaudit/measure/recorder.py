@@ -56,6 +56,7 @@ __all__ = [
     "Extras",
     "Recorder",
     "read_recording",
+    "read_side_journal",
     "recover_recording",
 ]
 
@@ -283,12 +284,16 @@ def read_recording(path: str | os.PathLike[str]) -> Recording:
     return _recording(pf.read(), meta, str(p))
 
 
-def recover_recording(path: str | os.PathLike[str], *, finalize: bool = False) -> Recording:
+def recover_recording(path: str | os.PathLike[str], *, finalize: bool = False,
+                      extras: Mapping[str, Any] | None = None) -> Recording:
     """A recording from ``path``, whether it finished or its recorder was killed.
 
     ``path`` is the recording's Parquet path or its ``.partial.arrows`` journal. With only a
     journal, the samples up to the last complete flush come back with a note; with
     ``finalize=True`` the journal is also turned into the Parquet file, as ``close`` would.
+    ``extras`` (``{"marks": [...], "events": [...], ...}``, the :class:`Extras` field names)
+    replace what the side journal says for those keys: the sampling process's parent knows
+    every mark and counter, the journal only those sent before the kill.
     """
     p = Path(path)
     if str(p).endswith(JOURNAL_SUFFIX):
@@ -303,10 +308,9 @@ def recover_recording(path: str | os.PathLike[str], *, finalize: bool = False) -
     table = pa.Table.from_batches(list(batches), SAMPLE_SCHEMA)
     meta = dict(schema.metadata or {})
     side = Path(str(p) + SIDE_SUFFIX)
-    extras = _last_side(side)
-    if extras:
-        for key, value in extras.items():
-            meta[f"gpuaudit.{key}".encode()] = json.dumps(value).encode()
+    found = {**(_last_side(side) or {}), **(extras or {})}
+    for key, value in found.items():
+        meta[f"gpuaudit.{key}".encode()] = json.dumps(value).encode()
     note = ImportNote(
         reason="recovered from the journal of a recording that did not finish (its recorder "
         "was killed or crashed); samples after the last flush are lost"
@@ -320,6 +324,13 @@ def recover_recording(path: str | os.PathLike[str], *, finalize: bool = False) -
         with contextlib.suppress(FileNotFoundError):
             side.unlink()
     return rec
+
+
+def read_side_journal(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+    """What the side journal (``<out>.partial.jsonl``) of a recording holds so far, merged:
+    marks, events, progress and notes concatenated, labels, counters and sampler latest.
+    None when there is no side journal (the recording finished, or never started)."""
+    return _last_side(Path(str(path) + SIDE_SUFFIX))
 
 
 def _last_side(side: Path) -> dict[str, Any] | None:

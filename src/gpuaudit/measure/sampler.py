@@ -16,6 +16,11 @@ Faults never reach the workload: a lost GPU (``NVML_ERROR_GPU_IS_LOST``) becomes
 the other GPUs go on; any other exception in the sampling thread is recorded as an event and
 sampling stops cleanly; :meth:`Sampler.stop` waits a bounded time, so a hung driver call
 cannot hang the caller.
+
+``Sampler(..., process=True)`` (or ``process=None`` at :data:`PROCESS_MIN_HZ` and above)
+builds a :class:`~gpuaudit.measure.sampler_process.ProcessSampler` instead: the same
+interface, with the backend, this deadline loop and the recorder in a separate Python
+process, so a GIL-bound workload cannot delay the ticks.
 """
 
 from __future__ import annotations
@@ -23,11 +28,12 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import pickle
 import queue
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,7 +44,8 @@ from gpuaudit.measure.nvml import INT_COLUMNS, READ_COLUMNS, Device, GpuLostErro
 from gpuaudit.measure.recorder import Extras, Recorder, iso_utc, read_recording
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording, build_table
 
-__all__ = ["Backend", "Sampler", "SamplerStats"]
+__all__ = ["PROCESS_MIN_HZ", "Backend", "BackendSpec", "Sampler", "SamplerStats",
+           "wants_process"]
 
 _FLOAT_COLS = tuple(c for c in READ_COLUMNS if c not in INT_COLUMNS)
 _INT_COLS = tuple(c for c in READ_COLUMNS if c in INT_COLUMNS)
@@ -46,6 +53,10 @@ _F_IDX = {c: i for i, c in enumerate(_FLOAT_COLS)}
 _I_IDX = {c: i for i, c in enumerate(_INT_COLS)}
 _LATENESS_RING = 1 << 16
 _MAX_SLEEP_S = 0.2  # bounds how long stop() waits for the sampling thread to notice
+
+#: With ``process=None``, rates at or above this sample in a separate process: at 100 Hz an
+#: in-process thread loses ~5 % of its ticks to a GIL-busy main thread (docs/benchmarks.md).
+PROCESS_MIN_HZ = 50.0
 
 
 class Backend(Protocol):
@@ -60,6 +71,45 @@ class Backend(Protocol):
     def read(self, device: Device) -> Reading: ...
 
     def close(self) -> None: ...
+
+
+#: A backend, or a zero-argument callable that builds one (called where sampling runs).
+BackendSpec = Backend | Callable[[], Backend]
+
+
+def wants_process(process: bool | None, interval_s: float) -> bool:
+    """Whether to sample in a separate process: as asked, or (None) from the rate."""
+    if process is None:
+        return interval_s > 0 and 1.0 / interval_s >= PROCESS_MIN_HZ
+    return bool(process)
+
+
+def _picklable(obj: object) -> str | None:
+    """None if ``obj`` can be sent to another process, else why not."""
+    try:
+        pickle.dumps(obj)
+    except Exception as exc:  # pickling raises anything: TypeError, AttributeError, ...
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+class _Deferred:
+    """Stands in for a backend given as a factory until :meth:`Sampler.start` builds it."""
+
+    source = "nvml"
+
+    def __init__(self) -> None:
+        self.warnings: list[str] = []
+        self.notes: list[str] = []
+
+    def open(self) -> list[Device]:
+        raise RuntimeError("backend not built yet")
+
+    def read(self, device: Device) -> Reading:
+        raise RuntimeError("backend not built yet")
+
+    def close(self) -> None:
+        pass
 
 
 class Sink(Protocol):
@@ -77,7 +127,11 @@ class _MemorySink:
 
 @dataclass(frozen=True)
 class SamplerStats:
-    """How the sampling went: ticks, rate, lateness (seconds), CPU seconds used."""
+    """How the sampling went: ticks, rate, lateness (seconds), CPU seconds used.
+
+    ``cpu_s`` is the sampling and writer threads' CPU time; ``process_cpu_s`` (process mode
+    only) is the whole sampling process's, interpreter start-up and imports included.
+    """
 
     ticks: int
     late: int
@@ -89,8 +143,9 @@ class SamplerStats:
     lateness_max_s: float
     cpu_s: float
     rows: int
+    process_cpu_s: float | None = None
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | None]:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
@@ -128,11 +183,33 @@ class Sampler:
 
     ``output`` (a path) streams to a crash-safe recording; without it, batches stay in
     memory. ``labels`` go on every row. Use :meth:`start` / :meth:`stop`, or ``with``.
+    ``backend`` may be a zero-argument factory, called by :meth:`start`.
+
+    ``process=True`` returns a :class:`~gpuaudit.measure.sampler_process.ProcessSampler`
+    (sampling in a separate process; ``backend`` must then pickle: an unopened
+    ``NvmlBackend``, ``FakeNvml.backend(...)`` or a module-level factory). ``process=None``
+    chooses it at :data:`PROCESS_MIN_HZ` and above when the backend pickles.
     """
+
+    _fallback_note: str | None = None
+
+    def __new__(cls, backend: BackendSpec, *args: Any, process: bool | None = False,
+                interval_s: float = 0.1, **kwargs: Any) -> Sampler:
+        if cls is Sampler and wants_process(process, interval_s):
+            why = _picklable(backend) if process is None else None
+            if why is None:
+                from gpuaudit.measure.sampler_process import ProcessSampler
+
+                return super().__new__(ProcessSampler)
+            obj = super().__new__(cls)
+            obj._fallback_note = (f"sampled in a thread of the workload's process, not in a "
+                                  f"separate one: the backend cannot be sent there ({why})")
+            return obj
+        return super().__new__(cls)
 
     def __init__(
         self,
-        backend: Backend,
+        backend: BackendSpec,
         *,
         interval_s: float = 0.1,
         labels: Mapping[str, str] | None = None,
@@ -141,10 +218,13 @@ class Sampler:
         flush_s: float = 5.0,
         host: str | None = None,
         stop_timeout_s: float = 5.0,
+        process: bool | None = False,
     ) -> None:
         if not interval_s > 0:
             raise ValueError(f"interval_s must be > 0, got {interval_s}")
-        self.backend = backend
+        self._spec = backend
+        self.backend: Backend = (backend if not callable(backend) or hasattr(backend, "open")
+                                 else _Deferred())  # type: ignore[assignment]
         self.interval_s = float(interval_s)
         self.host = host or socket.gethostname()
         self.output = output
@@ -169,10 +249,14 @@ class Sampler:
         self._wall0_ns = self._mono0_ns = 0
         self._active: list[int] = []
         self.write_errors: list[str] = []
+        if self._fallback_note:
+            self.extras.notes.append(self._fallback_note)
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> Sampler:
         """Open the backend and start sampling; raises SourceUnavailableError if it cannot."""
+        if isinstance(self.backend, _Deferred):
+            self.backend = self._spec()  # type: ignore[operator]
         self.devices = self.backend.open()
         self._active = list(range(len(self.devices)))
         self._wall0_ns = time.time_ns()
@@ -374,23 +458,36 @@ class Sampler:
         return table.combine_chunks().to_batches()[0]
 
     # -- statistics ------------------------------------------------------------------------
-    def stats(self) -> SamplerStats:
-        n = min(self._ticks, _LATENESS_RING)
-        lat = self._lateness[:n]
+    def progress(self) -> dict[str, float | int]:
+        """The cheap part of :meth:`stats` (counts, no percentiles): safe to call often."""
         end = self._t_end or time.monotonic()
         elapsed = max(0.0, end - self._t_start) if self._t_start else 0.0
         rows = getattr(self._sink, "rows", None)
         if rows is None:
             rows = sum(b.num_rows for b in getattr(self._sink, "batches", []))
+        return {
+            "ticks": self._ticks,
+            "late": self._late,
+            "missed": self._missed,
+            "elapsed_s": elapsed,
+            "rate_hz": (self._ticks - 1) / elapsed if elapsed > 0 and self._ticks > 1 else 0.0,
+            "cpu_s": self._cpu_s + self._writer_cpu_s,
+            "rows": int(rows),
+        }
+
+    def stats(self) -> SamplerStats:
+        n = min(self._ticks, _LATENESS_RING)
+        lat = self._lateness[:n]
+        p = self.progress()
         return SamplerStats(
-            ticks=self._ticks,
-            late=self._late,
-            missed=self._missed,
-            elapsed_s=elapsed,
-            rate_hz=(self._ticks - 1) / elapsed if elapsed > 0 and self._ticks > 1 else 0.0,
+            ticks=int(p["ticks"]),
+            late=int(p["late"]),
+            missed=int(p["missed"]),
+            elapsed_s=float(p["elapsed_s"]),
+            rate_hz=float(p["rate_hz"]),
             lateness_p50_s=float(np.percentile(lat, 50)) if n else 0.0,
             lateness_p99_s=float(np.percentile(lat, 99)) if n else 0.0,
             lateness_max_s=float(lat.max()) if n else 0.0,
-            cpu_s=self._cpu_s + self._writer_cpu_s,
-            rows=int(rows),
+            cpu_s=float(p["cpu_s"]),
+            rows=int(p["rows"]),
         )

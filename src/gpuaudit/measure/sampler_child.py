@@ -1,0 +1,120 @@
+"""The sampling process: ``python -m gpuaudit.measure.sampler_child CMD_FD RES_FD``.
+
+Started by :class:`gpuaudit.measure.sampler_process.ProcessSampler`, never by hand. Reads
+its settings and the pickled backend (or factory) from ``CMD_FD``, builds the backend here
+(``NvmlBackend`` imports pynvml and calls ``nvmlInit`` in this process), runs an in-process
+:class:`~gpuaudit.measure.sampler.Sampler` with the crash-safe recorder, applies the marks,
+events and counters the parent sends, and on ``stop``, end-of-file (the parent died) or
+SIGTERM stops, finalises the Parquet recording and answers ``("done", stats)``.
+
+SIGINT is ignored: a terminal's Ctrl-C reaches the whole foreground process group, and it
+is the parent that decides when sampling ends.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+__all__ = ["main"]
+
+
+class _Terminated(Exception):
+    pass
+
+
+def _on_term(signum: int, frame: Any) -> None:
+    raise _Terminated
+
+
+def main(argv: list[str]) -> int:
+    """Run the sampling process; the exit code says how it ended (0: finalised)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    cmd = Connection(int(argv[0]), writable=False)
+    res = Connection(int(argv[1]), readable=False)
+    lock = threading.Lock()
+
+    def send(msg: tuple[Any, ...]) -> bool:
+        with lock:
+            try:
+                res.send(msg)
+            except (OSError, ValueError):
+                return False
+        return True
+
+    try:
+        cfg: dict[str, Any] = cmd.recv()
+    except (EOFError, OSError):
+        return 1
+    sys.path[:] = [*cfg["sys_path"], *(p for p in sys.path if p not in cfg["sys_path"])]
+
+    import pickle
+
+    from gpuaudit.errors import InputError, SourceUnavailableError
+    from gpuaudit.measure.sampler import Sampler
+
+    try:
+        spec = pickle.loads(cfg["backend"])
+        sampler = Sampler(spec, interval_s=cfg["interval_s"], labels=cfg["labels"],
+                          output=cfg["output"], origin=cfg["origin"], flush_s=cfg["flush_s"],
+                          host=cfg["host"], stop_timeout_s=cfg["stop_timeout_s"],
+                          process=False)
+        sampler.start()
+    except SourceUnavailableError as exc:
+        send(("error", "unavailable", str(exc)))
+        return 3
+    except InputError as exc:
+        send(("error", "input", str(exc)))
+        return 2
+    except BaseException as exc:  # a factory's bug, a broken pickle: say what, then exit
+        send(("error", "other", f"{type(exc).__name__}: {exc}"))
+        return 1
+    send(("ready", sampler.devices, sampler._wall0_ns, sampler._mono0_ns,
+          sampler.backend.source))
+    # This interpreter only samples: hand the GIL over sooner (default 5 ms) so the
+    # sampling thread waits less behind the writer's Arrow build and the heartbeat.
+    sys.setswitchinterval(0.001)
+    done = threading.Event()
+    beat_s = float(cfg.get("beat_s", 0.1))
+
+    def beat() -> None:
+        while not done.wait(beat_s):
+            progress: dict[str, Any] = dict(sampler.progress())
+            progress["process_cpu_s"] = time.process_time()
+            if not send(("beat", progress)):
+                return
+
+    threading.Thread(target=beat, name="gpuaudit-sampler-beat", daemon=True).start()
+    signal.signal(signal.SIGTERM, _on_term)
+    reason: str | None = None
+    try:
+        while True:
+            kind, marks, events, counters = cmd.recv()
+            with sampler._lock:
+                sampler.extras.marks.extend((int(t), str(text)) for t, text in marks)
+                sampler.extras.events.extend(events)
+                sampler.extras.counters.update(counters)
+            if kind == "stop":
+                break
+    except (EOFError, OSError):
+        reason = ("the process that started this sampler ended without stopping it "
+                  "(killed?); the sampling process finalised the recording")
+    except _Terminated:
+        reason = "the sampling process got SIGTERM; it stopped and finalised the recording"
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if reason is not None:
+        sampler._event(reason)
+    sampler.stop()
+    stats: dict[str, Any] = dict(sampler.stats().as_dict())
+    stats["process_cpu_s"] = time.process_time()
+    done.set()
+    send(("done", stats))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
