@@ -1,5 +1,17 @@
-"""``gpuaudit trace``: profiler traces (Kineto JSON, nsys kernel summary CSV), kernel by kernel,
-in dollars."""
+"""``gpuaudit trace``: profiler traces (Kineto JSON, nsys kernel summary CSV) through the
+priced report.
+
+A Kineto trace becomes a :class:`~gpuaudit.schema.Recording` (one GPU series per rank, busy
+share per window, :func:`gpuaudit.traces.recording.trace_to_recording`); its findings become
+:class:`gpuaudit.recommend.plan.Finding` evidence for the recommender, and the analyses travel
+in ``extra["trace"]`` (JSON as is, terminal and Markdown through
+:mod:`gpuaudit.report.trace`). The traces package never imports recommend: the conversion
+happens here, in the composition layer.
+
+An nsys ``cuda_gpu_kern_sum`` CSV has no timeline, so it cannot be classified or have its idle
+time priced: the command prints the kernel breakdown and, given a rate, the cost of the kernel
+time alone, saying so.
+"""
 
 from __future__ import annotations
 
@@ -10,48 +22,16 @@ from typing import Any
 
 import click
 
+from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
 from gpuaudit.errors import InputError
 
-_HOURS_PER_MONTH = Decimal(720)
+_NS_PER_HOUR = Decimal(3_600_000_000_000)
 
 
-def _rate(gpu_model: str | None, provider: str | None, price: str | None,
-          purchase: str) -> Any:
-    if gpu_model is None and price is None:
-        return None
-    from gpuaudit.price.catalog import resolve_rate
-
-    return resolve_rate(gpu_model, price=price, provider=provider, purchase=purchase)
-
-
-def _money(rate: Any, gpus: int, idle_share: float) -> dict[str, Any] | None:
-    """Idle share of the profiled window, priced per GPU-hour (Decimal, to the cent)."""
-    if rate is None:
-        return None
-    per_hour = Decimal(rate.usd_per_gpu_hour)
-    share = Decimal(str(round(idle_share, 6)))
-    idle_h = per_hour * share
-    return {
-        "rate": rate.describe(),
-        "gpus": gpus,
-        "usd_per_gpu_hour": str(per_hour),
-        "idle_usd_per_gpu_hour": str(idle_h.quantize(Decimal("0.0001"))),
-        "idle_usd_per_month_all_gpus": str((idle_h * _HOURS_PER_MONTH * gpus)
-                                           .quantize(Decimal("0.01"))),
-        "assumption": "the profiled window is representative of the job's whole run; "
-                      "a month is 720 h",
-    }
-
-
-def build_report(paths: list[Path], *, hta_compat: bool, include_last_step: bool,
-                 window_ms: float, gpu_model: str | None, provider: str | None,
-                 price: str | None, purchase: str) -> dict[str, Any]:
-    """Everything ``gpuaudit trace`` prints, as plain data (JSON-ready)."""
-    if len(paths) == 1 and paths[0].suffix.lower() == ".csv":
-        from gpuaudit.traces.nsys import read_nsys_kern_sum
-
-        summary = read_nsys_kern_sum(paths[0])
-        return {"kind": "nsys_kern_sum", **summary.as_dict()}
+def trace_extra(paths: list[Path], *, hta_compat: bool, include_last_step: bool,
+                window_ms: float) -> tuple[Any, dict[str, Any], list[Any]]:
+    """(Recording, ``extra["trace"]`` dict, findings as recommend Findings) for Kineto traces."""
+    from gpuaudit.recommend.plan import Finding
     from gpuaudit.traces.analysis import AnalysisOptions, analyze
     from gpuaudit.traces.loader import load_traces
     from gpuaudit.traces.recording import findings, trace_to_recording
@@ -62,108 +42,117 @@ def build_report(paths: list[Path], *, hta_compat: bool, include_last_step: bool
     rec = trace_to_recording(trace, window_s=window_ms / 1000.0, options=opt)
     window = sum(r.window_ns for r in analysis.ranks)
     idle = sum(r.idle_ns for r in analysis.ranks)
-    model = gpu_model or next((m for r in trace.ranks if (m := r.device_name(None))), None)
-    rate = _rate(model, provider, price, purchase) if (gpu_model or price or provider) else None
-    return {
+    tfs = findings(analysis)
+    # one Finding per signal for the rules: the job-wide (worst rank) one where there are
+    # several ranks, it comes last
+    last: dict[str, Any] = {}
+    for f in tfs:
+        last[f.signal] = f
+    evidence = [Finding(signal=f.signal, value=float(f.value), text=f.sentence, source="trace")
+                for f in last.values()]
+    extra = {
         "kind": "kineto",
         "files": [str(r.path) for r in trace.ranks],
         "gpu_models": sorted({m for r in trace.ranks if (m := r.device_name(None))}),
+        "window_ns": window,
         "busy_share": (window - idle) / window if window else None,
         "idle_share": idle / window if window else None,
-        "cost": _money(rate, len(trace.ranks), idle / window if window else 0.0),
         **analysis.as_dict(),
-        "findings": [f.__dict__ for f in findings(analysis)],
+        "findings": [dict(f.__dict__) for f in tfs],
         "recording": {"rows": rec.table.num_rows, "interval_s": rec.interval_s,
                       "origin": rec.origin},
-        "import_notes": [n.__dict__ for n in trace.all_notes()],
+        "import_notes": [dict(n.__dict__) for n in trace.all_notes()],
     }
+    return rec, extra, evidence
 
 
-def _ms(ns: float) -> str:
-    return f"{ns / 1e6:,.1f} ms"
+def nsys_extra(path: Path, pricing: dict[str, Any]) -> dict[str, Any]:
+    """``extra["trace"]`` for an nsys kernel summary, with the kernel time priced if a rate
+    can be resolved (``--price``, or ``--gpu-model``: the summary names no GPU)."""
+    from gpuaudit.traces.nsys import read_nsys_kern_sum
 
+    rep: dict[str, Any] = {"kind": "nsys_kern_sum", **read_nsys_kern_sum(path).as_dict()}
+    if pricing.get("price") is None and pricing.get("gpu_model") is None:
+        rep["cost"] = None
+        rep["cost_statement"] = ("not priced: an nsys kernel summary names no GPU model; pass "
+                                 "--gpu-model or --price to price its kernel time")
+        return rep
+    from gpuaudit.price.catalog import load_user_catalog, resolve_rate
 
-def render_text(rep: dict[str, Any]) -> str:
-    """A short human report (terminal or Markdown-ish plain text)."""
-    out: list[str] = []
-    if rep["kind"] == "nsys_kern_sum":
-        out.append(f"nsys kernel summary {rep['source']}: {_ms(rep['kernel_time_ns'])} of "
-                   "kernel time")
-        for cat, ns in sorted(rep["category_ns"].items(), key=lambda kv: -kv[1]):
-            out.append(f"  {cat:<14} {_ms(ns):>14}  {100 * ns / rep['kernel_time_ns']:5.1f}%")
-        if rep["tensor_core_share"] is not None:
-            out.append(f"tensor-core share of matmul time: {100 * rep['tensor_core_share']:.0f}%")
-        out.append("top kernels:")
-        for k in rep["top_kernels"]:
-            out.append(f"  {100 * k['share_of_kernel_time']:5.1f}%  {k['count']:>7}x  "
-                       f"{k['category']:<12} {k['name'][:80]}")
-        out.append("a summary has no timeline; it cannot show: " + "; ".join(rep["cannot_show"]))
-        return "\n".join(out)
-    out.append(f"{len(rep['ranks'])} rank(s) from {', '.join(Path(f).name for f in rep['files'])}"
-               + (f" ({', '.join(rep['gpu_models'])})" if rep["gpu_models"] else ""))
-    for r in rep["ranks"]:
-        w = r["window_ns"] or 1
-        out.append(
-            f"rank {r['rank']}: window {_ms(r['window_ns'])}, busy {100 * r['busy_ns'] / w:.1f}%"
-            f" (compute {100 * r['compute_ns'] / w:.1f}%, non-compute "
-            f"{100 * r['non_compute_ns'] / w:.1f}%), idle {100 * r['idle_ns'] / w:.1f}% = host "
-            f"wait {_ms(r['idle_host_wait_ns'])} + kernel wait {_ms(r['idle_kernel_wait_ns'])}"
-            f" + other {_ms(r['idle_other_ns'])}")
-        cats = sorted(r["category_ns"].items(), key=lambda kv: -kv[1])[:6]
-        total = sum(r["category_ns"].values()) or 1
-        out.append("  kernels: " + ", ".join(f"{c} {100 * v / total:.0f}%" for c, v in cats))
-        for k in r["top_kernels"][:5]:
-            out.append(f"    {100 * k['share_of_kernel_time']:5.1f}%  {k['count']:>6}x  "
-                       f"{k['category']:<12} {k['name'][:70]}")
-    out.append("kernel types (all ranks): " + ", ".join(
-        f"{row['kernel_type']} {row['pct']:.1f}%" for row in rep["kernel_type_breakdown"]))
-    if rep.get("cost"):
-        c = rep["cost"]
-        out.append(f"cost: {c['rate']}; idle costs ${c['idle_usd_per_gpu_hour']} per GPU-hour, "
-                   f"${c['idle_usd_per_month_all_gpus']}/month for {c['gpus']} GPU(s) "
-                   f"({c['assumption']})")
-    out.append("findings:")
-    for f in rep["findings"]:
-        if f.get("rank") is not None or len(rep["ranks"]) == 1:
-            out.append(f"  - {f['sentence']}")
-    for n in rep["import_notes"]:
-        out.append(f"note: {n['reason']}" + (f" ({n['where']})" if n.get("where") else ""))
-    for n in rep["notes"]:
-        out.append(f"note: {n}")
-    return "\n".join(out)
+    user = load_user_catalog(pricing["catalog"]) if pricing.get("catalog") else ()
+    rate = resolve_rate(pricing.get("gpu_model"), price=pricing.get("price"),
+                        provider=pricing.get("provider"),
+                        purchase=pricing.get("purchase", "on-demand"), user_catalog=user)
+    kernel_h = Decimal(int(rep["kernel_time_ns"])) / _NS_PER_HOUR
+    rep["cost"] = {
+        "rate": rate.describe(),
+        "usd_per_gpu_hour": str(rate.usd_per_gpu_hour),
+        "kernel_gpu_hours": str(kernel_h.quantize(Decimal("0.000001"))),
+        "kernel_time_usd": str((kernel_h * rate.usd_per_gpu_hour).quantize(Decimal("0.01"))),
+    }
+    rep["cost_statement"] = ("priced: the GPU time spent in kernels only, a lower bound on "
+                             "what the run cost; a summary has no timeline, so idle time (the "
+                             "usual waste) is neither measured nor priced")
+    return rep
 
 
 @click.command("trace")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--gpu-model", default=None, help="GPU model to price (default: from the trace).")
-@click.option("--provider", default=None, help="Cloud provider for the price (aws, gcp, ...).")
-@click.option("--price", default=None, help="Price per GPU-hour (overrides the catalog).")
-@click.option("--purchase", default="on-demand", show_default=True,
-              help="Purchase option: on-demand, spot, committed.")
-@click.option("--format", "fmt", type=click.Choice(["terminal", "json", "markdown"]),
-              default="terminal", show_default=True)
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=None,
-              help="Write the report here instead of stdout.")
 @click.option("--window-ms", default=100.0, show_default=True,
-              help="Window of the per-rank busy series (the recording).")
+              help="Window of the per-rank busy series (the recording that is priced).")
 @click.option("--hta-compat", is_flag=True,
               help="Reproduce HolisticTraceAnalysis 0.5.0 exactly (us rounding, its NCCL regex).")
 @click.option("--include-last-step", is_flag=True,
               help="Keep the last ProfilerStep (HTA drops it).")
-def trace_cmd(paths: tuple[Path, ...], gpu_model: str | None, provider: str | None,
-              price: str | None, purchase: str, fmt: str, output: Path | None,
-              window_ms: float, hta_compat: bool, include_last_step: bool) -> None:
-    """Analyse PyTorch profiler traces (a directory of rank traces, .json/.json.gz) or an
-    nsys cuda_gpu_kern_sum CSV: busy/idle, idle causes, kernel classes, overlap, input
-    stalls, tensor-core use, and what the idle time costs."""
+@pricing_options
+@output_options
+def trace_cmd(paths: tuple[Path, ...], window_ms: float, hta_compat: bool,
+              include_last_step: bool, fmt: str, output: Path | None, **kw: Any) -> None:
+    """Audit PyTorch profiler traces (a directory of rank traces, .json/.json.gz) or an nsys
+    cuda_gpu_kern_sum CSV: busy/idle and its causes, kernel classes, overlap, input stalls,
+    tensor-core use, what it costs and what to change."""
     if window_ms <= 0:
         raise InputError(f"--window-ms {window_ms} must be positive", where="--window-ms",
                          fix="e.g. --window-ms 100")
-    rep = build_report(list(paths), hta_compat=hta_compat, include_last_step=include_last_step,
-                       window_ms=window_ms, gpu_model=gpu_model, provider=provider,
-                       price=price, purchase=purchase)
-    text = json.dumps(rep, indent=2, default=str) if fmt == "json" else render_text(rep)
-    if output is not None:
-        output.write_text(text + "\n")
+    pricing = pricing_kwargs(kw)
+    plist = list(paths)
+    if len(plist) == 1 and plist[0].suffix.lower() == ".csv":
+        _emit_nsys(nsys_extra(plist[0], pricing), fmt, output)
+        return
+    from gpuaudit.api import audit
+
+    rec, extra, evidence = trace_extra(plist, hta_compat=hta_compat,
+                                       include_last_step=include_last_step,
+                                       window_ms=window_ms)
+    if rec.table.num_rows == 0:
+        raise InputError(
+            "the trace(s) hold no GPU kernel events, so there is no GPU time to audit",
+            where=", ".join(str(p) for p in plist),
+            fix="record with torch.profiler activities=[ProfilerActivity.CPU, "
+            "ProfilerActivity.CUDA]",
+        )
+    result = audit(rec, findings=evidence, extra={"trace": extra}, **pricing)
+    emit(result, fmt, output)
+
+
+def _emit_nsys(rep: dict[str, Any], fmt: str, output: Path | None) -> None:
+    from gpuaudit.report.trace import render_trace_markdown, render_trace_terminal
+
+    if fmt == "json":
+        text = json.dumps({"trace": rep}, indent=2, default=str) + "\n"
+    elif fmt == "markdown":
+        text = "# gpuaudit trace report\n\n" + render_trace_markdown(rep)
+    elif fmt == "terminal":
+        text = render_trace_terminal(rep)
     else:
-        click.echo(text)
+        raise InputError(
+            f"--format {fmt} needs a timeline; an nsys kernel summary has none",
+            where=rep.get("source"),
+            fix="use --format terminal, markdown or json for a kernel summary",
+        )
+    if output is not None:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {fmt} report to {output}", err=True)
+    else:
+        click.echo(text, nl=False)

@@ -5,7 +5,7 @@ Definitions follow HolisticTraceAnalysis 0.5.0 (``TraceAnalysis.get_temporal_bre
 ``get_comm_comp_overlap``); ``hta_compat=True`` also reproduces its rounding (float
 timestamps: start ceiled, end floored to whole microseconds) and its NCCL regex. The
 deliberate differences are listed in docs/traces.md. All arithmetic is integer nanoseconds
-on NumPy arrays.
+on NumPy arrays; neither pyarrow nor DuckDB is imported.
 """
 
 from __future__ import annotations
@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpuaudit.traces import kernels as kclass
 from gpuaudit.traces.intervals import intersect_len, merge, sweep
-from gpuaudit.traces.loader import RankTrace, Trace
+from gpuaudit.traces.loader import RankTrace, Spans, Trace
 
 __all__ = ["AnalysisOptions", "RankAnalysis", "TraceAnalysis", "analyze", "prepare_rank"]
 
@@ -49,13 +47,12 @@ class PreparedRank:
     stream: np.ndarray
     launch: np.ndarray  # int64, -1 where unknown
     has_launch: np.ndarray
-    names: pa.Array
     name_idx: np.ndarray
-    uniq_names: pa.Array
+    uniq_names: list[str]
     hta_type: np.ndarray  # per unique name
     category: np.ndarray  # per unique name
     tensor_core: np.ndarray  # per unique name
-    spans: pa.Table
+    spans: Spans
     dropped_last_step: int
 
 
@@ -93,8 +90,28 @@ class RankAnalysis:
         return 100.0 * self.comm_comp_overlap_ns / self.comm_ns if self.comm_ns else None
 
     def as_dict(self) -> dict[str, Any]:
+        """Every field plus the shares a report shows (ratios 0..1, None where undefined)."""
+        def ratio(a: int, b: int) -> float | None:
+            return a / b if b else None
+
         d = dict(self.__dict__)
         d["comm_comp_overlap_pct"] = self.comm_comp_overlap_pct
+        w, idle = self.window_ns, self.idle_ns
+        kernel_ns = sum(self.category_ns.values())
+        d.update({
+            "busy_share": ratio(self.busy_ns, w), "idle_share": ratio(idle, w),
+            "compute_share": ratio(self.compute_ns, w),
+            "non_compute_share": ratio(self.non_compute_ns, w),
+            "host_wait_share_of_idle": ratio(self.idle_host_wait_ns, idle),
+            "kernel_wait_share_of_idle": ratio(self.idle_kernel_wait_ns, idle),
+            "input_stall_share_of_idle": ratio(self.input_stall_ns, idle),
+            "tensor_core_share": ratio(self.tensor_core_ns, self.matmul_ns),
+            "small_kernel_share": ratio(self.small_kernel_count, self.kernel_count),
+            "comm_comp_overlap_share": ratio(self.comm_comp_overlap_ns, self.comm_ns),
+            "comm_exposed_share": ratio(self.comm_exposed_ns, w),
+            "category_share": {c: v / kernel_ns for c, v in self.category_ns.items()}
+            if kernel_ns else {},
+        })
         return d
 
 
@@ -122,10 +139,6 @@ class TraceAnalysis:
         }
 
 
-def _np(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(a.to_numpy(zero_copy_only=False))
-
-
 def _us_float(ns: np.ndarray) -> np.ndarray:
     """Nanoseconds as float64 microseconds, the way a JSON float parser would hold them."""
     return (ns // 1000).astype(np.float64) + (ns % 1000) / 1000.0
@@ -133,13 +146,12 @@ def _us_float(ns: np.ndarray) -> np.ndarray:
 
 def prepare_rank(r: RankTrace, opt: AnalysisOptions) -> PreparedRank:
     """Normalise one rank's times (HTA rounding when asked) and drop the last ProfilerStep."""
-    k = r.kernels
-    ts = _np(k.column("ts_ns")).astype(np.int64)
-    end = ts + _np(k.column("dur_ns")).astype(np.int64)
-    has_launch = _np(pc.is_valid(k.column("launch_ts_ns"))).astype(bool)
-    launch = _np(k.column("launch_ts_ns").fill_null(-1)).astype(np.int64)
-    spans = r.spans
-    span_ts = _np(spans.column("ts_ns")).astype(np.int64)
+    g = r.gpu
+    ts = g.ts_ns.astype(np.int64)
+    end = ts + g.dur_ns
+    has_launch = g.has_launch
+    launch = np.where(has_launch, g.launch_ts_ns, -1)
+    span_ts = r.spans.ts_ns
     if opt.hta_compat and r.float_ts:
         # HTA parses microseconds into float64 (0.25 us resolution at today's epoch), then
         # ceils ts and floors ts + dur: reproduce that arithmetic, errors included.
@@ -150,9 +162,8 @@ def prepare_rank(r: RankTrace, opt: AnalysisOptions) -> PreparedRank:
         launch = np.where(has_launch, np.ceil(_us_float(launch)).astype(np.int64) * 1000, -1)
         span_ts = np.ceil(_us_float(span_ts)).astype(np.int64) * 1000
     keep = np.ones(ts.size, dtype=bool)
-    step_names = pc.starts_with(spans.column("name"), "ProfilerStep")
-    step_mask = _np(step_names).astype(bool)
-    n_steps = len(pc.unique(pc.filter(spans.column("name"), step_names)))
+    step_mask = np.array([n.startswith("ProfilerStep") for n in r.spans.names], dtype=bool)
+    n_steps = len({n for n, m in zip(r.spans.names, step_mask) if m})
     if not opt.include_last_step and n_steps >= 2:
         last_start = int(span_ts[step_mask].max())
         if opt.hta_compat:
@@ -160,20 +171,16 @@ def prepare_rank(r: RankTrace, opt: AnalysisOptions) -> PreparedRank:
         else:
             keep = np.where(has_launch, launch < last_start, ts < last_start)
     dropped = int((~keep).sum())
-    names = k.column("name").combine_chunks() if isinstance(k.column("name"), pa.ChunkedArray) \
-        else k.column("name")
     sel = np.flatnonzero(keep)
-    names = names.take(pa.array(sel))
-    idx, htype, cat, tc = kclass.unique_classes(names, hta_compat=opt.hta_compat)
+    used, idx = np.unique(g.name_idx[sel], return_inverse=True)
+    uniq = [g.names[i] for i in used.tolist()]
+    htype, cat, tc = kclass.unique_classes(uniq, hta_compat=opt.hta_compat)
     return PreparedRank(
-        rank=r.rank, start=ts[sel], end=end[sel], stream=_np(k.column("stream"))[sel],
-        launch=launch[sel], has_launch=has_launch[sel], names=names,
-        name_idx=_np(idx).astype(np.int64) if len(idx) else np.zeros(0, np.int64),
-        uniq_names=pc.dictionary_encode(names).dictionary if len(names) else
-        pa.array([], pa.string()),
-        hta_type=_np(htype).astype(object), category=_np(cat).astype(object),
-        tensor_core=_np(tc).astype(bool), spans=spans.set_column(
-            1, "ts_ns", pa.array(span_ts)), dropped_last_step=dropped,
+        rank=r.rank, start=ts[sel], end=end[sel], stream=g.stream[sel],
+        launch=launch[sel], has_launch=has_launch[sel],
+        name_idx=idx.astype(np.int64).reshape(-1), uniq_names=uniq,
+        hta_type=htype, category=cat, tensor_core=tc,
+        spans=Spans(r.spans.names, span_ts, r.spans.dur_ns), dropped_last_step=dropped,
     )
 
 
@@ -244,7 +251,7 @@ def _top_kernels(p: PreparedRank, dur: np.ndarray, n: int = 10) -> list[dict[str
     top = np.argsort(-total, kind="stable")[:n]
     all_time = float(dur.sum())
     return [{
-        "name": p.uniq_names[int(i)].as_py(),
+        "name": p.uniq_names[int(i)],
         "category": str(p.category[i]),
         "tensor_core": bool(p.tensor_core[i]),
         "count": int(count[i]),
@@ -307,12 +314,11 @@ def _input_stall(p: PreparedRank, ms: np.ndarray, me: np.ndarray) -> tuple[int, 
     """
     if ms.size == 0:
         return 0, 0
-    names = p.spans.column("name")
-    m = _np(pc.match_substring(names, "DataLoader")).astype(bool)
+    m = np.array(["DataLoader" in n for n in p.spans.names], dtype=bool)
     if not m.any():
         return 0, 0
-    ts = _np(p.spans.column("ts_ns")).astype(np.int64)[m]
-    te = ts + _np(p.spans.column("dur_ns")).astype(np.int64)[m]
+    ts = p.spans.ts_ns[m]
+    te = ts + p.spans.dur_ns[m]
     lo, hi = int(ms.min()), int(me.max())
     ts, te = np.clip(ts, lo, hi), np.clip(te, lo, hi)
     ds, de = merge(ts, te)

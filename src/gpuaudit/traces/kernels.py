@@ -10,13 +10,16 @@ Two taxonomies:
   reduction, communication, memory, other; and whether a matmul-class kernel uses tensor
   cores (hmma/wgmma/tensorop/xmma ... versus plain ``sgemm``).
 
-All functions work on Arrow string arrays (vectorised regex), never per kernel in Python.
+All functions take the distinct names (a trace has hundreds, not one per kernel launch) and
+use Python's :mod:`re`, so loading and analysing a trace needs neither pyarrow nor DuckDB.
 """
 
 from __future__ import annotations
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import re
+from collections.abc import Sequence
+
+import numpy as np
 
 __all__ = ["CATEGORIES", "category", "hta_type", "is_tensor_core", "kernel_key", "unique_classes"]
 
@@ -53,60 +56,62 @@ _TENSOR_CORE = (
 )
 
 
-def hta_type(names: pa.Array | pa.ChunkedArray, *, hta_compat: bool = False) -> pa.Array:
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+_RX_HTA_COMM, _RX_COMM = _rx(_HTA_COMM), _rx(_COMM)
+_RX_MEMORY, _RX_NOT_COMPUTE = _rx(_MEMORY), _rx(_HTA_NOT_COMPUTE)
+_RX_RULES = tuple((cat, _rx(rx)) for cat, rx in _CATEGORY_RULES)
+_RX_TC = _rx(_TENSOR_CORE)
+_RX_VOID, _RX_KEY, _RX_NS = _rx(r"^void\s+"), _rx(r"^([^<(]*)(?:<([^,<>(]*))?.*$"), _rx(
+    r"[A-Za-z0-9_]*::")
+
+
+def hta_type(names: Sequence[str], *, hta_compat: bool = False) -> np.ndarray:
     """HTA kernel type per name: COMMUNICATION, MEMORY, COMPUTATION or OTHER.
 
     OTHER is HTA's name for ``*Sync`` events and non-NCCL names its compute regex rejects.
     """
-    names = _combine(names)
-    comm = pc.match_substring_regex(names, _HTA_COMM if hta_compat else _COMM)
-    mem = pc.match_substring_regex(names, _MEMORY)
-    not_compute = pc.match_substring_regex(names, _HTA_NOT_COMPUTE)
-    out = pc.if_else(comm, COMMUNICATION,
-                     pc.if_else(mem, MEMORY, pc.if_else(not_compute, OTHER, COMPUTATION)))
-    return _combine(out)
+    comm = _RX_HTA_COMM if hta_compat else _RX_COMM
+    out = [COMMUNICATION if comm.search(n) else MEMORY if _RX_MEMORY.search(n)
+           else OTHER if _RX_NOT_COMPUTE.search(n) else COMPUTATION for n in names]
+    return np.array(out, dtype=object)
 
 
-def kernel_key(names: pa.Array | pa.ChunkedArray) -> pa.Array:
+def _key(name: str) -> str:
+    s = _RX_VOID.sub("", name.replace("(anonymous namespace)", "anon"), count=1)
+    s = _RX_KEY.sub(r"\1 \2", s, count=1)
+    return _RX_NS.sub("", s)
+
+
+def kernel_key(names: Sequence[str]) -> list[str]:
     """The part of a demangled kernel name that says what it does: the function's own name
     plus its first template argument, namespaces dropped. ``void cutlass::Kernel<cutlass_80_
     tensorop_s1688gemm_...>(Params)`` -> ``Kernel cutlass_80_tensorop_s1688gemm_...``;
     argument lists (``fbgemm_gpu::...`` types in an embedding kernel) no longer count."""
-    s = pc.replace_substring(_combine(names), "(anonymous namespace)", "anon")
-    s = pc.replace_substring_regex(s, r"^void\s+", "")
-    s = pc.replace_substring_regex(s, r"^([^<(]*)(?:<([^,<>(]*))?.*$", r"\1 \2")
-    return _combine(pc.replace_substring_regex(s, r"[A-Za-z0-9_]*::", ""))
+    return [_key(n) for n in names]
 
 
-def category(names: pa.Array | pa.ChunkedArray) -> pa.Array:
+def _category(full: str, key: str) -> str:
+    for cat, rx in _RX_RULES:
+        if rx.search(full if cat in ("memory", "communication") else key):
+            return cat
+    return "other"
+
+
+def category(names: Sequence[str]) -> np.ndarray:
     """The finer category per kernel name (first matching rule in :data:`CATEGORIES` order),
     judged on :func:`kernel_key`; memory and communication on the full name."""
-    full = _combine(names)
-    names = kernel_key(full)
-    out: pa.Array = pa.array(["other"] * len(names), pa.string())
-    for cat, rx in reversed(_CATEGORY_RULES):
-        target = full if cat in ("memory", "communication") else names
-        out = pc.if_else(pc.match_substring_regex(target, rx), cat, out)
-    return _combine(out)
+    return np.array([_category(n, k) for n, k in zip(names, kernel_key(names))], dtype=object)
 
 
-def is_tensor_core(names: pa.Array | pa.ChunkedArray) -> pa.Array:
+def is_tensor_core(names: Sequence[str]) -> np.ndarray:
     """True where a kernel name says it runs on tensor cores (MMA/HMMA/WGMMA, TF32/FP16...)."""
-    return _combine(pc.match_substring_regex(kernel_key(names), _TENSOR_CORE))
+    return np.array([bool(_RX_TC.search(k)) for k in kernel_key(names)], dtype=bool)
 
 
-def unique_classes(names: pa.Array | pa.ChunkedArray,
-                   hta_compat: bool = False) -> tuple[pa.Array, pa.Array, pa.Array, pa.Array]:
-    """Classify the distinct names once: returns (indices into uniques, hta type, category,
-    tensor-core flag), each class array aligned with the unique names."""
-    enc = pc.dictionary_encode(_combine(names))
-    uniq = enc.dictionary
-    return (enc.indices, hta_type(uniq, hta_compat=hta_compat), category(uniq),
-            is_tensor_core(uniq))
-
-
-def _combine(a: pa.Array | pa.ChunkedArray | pa.Scalar) -> pa.Array:
-    if isinstance(a, pa.ChunkedArray):
-        return a.combine_chunks()
-    assert isinstance(a, pa.Array)
-    return a
+def unique_classes(names: Sequence[str], hta_compat: bool = False
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hta type, category, tensor-core flag) of each of the distinct ``names``."""
+    return hta_type(names, hta_compat=hta_compat), category(names), is_tensor_core(names)

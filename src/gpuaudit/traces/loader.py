@@ -7,80 +7,123 @@ microseconds, integral (older Kineto) or fractional with nanosecond digits (newe
 they are read as decimal text and converted to integer nanoseconds exactly, so no duration
 turns negative by float rounding (HTA issue #317).
 
-The events array is parsed by DuckDB's C++ JSON reader (``read_json(format='array')``)
-straight into Arrow columns; no Python object is built per event. Events a later analysis
-does not need (CPU operators, flow arrows) are only counted.
+The document is indexed by :mod:`gpuaudit.traces._jsonscan` (vectorised NumPy passes over its
+bytes); no Python object is built per event and neither pyarrow nor DuckDB is imported on
+this path (:attr:`RankTrace.kernels` builds an Arrow table on demand). Events a later
+analysis does not need (CPU operators, flow arrows) are only counted.
 """
 
 from __future__ import annotations
 
-import tempfile
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpuaudit.errors import InputError
-from gpuaudit.schema import ImportNote
-from gpuaudit.traces._jsoncut import cut_trace_events
+from gpuaudit.traces import _jsonscan as js
 
-__all__ = ["GPU_CATS", "RankTrace", "Trace", "load_trace", "load_traces"]
+if TYPE_CHECKING:
+    import pyarrow as pa
 
+__all__ = ["GPU_CATS", "GpuEvents", "RankTrace", "Spans", "Trace", "TraceNote", "load_trace",
+           "load_traces"]
+
+I64 = np.int64
 #: Kineto categories of events that run on the GPU (HTA's list for the idle breakdown).
 GPU_CATS = ("kernel", "Kernel", "gpu_memcpy", "Memcpy", "gpu_memset", "Memset")
 #: CPU-side events that carry the launch's correlation id (CUDA and HIP runtime, driver API).
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver", "Runtime", "Driver")
-_KNOWN_CATS = frozenset(GPU_CATS + RUNTIME_CATS + (
-    "cpu_op", "user_annotation", "gpu_user_annotation", "python_function", "ac2g", "fwdbwd",
-    "Trace", "cpu_instant_event", "python", "cuda_sync", "cuda_profiler_range", "overhead",
-    "Operator", "Mtia_runtime", "Mtia_ccp_events",
-))
-#: Span names kept from the CPU side: training steps and data-loader iterations.
-_SPAN_SQL = "(name LIKE 'ProfilerStep#%' OR name LIKE '%DataLoader%')"
+_SPAN_CATS = ("user_annotation", "cpu_op", "python_function")
+_OTHER_CATS = ("gpu_user_annotation", "ac2g", "fwdbwd", "Trace", "cpu_instant_event", "python",
+               "cuda_sync", "cuda_profiler_range", "overhead", "Operator", "Mtia_runtime",
+               "Mtia_ccp_events")
+_ALL_CATS = GPU_CATS + RUNTIME_CATS + _SPAN_CATS + _OTHER_CATS
+_N_GPU, _N_RT = len(GPU_CATS), len(RUNTIME_CATS)
+_TRACE_CODE = _ALL_CATS.index("Trace")
 _ABSURD_DUR_NS = 24 * 3600 * 1_000_000_000  # a GPU event longer than a day is corrupt
 
-_COLUMNS = (
-    "{ph: 'VARCHAR', cat: 'VARCHAR', name: 'VARCHAR', tid: 'VARCHAR', ts: 'VARCHAR', "
-    "dur: 'VARCHAR', args: 'STRUCT(stream VARCHAR, correlation VARCHAR, device VARCHAR)'}"
-)
+
+@dataclass(frozen=True)
+class TraceNote:
+    """Something loading changed or dropped (the fields of :class:`gpuaudit.schema.ImportNote`,
+    which the recording converts to; kept separate so loading never imports pyarrow)."""
+
+    reason: str
+    count: int
+    where: str | None = None
+    column: str | None = None
 
 
-def _us_text_to_ns(col: str) -> str:
-    # Exact decimal microseconds -> integer ns; scientific notation falls back to DOUBLE.
-    return (
-        f"COALESCE(TRY_CAST(TRY_CAST({col} AS DECIMAL(38,3)) * 1000 AS BIGINT), "
-        f"TRY_CAST(round(TRY_CAST({col} AS DOUBLE) * 1000) AS BIGINT))"
-    )
+@dataclass(frozen=True)
+class GpuEvents:
+    """One rank's GPU events (kernels, memcpy, memset), sorted by (stream, start).
+
+    Names and categories are interned: ``names[name_idx[i]]``; ``launch_names[launch_idx[i]]``
+    is the runtime call that launched event ``i`` (-1: no launch event with its correlation).
+    ``device`` is -1 where the event carries no ``args.device``; ``correlation`` is -1 where
+    absent.
+    """
+
+    stream: np.ndarray
+    device: np.ndarray
+    name_idx: np.ndarray
+    names: list[str]
+    cat_idx: np.ndarray
+    ts_ns: np.ndarray
+    dur_ns: np.ndarray
+    correlation: np.ndarray
+    launch_ts_ns: np.ndarray
+    has_launch: np.ndarray
+    launch_idx: np.ndarray
+    launch_names: list[str]
+
+    @property
+    def size(self) -> int:
+        return int(self.ts_ns.size)
+
+    def take(self, sel: np.ndarray) -> GpuEvents:
+        return dataclasses.replace(self, **{
+            f.name: getattr(self, f.name)[sel] for f in dataclasses.fields(self)
+            if f.name not in ("names", "launch_names")})
+
+
+@dataclass(frozen=True)
+class Spans:
+    """CPU spans kept from a rank: ProfilerStep#N and DataLoader iterations."""
+
+    names: list[str]
+    ts_ns: np.ndarray
+    dur_ns: np.ndarray
 
 
 @dataclass(frozen=True)
 class RankTrace:
     """One rank's profile: its GPU events, launch events, CPU spans and metadata.
 
-    ``kernels`` columns: stream (int64), device (int32, null), name, cat, ts_ns, dur_ns
-    (int64), correlation (int64, null), launch_ts_ns (int64, null: no runtime event seen),
-    launch_name (the runtime call, e.g. ``cudaLaunchKernel``, ``cudaGraphLaunch``,
-    ``hipExtModuleLaunchKernel``). ``spans`` holds ProfilerStep and DataLoader CPU spans
-    (name, ts_ns, dur_ns). ``runtime`` holds runtime events (correlation, ts_ns, dur_ns).
-    Timestamps are the trace's own clock in ns; ``base_time_ns`` (Kineto's
-    ``baseTimeNanoseconds``) added to them gives Unix time when the trace has one.
+    ``gpu`` holds the GPU events (NumPy columns); :attr:`kernels` is the same as an Arrow table
+    (stream, device, name, cat, ts_ns, dur_ns, correlation, launch_ts_ns, launch_name).
+    ``spans`` holds ProfilerStep and DataLoader CPU spans; ``runtime_*`` the runtime events
+    with a correlation id. Timestamps are the trace's own clock in ns; ``base_time_ns``
+    (Kineto's ``baseTimeNanoseconds``) added to them gives Unix time when the trace has one.
     """
 
     rank: int
     path: Path
     meta: dict[str, Any]
-    kernels: pa.Table
-    spans: pa.Table
-    runtime: pa.Table
+    gpu: GpuEvents
+    spans: Spans
+    runtime_correlation: np.ndarray
+    runtime_ts_ns: np.ndarray
     float_ts: bool
     profiler_span: tuple[int, int] | None
     base_time_ns: int
     host: str
-    notes: tuple[ImportNote, ...] = ()
+    notes: tuple[TraceNote, ...] = ()
 
     def device_name(self, device: int | None) -> str | None:
         """GPU marketing name from ``deviceProperties`` (None when the trace has none)."""
@@ -93,16 +136,51 @@ class RankTrace:
                 return str(name) if name is not None else None
         return None
 
+    def first_device(self) -> int | None:
+        """The ``args.device`` of the first GPU event that has one."""
+        d = self.gpu.device[self.gpu.device >= 0]
+        return int(d[0]) if d.size else None
+
+    @cached_property
+    def kernels(self) -> pa.Table:
+        """The GPU events as an Arrow table (built on first use; imports pyarrow)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        g = self.gpu
+
+        def interned(names: list[str], idx: np.ndarray) -> pa.Array:
+            valid = idx >= 0
+            out = pc.take(pa.array(names, pa.string()),
+                          pa.array(np.where(valid, idx, 0), pa.int64()))
+            return pc.if_else(pa.array(valid), out, pa.nulls(idx.size, pa.string()))
+
+        cats = np.array(_ALL_CATS, dtype=object)
+        return pa.table({
+            "stream": pa.array(g.stream, pa.int64()),
+            "device": pa.array(g.device.astype(np.int32), mask=g.device < 0),
+            "name": interned(g.names, g.name_idx) if g.size else pa.array([], pa.string()),
+            "cat": pa.array(cats[g.cat_idx].tolist() if g.size else [], pa.string()),
+            "ts_ns": pa.array(g.ts_ns, pa.int64()),
+            "dur_ns": pa.array(g.dur_ns, pa.int64()),
+            "correlation": pa.array(g.correlation, mask=g.correlation < 0),
+            "launch_ts_ns": pa.array(g.launch_ts_ns, mask=~g.has_launch),
+            "launch_name": interned(g.launch_names, g.launch_idx) if g.size
+            else pa.array([], pa.string()),
+        })
+
 
 @dataclass(frozen=True)
 class Trace:
     """Every rank of one profiled job, in rank order, and what loading changed or skipped."""
 
     ranks: tuple[RankTrace, ...]
-    notes: tuple[ImportNote, ...] = field(default=())
+    notes: tuple[TraceNote, ...] = field(default=())
 
     def timeline(self) -> pa.Table:
         """The kernel timeline of all ranks as one Arrow table with a ``rank`` column."""
+        import pyarrow as pa
+
         tables = []
         for r in self.ranks:
             t = r.kernels
@@ -112,7 +190,7 @@ class Trace:
             return pa.table({"rank": pa.array([], pa.int32())})
         return pa.concat_tables(tables)
 
-    def all_notes(self) -> tuple[ImportNote, ...]:
+    def all_notes(self) -> tuple[TraceNote, ...]:
         out = list(self.notes)
         for r in self.ranks:
             out.extend(r.notes)
@@ -142,29 +220,21 @@ def _trace_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
-def load_traces(paths: Sequence[str | Path], *, threads: int | None = None) -> Trace:
+def load_traces(paths: Sequence[str | Path]) -> Trace:
     """Load one or more rank traces (files or directories) into a :class:`Trace`.
 
     A trace without ``distributedInfo.rank`` is rank 0 with a note (several such files get
     ranks by file order, also noted); two files claiming the same rank are an error.
     """
     files = _trace_files([Path(p) for p in paths])
-    ranks: list[RankTrace] = []
-    notes: list[ImportNote] = []
-    with tempfile.TemporaryDirectory(prefix="gpuaudit-trace-") as tmp:
-        for path in files:
-            ranks.append(load_trace(path, tmp_dir=Path(tmp), threads=threads))
+    ranks = [load_trace(path) for path in files]
+    notes: list[TraceNote] = []
     missing = [r for r in ranks if "rank" not in _dist(r.meta)]
     if len(ranks) > 1 and missing:
         used = {r.rank for r in ranks if r not in missing}
         free = (i for i in range(len(ranks) * 2) if i not in used)
-        fixed = []
-        for r in ranks:
-            if r in missing:
-                r = RankTrace(**{**r.__dict__, "rank": next(free)})
-            fixed.append(r)
-        ranks = fixed
-        notes.append(ImportNote(
+        ranks = [dataclasses.replace(r, rank=next(free)) if r in missing else r for r in ranks]
+        notes.append(TraceNote(
             f"{len(missing)} trace(s) carry no distributedInfo.rank; ranks assigned by file "
             "name order", len(missing), where=str(missing[0].path)))
     seen: dict[int, Path] = {}
@@ -186,19 +256,15 @@ def _dist(meta: dict[str, Any]) -> dict[str, Any]:
     return d if isinstance(d, dict) else {}
 
 
-def _skew_notes(ranks: list[RankTrace]) -> list[ImportNote]:
+def _skew_notes(ranks: list[RankTrace]) -> list[TraceNote]:
     """Ranks whose kernel windows do not overlap at all: their clocks disagree.
 
     Every analysis is per rank, on that rank's own clock, so skew changes no figure; it is
     reported because cross-rank timelines (and the recording's timestamps) would mislead.
     """
-    spans = []
-    for r in ranks:
-        if r.kernels.num_rows:
-            ts = r.kernels.column("ts_ns")
-            end = pc.add(ts, r.kernels.column("dur_ns"))
-            spans.append((r.rank, r.base_time_ns + int(pc.min(ts).as_py()),
-                          r.base_time_ns + int(pc.max(end).as_py())))
+    spans = [(r.rank, r.base_time_ns + int(r.gpu.ts_ns.min()),
+              r.base_time_ns + int((r.gpu.ts_ns + r.gpu.dur_ns).max()))
+             for r in ranks if r.gpu.size]
     if len(spans) < 2:
         return []
     lo = max(s[1] for s in spans)
@@ -207,225 +273,196 @@ def _skew_notes(ranks: list[RankTrace]) -> list[ImportNote]:
         return []
     first = min(spans, key=lambda s: s[1])
     last = max(spans, key=lambda s: s[1])
-    return [ImportNote(
+    return [TraceNote(
         f"rank clocks look skewed: rank {last[0]} starts {(last[1] - first[1]) / 1e9:.3f} s "
         f"after rank {first[0]} and their kernel windows never overlap; per-rank figures "
         "are unaffected, cross-rank timestamps are not comparable", len(spans))]
 
 
-def load_trace(path: str | Path, *, tmp_dir: Path | None = None,
-               threads: int | None = None) -> RankTrace:
+def load_trace(path: str | Path) -> RankTrace:
     """Load one Kineto trace file (``.json`` or ``.json.gz``) into a :class:`RankTrace`."""
     path = Path(path)
-    if tmp_dir is None:
-        with tempfile.TemporaryDirectory(prefix="gpuaudit-trace-") as tmp:
-            return load_trace(path, tmp_dir=Path(tmp), threads=threads)
-    cut = cut_trace_events(path, tmp_dir)
-    try:
-        events = _read_events(cut.array_path, path, cut.array_offset, threads)
-    finally:
-        cut.array_path.unlink(missing_ok=True)
-    return _build_rank(path, cut.meta, events)
+    data, _ = js.read_document(path)
+    sc = js.scan(data, path)
+    return _build_rank(path, sc)
 
 
-def _read_events(array_path: Path, path: Path, offset: int, threads: int | None) -> pa.Table:
-    import duckdb
-
-    con = duckdb.connect(config={"threads": threads or 2, "preserve_insertion_order": True})
-    gpu = ", ".join(f"'{c}'" for c in GPU_CATS)
-    rt = ", ".join(f"'{c}'" for c in RUNTIME_CATS)
-    fname = str(array_path).replace("'", "''")
-    sql = f"""
-    WITH ev AS (
-      SELECT ph, cat, name, tid, ts, dur, args.stream AS stream,
-             args.correlation AS corr, args.device AS device,
-             CASE WHEN ph = 'X' AND cat IN ({gpu}) THEN 1
-                  WHEN ph = 'X' AND cat IN ({rt}) THEN 2
-                  WHEN ph = 'X' AND cat IN ('user_annotation', 'cpu_op', 'python_function')
-                       AND {_SPAN_SQL} THEN 3
-                  WHEN ph = 'X' AND cat = 'Trace' THEN 4
-                  ELSE 0 END AS kind
-      FROM read_json('{fname}', format='array', columns={_COLUMNS},
-                     maximum_object_size=268435456)
-    )
-    SELECT kind::TINYINT AS kind, ph, cat,
-           CASE WHEN kind > 0 THEN name END AS name,
-           {_us_text_to_ns('ts')} AS ts_ns,
-           {_us_text_to_ns('dur')} AS dur_ns,
-           CASE WHEN kind IN (1, 2) THEN contains(ts, '.') END AS float_ts,
-           TRY_CAST(stream AS BIGINT) AS stream,
-           stream IS NOT NULL AND TRY_CAST(stream AS BIGINT) IS NULL AS bad_stream,
-           TRY_CAST(corr AS BIGINT) AS correlation,
-           TRY_CAST(device AS INTEGER) AS device
-    FROM ev
-    """
-    try:
-        return con.sql(sql).to_arrow_table()
-    except duckdb.Error as exc:
-        msg = str(exc)
-        byte = _locate_json_error(array_path)
-        where = f"{path}: byte {offset + byte}" if byte is not None else str(path)
-        raise InputError(
-            f"invalid JSON in traceEvents: {msg.splitlines()[0][:300]}",
-            where=where,
-            fix="the trace file is damaged (cut short or edited); write it again with "
-            "torch.profiler",
-        ) from exc
-    finally:
-        con.close()
-
-
-def _locate_json_error(array_path: Path, limit_bytes: int = 1 << 30) -> int | None:
-    """Byte offset of the first JSON error in the events array (error path only).
-
-    DuckDB names the record and the byte within it; :func:`json.loads` (C) gives the
-    absolute position. Skipped above ``limit_bytes`` to keep memory bounded.
-    """
-    import json
-
-    if array_path.stat().st_size > limit_bytes:
-        return None
-    try:
-        json.loads(array_path.read_bytes())
-    except json.JSONDecodeError as exc:
-        return exc.pos
-    except (UnicodeDecodeError, RecursionError):
-        return None
-    return None
-
-
-def _build_rank(path: Path, meta: dict[str, Any], ev: pa.Table) -> RankTrace:
-    notes: list[ImportNote] = []
+def _build_rank(path: Path, sc: js.Scan) -> RankTrace:
+    notes: list[TraceNote] = []
     where = str(path)
-    dist = _dist(meta)
-    rank = dist.get("rank")
-    if not isinstance(rank, int):
-        notes.append(ImportNote(
+    doc, sp = sc.doc, sc.spans
+    meta = sc.meta
+    rank = _dist(meta).get("rank")
+    if not isinstance(rank, int) or isinstance(rank, bool):
+        notes.append(TraceNote(
             "the trace has no distributedInfo.rank; treated as rank 0", 1, where=where))
         rank = 0
-    kind = ev.column("kind").to_numpy()
-    # Unknown categories: counted, never silently dropped.
-    cats = ev.column("cat")
-    known = pc.is_in(cats, value_set=pa.array(sorted(_KNOWN_CATS)))
-    unknown = pc.and_(pc.invert(pc.fill_null(known, True)), pc.is_valid(cats))
-    n_unknown = int(pc.sum(unknown).as_py() or 0)
+    is_x = js.short_codes(doc, *_str_span(sc, "ph"), ("X",)) == 0
+    cat = js.short_codes(doc, *_str_span(sc, "cat"), _ALL_CATS)
+    has_cat = sp["cat"][0] >= 0
+    unknown = has_cat & (cat < 0)
+    n_unknown = int(unknown.sum())
     if n_unknown:
-        names = pc.unique(pc.filter(cats, unknown)).to_pylist()[:5]
-        notes.append(ImportNote(
-            f"{n_unknown} events of unknown categories {names} ignored", n_unknown, where=where))
+        lo, hi = sp["cat"]
+        uniq, _ = js.strings(doc, lo[unknown], hi[unknown])
+        notes.append(TraceNote(
+            f"{n_unknown} events of unknown categories {uniq[:5]} ignored", n_unknown,
+            where=where))
+    kind = np.zeros(sc.n_events, dtype=np.int8)
+    kind[is_x & (cat >= 0) & (cat < _N_GPU)] = 1
+    kind[is_x & (cat >= _N_GPU) & (cat < _N_GPU + _N_RT)] = 2
+    span_cand = np.flatnonzero(is_x & (cat >= _N_GPU + _N_RT) & (cat < _N_GPU + _N_RT + 3))
+    kind[span_cand[_span_names(sc, span_cand)]] = 3
+    kind[is_x & (cat == _TRACE_CODE)] = 4
+    sel = np.flatnonzero(kind > 0)
+    ts, ts_ok, ts_frac = js.parse_ns(doc, sp["ts"][0][sel], sp["ts"][1][sel])
+    dur, dur_ok, _ = js.parse_ns(doc, sp["dur"][0][sel], sp["dur"][1][sel])
+    k = kind[sel]
+    float_ts = bool((ts_frac & ((k == 1) | (k == 2))).any())
 
-    gpu = ev.filter(pa.array(kind == 1))
-    n_gpu_raw = gpu.num_rows
-    gpu = _clean_gpu(gpu, notes, where)
-    rt = ev.filter(pa.array(kind == 2))
-    rt = rt.filter(pc.is_valid(rt.column("correlation")))
-    rt_sorted = rt.select(["correlation", "ts_ns", "dur_ns", "name"])
-    spans = ev.filter(pa.array(kind == 3)).select(["name", "ts_ns", "dur_ns"])
-    spans = spans.filter(pc.and_(pc.is_valid(spans.column("ts_ns")),
-                                 pc.is_valid(spans.column("dur_ns"))))
-    trace_ev = ev.filter(pa.array(kind == 4))
+    # runtime launches with a correlation id
+    rt = sel[k == 2]
+    rt_corr, rt_ok = js.parse_int(doc, *_num_span(sc, "correlation", rt))
+    rt_ts = ts[k == 2][rt_ok]
+    rt_name = (sp["name"][0][rt][rt_ok], sp["name"][1][rt][rt_ok])
+    rt_corr = rt_corr[rt_ok]
+    # CPU spans
+    sm = (k == 3) & ts_ok & dur_ok
+    span_names, span_idx = js.strings(doc, sp["name"][0][sel[sm]], sp["name"][1][sel[sm]])
+    spans = Spans([span_names[i] for i in span_idx.tolist()], ts[sm], dur[sm])
+    # the profiler's own span
     profiler_span = None
-    if trace_ev.num_rows:
-        t0 = trace_ev.column("ts_ns")[0].as_py()
-        d0 = trace_ev.column("dur_ns")[0].as_py()
-        if t0 is not None and d0 is not None:
-            profiler_span = (int(t0), int(t0) + int(d0))
-    float_ts = bool(pc.any(pc.fill_null(ev.column("float_ts"), False)).as_py())
-    gpu = _join_launch(gpu, rt_sorted, notes, where)
+    tr = np.flatnonzero((k == 4) & ts_ok & dur_ok)
+    if tr.size:
+        profiler_span = (int(ts[tr[0]]), int(ts[tr[0]] + dur[tr[0]]))
+    # GPU events
+    gm = k == 1
+    g_ev = sel[gm]
+    n_gpu_raw = int(g_ev.size)
+    g_ts, g_dur = ts[gm], dur[gm]
+    timed = ts_ok[gm] & dur_ok[gm]
+    stream, stream_ok = js.parse_int(doc, *_num_span(sc, "stream", g_ev))
+    device, device_ok = js.parse_int(doc, *_num_span(sc, "device", g_ev))
+    corr, corr_ok = js.parse_int(doc, *_num_span(sc, "correlation", g_ev))
+    keep = _drop(~timed, "GPU events without a timestamp or duration dropped", notes, where)
+    keep &= _drop(keep & ~stream_ok, "GPU events without an integer args.stream dropped",
+                  notes, where)
+    keep &= _drop(keep & (g_dur < 0), "GPU events with a negative duration dropped", notes,
+                  where)
+    g = np.flatnonzero(keep)
+    names, name_idx = js.strings(doc, sp["name"][0][g_ev[g]], sp["name"][1][g_ev[g]])
+    launch_ts, has_launch, launch_row = _join_launch(
+        np.where(corr_ok[g], corr[g], -1), rt_corr, rt_ts)
+    found = np.flatnonzero(has_launch)
+    launch_names, lidx = js.strings(doc, rt_name[0][launch_row[found]],
+                                    rt_name[1][launch_row[found]])
+    launch_idx = np.full(g.size, -1, dtype=I64)
+    launch_idx[found] = lidx
+    missing = int(g.size - found.size)
+    if missing:
+        notes.append(TraceNote(
+            f"{missing} GPU events have no runtime launch event with their correlation id "
+            "(host wait cannot be judged for them)", missing, where=where))
+    gpu = GpuEvents(
+        stream=stream[g], device=np.where(device_ok[g], device[g], -1).astype(np.int32),
+        name_idx=name_idx, names=names, cat_idx=cat[g_ev[g]].astype(np.int16),
+        ts_ns=g_ts[g], dur_ns=g_dur[g], correlation=np.where(corr_ok[g], corr[g], -1),
+        launch_ts_ns=launch_ts, has_launch=has_launch, launch_idx=launch_idx,
+        launch_names=launch_names)
+    gpu = gpu.take(np.lexsort((gpu.ts_ns, gpu.stream)))
     gpu = _flag_absurd(gpu, profiler_span, notes, where)
     if n_gpu_raw == 0:
-        notes.append(ImportNote(
+        notes.append(TraceNote(
             "the trace has no GPU events (kernel, gpu_memcpy, gpu_memset): was it recorded "
             "with ProfilerActivity.CUDA?", 1, where=where))
     base = meta.get("baseTimeNanoseconds")
     base_ns = int(base) if isinstance(base, (int, float)) else 0
     host = str(meta.get("host_name") or meta.get("hostname") or path.name)
     return RankTrace(
-        rank=int(rank), path=path, meta=meta, kernels=gpu, spans=spans,
-        runtime=rt_sorted.select(["correlation", "ts_ns", "dur_ns"]), float_ts=float_ts,
+        rank=int(rank), path=path, meta=meta, gpu=gpu, spans=spans,
+        runtime_correlation=rt_corr, runtime_ts_ns=rt_ts, float_ts=float_ts,
         profiler_span=profiler_span, base_time_ns=base_ns, host=host, notes=tuple(notes),
     )
 
 
-def _clean_gpu(gpu: pa.Table, notes: list[ImportNote], where: str) -> pa.Table:
-    gpu = gpu.select(["stream", "device", "name", "cat", "ts_ns", "dur_ns", "correlation",
-                      "bad_stream"])
-    no_time = pc.or_(pc.is_null(gpu.column("ts_ns")), pc.is_null(gpu.column("dur_ns")))
-    n = int(pc.sum(no_time).as_py() or 0)
-    if n:
-        notes.append(ImportNote(f"{n} GPU events without a timestamp or duration dropped", n,
-                                where=where))
-        gpu = gpu.filter(pc.invert(no_time))
-    no_stream = pc.is_null(gpu.column("stream"))
-    n = int(pc.sum(no_stream).as_py() or 0)
-    if n:
-        notes.append(ImportNote(f"{n} GPU events without an integer args.stream dropped", n,
-                                where=where))
-        gpu = gpu.filter(pc.invert(no_stream))
-    neg = pc.less(gpu.column("dur_ns"), 0)
-    n = int(pc.sum(neg).as_py() or 0)
-    if n:
-        notes.append(ImportNote(f"{n} GPU events with a negative duration dropped", n,
-                                where=where))
-        gpu = gpu.filter(pc.invert(neg))
-    return gpu.drop_columns(["bad_stream"])
+def _str_span(sc: js.Scan, key: str) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = sc.spans[key]
+    s = sc.is_str[key]
+    return np.where(s, lo, -1), np.where(s, hi, -1)
 
 
-def _join_launch(gpu: pa.Table, rt: pa.Table, notes: list[ImportNote],
-                 where: str) -> pa.Table:
-    """Attach each GPU event's launch (runtime/driver event with the same correlation id).
+def _num_span(sc: js.Scan, key: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = sc.spans[key]
+    return lo[rows], hi[rows]
+
+
+def _span_names(sc: js.Scan, cand: np.ndarray) -> np.ndarray:
+    """Which candidate CPU events are ProfilerStep#N or DataLoader spans (by name)."""
+    doc = sc.doc
+    lo, hi = _str_span(sc, "name")
+    lo, hi = lo[cand], hi[cand]
+    step = js.short_codes(doc, lo, np.minimum(hi, lo + 13), ("ProfilerStep#",)) == 0
+    step &= lo >= 0
+    hits = []
+    pos = doc.data.find(b"DataLoader")
+    while pos >= 0:
+        hits.append(pos)
+        pos = doc.data.find(b"DataLoader", pos + 1)
+    dl = np.zeros(cand.size, dtype=bool)
+    if hits and cand.size:
+        h = np.array(hits, dtype=I64)
+        order = np.argsort(lo, kind="stable")
+        i = np.searchsorted(lo[order], h, side="right") - 1
+        ok = i >= 0
+        j = order[np.maximum(i, 0)]
+        ok &= (lo[j] >= 0) & (h + 10 <= hi[j])
+        dl[j[ok]] = True
+    return np.asarray(step | dl)
+
+
+def _drop(bad: np.ndarray, reason: str, notes: list[TraceNote], where: str) -> np.ndarray:
+    n = int(bad.sum())
+    if n:
+        notes.append(TraceNote(f"{n} {reason}", n, where=where))
+    return ~bad
+
+
+def _join_launch(corr: np.ndarray, rt_corr: np.ndarray, rt_ts: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each GPU event's launch (runtime/driver event with the same correlation id):
+    (launch ts, found, row in the runtime arrays).
 
     One launch may have many GPU events (cudaGraphLaunch), so the join is many-to-one;
     matching by correlation rather than by runtime name keeps graph and cuLaunchKernelEx
     launches (HTA issue #290).
     """
-    n = gpu.num_rows
-    launch_ts = np.zeros(n, dtype=np.int64)
-    found = np.zeros(n, dtype=bool)
-    names = pa.nulls(n, pa.string())
-    if rt.num_rows and n:
-        rc = rt.column("correlation").to_numpy()
-        order = np.argsort(rc, kind="stable")
-        rc_sorted = rc[order]
-        corr = gpu.column("correlation").fill_null(-1).to_numpy()
-        idx = np.searchsorted(rc_sorted, corr)
-        idx_c = np.minimum(idx, len(rc_sorted) - 1)
-        found = rc_sorted[idx_c] == corr
-        rts = rt.column("ts_ns").fill_null(0).to_numpy()[order]
-        launch_ts = np.where(found, rts[idx_c], 0)
-        take = pa.array(np.where(found, order[idx_c], 0))
-        names = pc.if_else(pa.array(found), pc.take(rt.column("name"), take),
-                           pa.nulls(n, pa.string()))
-    mask = pa.array(~found)
-    gpu = gpu.append_column("launch_ts_ns", pa.array(launch_ts, mask=~found))
-    gpu = gpu.append_column("launch_name", names)
-    missing = int((~found).sum())
-    if missing and n:
-        notes.append(ImportNote(
-            f"{missing} GPU events have no runtime launch event with their correlation id "
-            "(host wait cannot be judged for them)", missing, where=where))
-    del mask
-    order = np.lexsort((gpu.column("ts_ns").to_numpy(), gpu.column("stream").to_numpy()))
-    return gpu.take(pa.array(order))
+    n = corr.size
+    if not rt_corr.size or not n:
+        return np.zeros(n, I64), np.zeros(n, bool), np.zeros(n, I64)
+    order = np.argsort(rt_corr, kind="stable")
+    rc = rt_corr[order]
+    idx = np.minimum(np.searchsorted(rc, corr), rc.size - 1)
+    found = (rc[idx] == corr) & (corr >= 0)
+    row = order[idx]
+    return np.where(found, rt_ts[row], 0), found, np.where(found, row, 0)
 
 
-def _flag_absurd(gpu: pa.Table, span: tuple[int, int] | None, notes: list[ImportNote],
-                 where: str) -> pa.Table:
+def _flag_absurd(gpu: GpuEvents, span: tuple[int, int] | None, notes: list[TraceNote],
+                 where: str) -> GpuEvents:
     """Drop GPU events whose duration is corrupt (CUPTI sometimes reports years; HTA PR #325).
 
     Corrupt means longer than the profiler's own recorded span (or a day when the trace has
     none). They are counted in a note, not clamped: a clamped value would still be invented.
     """
-    if gpu.num_rows == 0:
+    if gpu.size == 0:
         return gpu
-    limit = (span[1] - span[0]) if span else _ABSURD_DUR_NS
-    limit = max(limit, 1)
-    bad = pc.greater(gpu.column("dur_ns"), limit)
-    n = int(pc.sum(bad).as_py() or 0)
+    limit = max((span[1] - span[0]) if span else _ABSURD_DUR_NS, 1)
+    bad = gpu.dur_ns > limit
+    n = int(bad.sum())
     if n:
-        worst = pc.max(pc.filter(gpu.column("dur_ns"), bad)).as_py()
-        notes.append(ImportNote(
+        worst = int(gpu.dur_ns[bad].max())
+        notes.append(TraceNote(
             f"{n} GPU events with an impossible duration (up to {worst / 1e9:.3g} s, longer "
             f"than the {limit / 1e9:.3g} s profiled) dropped as corrupt", n, where=where))
-        gpu = gpu.filter(pc.invert(bad))
+        gpu = gpu.take(~bad)
     return gpu

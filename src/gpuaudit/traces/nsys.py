@@ -107,6 +107,7 @@ def read_nsys_kern_sum(path: str | Path) -> NsysKernelSummary:
                              fix="export the cuda_gpu_kern_sum report with --format csv")
         cols[key] = t.column(found)
     name = cols["name"].cast(pa.string())
+    name_list = [str(n) for n in name.to_pylist()]
     total = _num(cols["total_ns"], path, "total time")
     count = _num(cols["count"], path, "instances")
     avg = _num(cols["avg_ns"], path, "avg") if "avg_ns" in cols else pc.divide(total, count)
@@ -115,9 +116,9 @@ def read_nsys_kern_sum(path: str | Path) -> NsysKernelSummary:
         "total_ns": total,
         "count": count,
         "avg_ns": avg.cast(pa.float64()),
-        "category": kclass.category(name),
-        "tensor_core": kclass.is_tensor_core(name),
-        "hta_type": kclass.hta_type(name),
+        "category": pa.array(kclass.category(name_list).tolist(), pa.string()),
+        "tensor_core": pa.array(kclass.is_tensor_core(name_list)),
+        "hta_type": pa.array(kclass.hta_type(name_list).tolist(), pa.string()),
     })
     return NsysKernelSummary(path, out)
 

@@ -55,7 +55,8 @@ def trace_to_recording(trace: Trace, *, window_s: float = 0.1,
     uuids: list[str] = []
     models: list[str | None] = []
     labels: list[list[tuple[str, str]]] = []
-    notes: list[ImportNote] = list(trace.all_notes())
+    notes: list[ImportNote] = [ImportNote(n.reason, n.count, n.where, n.column)
+                               for n in trace.all_notes()]
     for r in trace.ranks:
         p = prepare_rank(r, opt)
         ms, me = merge(p.start, p.end)
@@ -70,8 +71,7 @@ def trace_to_recording(trace: Trace, *, window_s: float = 0.1,
         length = np.diff(edges)
         util = np.clip(100.0 * busy / np.maximum(length, 1), 0.0, 100.0)
         n = busy.size
-        dev_arr = r.kernels.column("device").drop_null()
-        device = int(dev_arr[0].as_py()) if len(dev_arr) else None
+        device = r.first_device()
         cols["ts"].append(edges[:-1] + r.base_time_ns)
         cols["util"].append(util.astype(np.float32))
         cols["index"].append(np.full(n, -1 if device is None else device, dtype=np.int16))
