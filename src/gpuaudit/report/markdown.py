@@ -83,6 +83,11 @@ def render_markdown(result: AuditResult) -> str:
             f"| **total, 1 - (1 - F)(1 - D)** | **{100 * p.total_fraction:.1f}%** | "
             f"**{usd(p.monthly_savings_usd)}** |",
             f"| naive sum (WRONG: double-counts) | {100 * p.naive_sum_fraction:.1f}% | |", ""]
+    trace = result.extra.get("trace")
+    if trace:
+        from gpuaudit.report.trace import render_trace_markdown
+
+        out += [render_trace_markdown(trace)]
     if u.notes:
         out += ["## Data notes", ""]
         out += [f"- {_esc(n.reason)} ({n.count:,})" + (f", first at {_esc(n.where)}" if n.where
