@@ -299,11 +299,20 @@ class FileSource:
             self.origin = f"Parquet file {path}"
             self._converter = self._converter_for(pf.schema_arrow.names, str(path))
 
+        # Columns that are null in every row group (per the footer's statistics) are not
+        # read at all: a recording of an nvidia-smi log carries a handful of measured columns
+        # among the table's 33, and decoding the rest costs as much as the data.
+        read_cols = _columns_with_data(pf) if own else None
+        names = pf.schema_arrow.names
+
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = 0
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk):
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk,
+                                                           columns=read_cols):
                 base = row
                 row += batch.num_rows
+                if read_cols is not None and len(read_cols) < len(names):
+                    batch = _fill_null_columns(batch, names)
                 yield batch, _at_row(path, base)
 
         self._raw = raw
@@ -354,6 +363,41 @@ class FileSource:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
+    """Names of the columns holding at least one non-null value (None: statistics missing)."""
+    md = pf.metadata
+    names = pf.schema_arrow.names
+    leaf_of = {pf.schema.column(i).path.split(".")[0]: i for i in range(md.num_columns)}
+    keep = []
+    for name in names:
+        if pa.types.is_nested(pf.schema_arrow.field(name).type):
+            keep.append(name)  # an empty map reads as null in leaf statistics: always read
+            continue
+        i = leaf_of.get(name)
+        if i is None:
+            return None
+        has_data = False
+        for rg in range(md.num_row_groups):
+            col = md.row_group(rg).column(i)
+            stats = col.statistics
+            if stats is None or not stats.has_null_count:
+                return None
+            if stats.null_count < col.num_values or col.num_values < md.row_group(rg).num_rows:
+                has_data = True
+                break
+        if has_data or name in ("ts", "host", "gpu_uuid"):
+            keep.append(name)
+    return keep
+
+
+def _fill_null_columns(batch: pa.RecordBatch, names: Sequence[str]) -> pa.RecordBatch:
+    n = batch.num_rows
+    have = set(batch.schema.names)
+    arrays = [batch.column(name) if name in have
+              else pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type) for name in names]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema.SAMPLE_SCHEMA)
 
 
 def infer_interval_s(table: pa.Table) -> float | None:
