@@ -65,9 +65,9 @@ def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, durati
                         rec.write(batch)
                 rec.write(None, extras)
                 ticks += 1
-                next_t = mono0 + ticks * every_s
-                if next_t - mono0 >= duration_s:
+                if ticks * every_s >= duration_s - 1e-9:
                     break
+                next_t = mono0 + ticks * every_s
                 time.sleep(max(0.0, next_t - time.monotonic()))
     except KeyboardInterrupt:
         extras.events.append("stopped by Ctrl-C")

@@ -1,0 +1,171 @@
+"""The Prometheus client's retries, errors, chunking and escaping (httpx.MockTransport, and
+the real server for escaping)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import httpx
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.measure.prometheus import (
+    PromClient,
+    escape_label_value,
+    selector,
+    time_chunks,
+)
+
+
+def _vector(value: float = 1.0) -> dict:
+    return {"status": "success",
+            "data": {"resultType": "vector", "result": [{"metric": {"a": "b"},
+                                                         "value": [0, str(value)]}]}}
+
+
+def client(handler, **kw) -> PromClient:
+    return PromClient("http://prom.test", transport=httpx.MockTransport(handler),
+                      sleep=lambda s: None, **kw)
+
+
+def test_5xx_is_retried_then_succeeds():
+    calls = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) < 3:
+            return httpx.Response(503, json={"status": "error", "error": "busy"})
+        return httpx.Response(200, json=_vector(7))
+
+    c = client(handler, retries=4)
+    assert c.query("up", 0) == [({"a": "b"}, 7.0)]
+    assert len(calls) == 3
+
+
+def test_down_server_gives_up_after_bounded_retries():
+    calls = []
+    sleeps: list[float] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        raise httpx.ConnectError("refused", request=req)
+
+    c = PromClient("http://prom.test", transport=httpx.MockTransport(handler), retries=3,
+                   backoff_s=0.5, max_backoff_s=1.5, sleep=sleeps.append)
+    with pytest.raises(SourceUnavailableError, match="after 4 attempt"):
+        c.query("up", 0)
+    assert len(calls) == 4
+    assert sleeps == [0.5, 1.0, 1.5]  # exponential, capped
+
+
+def test_real_closed_port_is_source_unavailable():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    c = PromClient(f"http://127.0.0.1:{port}", retries=1, backoff_s=0.01, timeout_s=2)
+    with pytest.raises(SourceUnavailableError):
+        c.query("up", 0)
+
+
+def test_bad_query_is_an_input_error_with_the_query():
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(400, json={"status": "error", "errorType": "bad_data",
+                                         "error": "parse error"})
+
+    with pytest.raises(InputError, match="parse error"):
+        client(handler).query("up{", 0)
+
+
+def test_too_large_ranges_are_split_until_they_fit():
+    seen: list[int] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        form = dict(x.split("=") for x in req.content.decode().split("&"))
+        start, end, step = float(form["start"]), float(form["end"]), float(form["step"])
+        points = int(round((end - start) / step)) + 1
+        seen.append(points)
+        if points > 40:
+            return httpx.Response(400, json={
+                "status": "error", "errorType": "bad_data",
+                "error": "exceeded maximum resolution of 11,000 points per timeseries"})
+        vals = [[start + i * step, "1"] for i in range(points)]
+        return httpx.Response(200, json={"status": "success", "data": {
+            "resultType": "matrix", "result": [{"metric": {}, "values": vals}]}})
+
+    c = client(handler)
+    parts = list(c.query_range("x", 0, 999 * 15, 15, max_points=300))
+    ts = [t for p in parts for r in p for t in r.ts_ns.tolist()]
+    assert ts == [i * 15 * 1_000_000_000 for i in range(1000)]  # every point once, in order
+    assert max(p for p in seen if p <= 40) <= 40
+
+
+def test_bearer_token_file_is_sent(tmp_path):
+    tok = tmp_path / "token"
+    tok.write_text("s3cret\n")
+    got = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        got.append(req.headers.get("authorization"))
+        return httpx.Response(200, json=_vector())
+
+    client(handler, bearer_token_file=tok).query("up", 0)
+    assert got == ["Bearer s3cret"]
+
+
+def test_unauthorized_is_not_retried():
+    calls = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(401, text="no")
+
+    with pytest.raises(SourceUnavailableError, match="credentials"):
+        client(handler).query("up", 0)
+    assert len(calls) == 1
+
+
+@given(st.integers(0, 10**6), st.integers(0, 3000), st.sampled_from([1.0, 15.0, 60.0]),
+       st.integers(1, 500))
+def test_time_chunks_cover_every_step_once(a0, k, step, max_points):
+    a = a0 * step
+    b = a + k * step
+    chunks = time_chunks(a, b, step, max_points)
+    pts = []
+    for x, y in chunks:
+        n = int(round((y - x) / step)) + 1
+        assert n <= max_points
+        pts += [x + i * step for i in range(n)]
+    expected = int((b - a) // step) + 1
+    assert len(pts) == expected
+    assert all(q > p for p, q in zip(pts, pts[1:]))
+
+
+def _unescape(body: str) -> str:
+    return json.loads('"' + body + '"', strict=False)
+
+
+@given(st.text())
+def test_escaped_label_values_round_trip_and_cannot_close_the_string(value):
+    body = escape_label_value(value)
+    assert _unescape(body) == value
+    # every quote inside is escaped: the string cannot end early
+    assert not re.search(r'(?<!\\)(?:\\\\)*"', body)
+
+
+def test_label_names_are_checked():
+    with pytest.raises(InputError):
+        selector({'a"}) or vector(1) #': "x"})
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.text(min_size=1, max_size=30))
+def test_hostile_label_values_do_not_break_real_promql(prom, value):
+    c = PromClient(prom, retries=0)
+    # matches nothing, and must parse: no injection, no error
+    assert c.query(f"DCGM_FI_DEV_GPU_UTIL{selector({'Hostname': value})}", 1_704_067_200) \
+        == [] or value in ("ip-10-0-0-0.ec2.internal",)
