@@ -84,10 +84,15 @@ def test_cli_json_and_price(tmp_path: Path) -> None:
                "-o", str(out)])
     assert rc == 0
     rep = json.loads(out.read_text())
-    assert [r["rank"] for r in rep["ranks"]] == [0, 1]
-    idle = rep["idle_share"]
-    assert rep["cost"]["usd_per_gpu_hour"] == "2.50"
-    assert float(rep["cost"]["idle_usd_per_gpu_hour"]) == pytest.approx(2.5 * idle, abs=1e-3)
+    trace = rep["extra"]["trace"]
+    assert [r["rank"] for r in trace["ranks"]] == [0, 1]
+    assert {g["gpu_uuid"].split(":")[-2] for g in rep["gpus"]} == {"rank0", "rank1"}
+    # the priced recording is the trace's busy share: idle phase share follows the idle ns
+    idle_ns = sum(r["idle_ns"] for r in trace["ranks"])
+    window_ns = sum(r["window_ns"] for r in trace["ranks"])
+    assert trace["idle_share"] == pytest.approx(idle_ns / window_ns)
+    assert [r["usd_per_gpu_hour"] for r in rep["rates"]] == ["2.50"]
+    assert rep["rates"][0]["source"].startswith("--price")
 
 
 def test_cli_error_exit_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
