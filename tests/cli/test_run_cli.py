@@ -107,7 +107,7 @@ def test_run_forwards_sigterm(libdir: Path, tmp_path: Path) -> None:
 def test_sample_sigkill_loses_at_most_one_flush(libdir: Path, tmp_path: Path) -> None:
     out = tmp_path / "idle.parquet"
     p = subprocess.Popen([*GPUAUDIT, "sample", "--hz", "50", "--flush-s", "0.1",
-                          "-o", str(out)], env=_env(libdir, tmp_path, TWO_GPUS),
+                          "--no-process", "-o", str(out)], env=_env(libdir, tmp_path, TWO_GPUS),
                          stderr=subprocess.PIPE, text=True)
     journal = Path(str(out) + JOURNAL_SUFFIX)
     end = time.monotonic() + 30
@@ -130,3 +130,55 @@ def test_sample_duration_writes_a_file(libdir: Path, tmp_path: Path) -> None:
     rec = read_recording(out)
     assert rec.table.num_rows > 0
     assert "wrote" in p.stderr
+
+
+def test_sample_sigkill_with_process_the_sampler_finalises(libdir: Path,
+                                                           tmp_path: Path) -> None:
+    """Killing `gpuaudit sample` leaves its sampling process to finish the recording."""
+    out = tmp_path / "idle.parquet"
+    p = subprocess.Popen([*GPUAUDIT, "sample", "--hz", "100", "--flush-s", "0.1",
+                          "--process", "-o", str(out)], env=_env(libdir, tmp_path, TWO_GPUS),
+                         stderr=subprocess.PIPE, text=True)
+    journal = Path(str(out) + JOURNAL_SUFFIX)
+    end = time.monotonic() + 30
+    while time.monotonic() < end and (not journal.exists() or journal.stat().st_size < 8000):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=30)
+    end = time.monotonic() + 60
+    while time.monotonic() < end and (journal.exists() or not out.exists()):
+        time.sleep(0.05)
+    rec = read_recording(out)
+    assert rec.table.num_rows > 0
+    assert any("ended without stopping" in e for e in rec.events)
+
+
+def test_run_and_sample_in_a_process_with_the_real_pynvml(libdir: Path,
+                                                          tmp_path: Path) -> None:
+    """--process: the child loads the fake libnvidia-ml through the real pynvml."""
+    env = _env(libdir, tmp_path, TWO_GPUS)
+    out = tmp_path / "run.parquet"
+    p = subprocess.run(
+        [*GPUAUDIT, "run", "--process", "--hz", "100", "--label", "team=a", "--record",
+         str(out), "--no-report", "--", sys.executable, "-c",
+         "import time; time.sleep(0.5)"],
+        env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    rec = read_recording(out)
+    assert set(rec.table.column("gpu_index").to_pylist()) == {0, 1}
+    assert json.loads(rec.meta["labels"]) == {"team": "a"}
+    assert rec.table.column("sm_active").null_count < rec.table.num_rows  # GPM via ctypes
+    out2 = tmp_path / "sample.parquet"
+    p = subprocess.run([*GPUAUDIT, "sample", "--process", "--duration", "0.5", "--hz", "20",
+                        "-o", str(out2)], env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert read_recording(out2).table.num_rows > 0
+
+
+def test_sample_process_without_driver_exits_2(libdir: Path, tmp_path: Path) -> None:
+    p = subprocess.run([*GPUAUDIT, "sample", "--process", "--duration", "0.2",
+                        "-o", str(tmp_path / "x.parquet")],
+                       env=_env(libdir, tmp_path, {"missing": ["nvmlInit"]}),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2
+    assert "error:" in p.stderr and "libnvidia-ml.so.1" in p.stderr

@@ -18,9 +18,12 @@ import sys
 import threading
 import time
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from gpuaudit.measure.recorder import Extras
+
+__all__ = ["apply_message", "main"]
 
 
 class _Terminated(Exception):
@@ -29,6 +32,17 @@ class _Terminated(Exception):
 
 def _on_term(signum: int, frame: Any) -> None:
     raise _Terminated
+
+
+def apply_message(extras: Extras, msg: tuple[str, list[Any], list[str],
+                                             dict[str, float | None]]) -> bool:
+    """Apply a parent message ``(kind, new_marks, new_events, counters)`` to the recording's
+    extras; True when it asks to stop."""
+    kind, marks, events, counters = msg
+    extras.marks.extend((int(t), str(text)) for t, text in marks)
+    extras.events.extend(events)
+    extras.counters.update(counters)
+    return kind == "stop"
 
 
 def main(argv: list[str]) -> int:
@@ -93,12 +107,10 @@ def main(argv: list[str]) -> int:
     reason: str | None = None
     try:
         while True:
-            kind, marks, events, counters = cmd.recv()
+            msg = cmd.recv()
             with sampler._lock:
-                sampler.extras.marks.extend((int(t), str(text)) for t, text in marks)
-                sampler.extras.events.extend(events)
-                sampler.extras.counters.update(counters)
-            if kind == "stop":
+                stop = apply_message(sampler.extras, msg)
+            if stop:
                 break
     except (EOFError, OSError):
         reason = ("the process that started this sampler ended without stopping it "
