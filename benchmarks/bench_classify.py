@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import resource
 import statistics
 import subprocess
 import sys
@@ -71,12 +70,10 @@ def generate(path: Path, gpus: int, hours: float, hz: float) -> None:
                 "util_gpu_pct": pa.array(u.astype(np.float32)),
             })
             w.write_table(table)
-    pf = pq.ParquetFile(tmp)
     meta = {b"gpuaudit.version": b"0.1.0",
             b"gpuaudit.interval_s": str(1 / hz).encode(), b"gpuaudit.source": b"synthetic",
             b"gpuaudit.origin": b"SYNTHETIC benchmark fleet (benchmarks/bench_classify.py)"}
-    del pf
-    # rewrite footer metadata cheaply: keep data, add key-value metadata via a second pass
+    # a second pass stamps the gpuaudit key-value metadata on the file
     table_iter = pq.ParquetFile(tmp)
     schema = SAMPLE_SCHEMA.with_metadata(meta)
     with pq.ParquetWriter(path, schema, compression="zstd") as w:
