@@ -80,8 +80,8 @@ def test_lowercase_names_exported_pod_and_time_slicing():
 
 
 def test_unheld_gpu_with_exporter_pod_labels_is_not_a_workload():
-    line = [ln for ln in read("l4_kops_conformance.prom").splitlines()
-            if ln.startswith("DCGM_FI_DEV_GPU_UTIL{")][0]
+    line = next(ln for ln in read("l4_kops_conformance.prom").splitlines()
+            if ln.startswith("DCGM_FI_DEV_GPU_UTIL{"))
     line = line.replace("}", ',pod="nvidia-dcgm-exporter-x1",container="nvidia-dcgm-exporter"}')
     table, _ = parse(line + "\n")
     assert table.column("pod").to_pylist() == [None]

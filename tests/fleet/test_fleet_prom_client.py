@@ -3,6 +3,7 @@ the real server for escaping)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 
@@ -87,7 +88,7 @@ def test_too_large_ranges_are_split_until_they_fit():
     def handler(req: httpx.Request) -> httpx.Response:
         form = dict(x.split("=") for x in req.content.decode().split("&"))
         start, end, step = float(form["start"]), float(form["end"]), float(form["step"])
-        points = int(round((end - start) / step)) + 1
+        points = round((end - start) / step) + 1
         seen.append(points)
         if points > 40:
             return httpx.Response(400, json={
@@ -137,12 +138,12 @@ def test_time_chunks_cover_every_step_once(a0, k, step, max_points):
     chunks = time_chunks(a, b, step, max_points)
     pts = []
     for x, y in chunks:
-        n = int(round((y - x) / step)) + 1
+        n = round((y - x) / step) + 1
         assert n <= max_points
         pts += [x + i * step for i in range(n)]
     expected = int((b - a) // step) + 1
     assert len(pts) == expected
-    assert all(q > p for p, q in zip(pts, pts[1:]))
+    assert all(q > p for p, q in itertools.pairwise(pts))
 
 
 def _unescape(body: str) -> str:
