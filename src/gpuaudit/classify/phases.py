@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from gpuaudit.classify.patterns import detect_patterns
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
 from gpuaudit.errors import InputError, SampleTableError
-from gpuaudit.schema import Recording, SampleSource
+from gpuaudit.schema import Recording, SampleSource, series_order
 
 __all__ = ["DEFAULT_CAP_INTERVALS", "classify", "group_key_names"]
 
@@ -322,36 +322,53 @@ class _Engine:
             self.interval_s = _infer_interval_s(rows["code"], rows["ts"])
         t0 = int(rows["ts"].min())
         self.t_min = t0 if self.t_min is None else min(self.t_min, t0)
-        if self.pending is not None:
-            keys = set(rows) | set(self.pending)
-            n_p = self.pending["code"].shape[0]
-            n_b = rows["code"].shape[0]
-            merged = {}
-            for k in keys:
-                a = self.pending.get(k)
-                b = rows.get(k)
-                if a is None:
-                    a = _blank_like(b, n_p, k)  # type: ignore[arg-type]
-                if b is None:
-                    b = _blank_like(a, n_b, k)
-                merged[k] = np.concatenate([a, b])
-            rows = merged
-        self._process(rows, final=False, position=position)
+        pending = self.pending
+        if pending is not None and "share" in pending and bool((pending["share"] < 1.0).any()):
+            # a time-sliced GPU's rows of one timestamp may straddle the batch boundary:
+            # process the carried rows together with the batch
+            self.pending = None
+            self._process(_concat(pending, rows), final=False, position=position)
+            return
+        self.pending = None
+        r, dt_ns, done = self._sort_and_step(rows, position)
+        if pending is not None:
+            self._resolve_carried(pending, r, position)
+        self._finish_rows(r, dt_ns, done)
 
     def finish(self) -> None:
-        if self.pending is not None and self.pending["code"].shape[0]:
-            self._process(self.pending, final=True, position="end of stream")
-        self.pending = None
+        pending, self.pending = self.pending, None
+        if pending is not None and pending["code"].shape[0]:
+            self._process(pending, final=True, position="end of stream")
 
     def _process(self, rows: dict[str, np.ndarray], *, final: bool, position: str) -> None:
+        r, dt_ns, done = self._sort_and_step(rows, position)
+        if final:
+            assert self.interval_s is not None
+            done = np.ones(r["code"].shape[0], dtype=bool)
+            dt_ns = np.full(done.shape[0], round(self.interval_s * _NS), dtype=np.int64)
+        self._finish_rows(r, dt_ns, done)
+
+    def _finish_rows(self, r: dict[str, np.ndarray], dt_ns: np.ndarray, done: np.ndarray
+                     ) -> None:
+        """Accumulate the rows whose successor is known; carry the rest."""
+        if not done.all():
+            rest = {k: v[~done] for k, v in r.items()}
+            self.pending = rest if self.pending is None else _concat(self.pending, rest)
+            r = {k: v[done] for k, v in r.items()}
+            dt_ns = dt_ns[done]
+        if dt_ns.shape[0] == 0:
+            return
+        end = int((r["ts"] + dt_ns).max())
+        self.t_end = end if self.t_end is None else max(self.t_end, end)
+        self._accumulate(r, dt_ns)
+
+    def _sort_and_step(self, rows: dict[str, np.ndarray], position: str
+                       ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
+        """Rows grouped by series in time order, each row's duration to the next distinct
+        timestamp of its series, and which rows have that successor in this chunk."""
         codes = rows["code"]
         n = codes.shape[0]
-        order = _periodic_order(codes)
-        if order is None:
-            if self.series.size < 65536:
-                order = np.argsort(codes.astype(np.uint16), kind="stable")
-            else:
-                order = np.argsort(codes, kind="stable")
+        order = series_order(codes)
         r = {k: v[order] for k, v in rows.items()}
         c, t = r["code"], r["ts"]
         same_series = np.zeros(n, dtype=bool)
@@ -362,40 +379,55 @@ class _Engine:
         bad = same_series & ((dt_prev < 0) | ((dt_prev == 0) & ~dup_ok))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            uuid = next(k for k, v in self.series_index.items() if v == int(c[i]))
-            when = datetime.fromtimestamp(int(t[i]) / _NS, tz=timezone.utc).isoformat()
-            raise SampleTableError(
-                f"timestamp {when} repeats or runs backwards for GPU {uuid}",
-                column="ts", value=when, where=position,
-                fix="each GPU's samples must be in time order with no duplicates "
-                "(a time-sliced GPU's rows need gpu_share)",
-            )
+            self._order_error(int(c[i]), int(t[i]), position)
         new_group = ~same_series | (dt_prev != 0)
         gid = np.cumsum(new_group) - 1
         g_start = np.flatnonzero(new_group)
         g_c = c[g_start]
         g_t = t[g_start]
-        g_next = np.full(g_start.shape[0], -1, dtype=np.int64)
         has_next = np.zeros(g_start.shape[0], dtype=bool)
         has_next[:-1] = g_c[1:] == g_c[:-1]
-        g_next[:-1] = np.where(has_next[:-1], g_t[1:], -1)
-        row_has_next = has_next[gid]
-        assert self.interval_s is not None
-        interval_ns = round(self.interval_s * _NS)
-        if final:
-            done = np.ones(n, dtype=bool)
-            dt_ns = np.full(n, interval_ns, dtype=np.int64)
-        else:
-            done = row_has_next
-            dt_ns = np.where(done, g_next[gid] - t, 0)
-            self.pending = {k: v[~done] for k, v in r.items()}
-            r = {k: v[done] for k, v in r.items()}
-            dt_ns = dt_ns[done]
-        if not done.any():
-            return
-        end = int((r["ts"] + dt_ns).max())
-        self.t_end = end if self.t_end is None else max(self.t_end, end)
-        self._accumulate(r, dt_ns)
+        g_next = np.zeros(g_start.shape[0], dtype=np.int64)
+        g_next[:-1] = g_t[1:]
+        done = has_next[gid]
+        dt_ns = np.where(done, g_next[gid] - t, 0)
+        return r, dt_ns, done
+
+    def _resolve_carried(self, pending: dict[str, np.ndarray], r: dict[str, np.ndarray],
+                         position: str) -> None:
+        """Carried rows whose series has a sample in this batch end at that sample: accumulate
+        them before the batch's rows (the step statistics run in time order)."""
+        c, t = r["code"], r["ts"]
+        first = np.ones(c.shape[0], dtype=bool)
+        first[1:] = c[1:] != c[:-1]
+        next_ts = np.full(self.series.size, -1, dtype=np.int64)
+        next_ts[c[first]] = t[first]
+        pc_ = pending["code"]
+        nxt = next_ts[pc_]
+        found = nxt >= 0
+        if found.any():
+            dt = nxt - pending["ts"]
+            wrong = found & (dt <= 0)
+            if wrong.any():
+                i = int(np.flatnonzero(wrong)[0])
+                self._order_error(int(pc_[i]), int(nxt[i]), position)
+            resolved = {k: v[found] for k, v in pending.items()}
+            end = int((resolved["ts"] + dt[found]).max())
+            self.t_end = end if self.t_end is None else max(self.t_end, end)
+            self._accumulate(resolved, dt[found])
+        if not found.all():
+            rest = {k: v[~found] for k, v in pending.items()}
+            self.pending = rest if self.pending is None else _concat(self.pending, rest)
+
+    def _order_error(self, code: int, ts_ns: int, position: str) -> None:
+        uuid = next(k for k, v in self.series_index.items() if v == code)
+        when = datetime.fromtimestamp(ts_ns / _NS, tz=timezone.utc).isoformat()
+        raise SampleTableError(
+            f"timestamp {when} repeats or runs backwards for GPU {uuid}",
+            column="ts", value=when, where=position,
+            fix="each GPU's samples must be in time order with no duplicates "
+            "(a time-sliced GPU's rows need gpu_share)",
+        )
 
     def _accumulate(self, r: dict[str, np.ndarray], dt_ns: np.ndarray) -> None:
         assert self.interval_s is not None
@@ -620,20 +652,20 @@ class _Engine:
         return tuple(out)
 
 
-def _periodic_order(codes: np.ndarray) -> np.ndarray | None:
-    """The series-major order of rows laid out tick by tick with the GPUs in a fixed order
-    (how samplers and nvidia-smi write), without sorting; None for any other layout."""
-    n = codes.shape[0]
-    again = np.flatnonzero(codes[1:] == codes[0])
-    if again.size == 0:
-        return None
-    g = int(again[0]) + 1
-    if g < 2 or n % g:
-        return None
-    grid = codes.reshape(-1, g)
-    if not (grid == grid[0]).all() or np.unique(grid[0]).size != g:
-        return None
-    return np.asarray(np.arange(n, dtype=np.int64).reshape(-1, g).T.ravel())
+def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Row-wise concatenation of two row dicts whose optional signals may differ."""
+    n_a, n_b = a["code"].shape[0], b["code"].shape[0]
+    out = {}
+    for k in set(a) | set(b):
+        x = a.get(k)
+        y = b.get(k)
+        if x is None:
+            assert y is not None
+            x = _blank_like(y, n_a, k)
+        if y is None:
+            y = _blank_like(x, n_b, k)
+        out[k] = np.concatenate([x, y])
+    return out
 
 
 def _float(batch: pa.RecordBatch, name: str) -> np.ndarray | None:
