@@ -91,6 +91,7 @@ class ProcessSampler(Sampler):
         self._final: dict[str, Any] | None = None
         self._gone: str | None = None  # why the child is no longer reachable
         self._last_msg = 0.0
+        self._link_failed = False
 
     # -- start -----------------------------------------------------------------------------
     def start(self) -> ProcessSampler:
@@ -175,8 +176,14 @@ class ProcessSampler(Sampler):
         while not self._link_stop.wait(self.link_s):
             if self._gone is not None:
                 return
-            self._send("x")
-            self._drain()
+            try:
+                self._send("x")
+                self._drain()
+            except Exception as exc:  # a bug of ours; say it once, keep sampling
+                if not self._link_failed:
+                    self._link_failed = True
+                    self._event(f"sending marks/counters to the sampling process failed: "
+                                f"{type(exc).__name__}: {exc}")
 
     def _send(self, kind: str, timeout_s: float | None = None) -> bool:
         """Send new marks and events and the counters (if changed, or for ``stop``)."""
