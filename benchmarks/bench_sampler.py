@@ -15,6 +15,7 @@ Measured per configuration (rate x main thread idle or GIL-busy):
 
     .venv/bin/python benchmarks/bench_sampler.py            # ~100 s
     .venv/bin/python benchmarks/bench_sampler.py --seconds 2  # quick look
+    .venv/bin/python benchmarks/bench_sampler.py --rates 100 --repeat 3  # the spread
 """
 
 from __future__ import annotations
@@ -103,6 +104,8 @@ def measure(kind: str, hz: float, seconds: float, gil_busy: bool) -> dict[str, f
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds per configuration")
+    ap.add_argument("--rates", default="10,100", help="comma-separated target rates, Hz")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each configuration")
     args = ap.parse_args()
     print(f"machine: {platform.machine()} {os.cpu_count()} CPUs, Python "
           f"{platform.python_version()}, switch interval 5 ms")
@@ -111,9 +114,9 @@ def main() -> None:
     measure("gpuaudit-proc", 50.0, 1.0, False)
     print(f"{'config':<24}{'impl':<14}{'rate Hz':>9}{'err p50 ms':>12}{'err p99 ms':>12}"
           f"{'CPU %':>8}")
-    for hz in (10.0, 100.0):
+    for hz in (float(x) for x in args.rates.split(",")):
         for gil in (False, True):
-            for kind in ("gpuaudit", "gpuaudit-proc", "sleep-loop"):
+            for kind in ("gpuaudit", "gpuaudit-proc", "sleep-loop") * args.repeat:
                 r = measure(kind, hz, args.seconds, gil)
                 cfg = f"{hz:g} Hz, main {'GIL-busy' if gil else 'idle'}"
                 print(f"{cfg:<24}{kind:<14}{r['rate_hz']:>9.2f}{r['err_p50_ms']:>12.3f}"

@@ -306,3 +306,18 @@ def test_batched_link_delivers_every_mark_and_the_final_counters(ops: list[Any])
     assert stops[-1] and not any(stops[:-1])
     assert child.marks == s.extras.marks
     assert child.counters == s.extras.counters
+
+
+def test_sigterm_to_the_child_stops_and_finalises(tmp_path: Path) -> None:
+    out = tmp_path / "t.parquet"
+    s = Sampler(FakeNvml.backend(TWO), interval_s=0.01, flush_s=0.1, output=out,
+                process=True).start()
+    s.mark("one")
+    _wait(lambda: s.stats().ticks >= 10)
+    assert s.pid is not None
+    os.kill(s.pid, signal.SIGTERM)
+    _wait(lambda: not s.running)
+    rec = s.stop()
+    assert any("SIGTERM" in e for e in rec.events), rec.events
+    assert not any("SIGKILL" in e for e in rec.events)
+    assert rec.table.num_rows > 0 and read_recording(out).table.num_rows == rec.table.num_rows
