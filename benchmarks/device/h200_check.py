@@ -11,6 +11,11 @@ writes one small recording each to OUT_DIR, and checks each against its known sh
 Every recording must hold >= 100 samples with real variance in power, and on Hopper the GPM
 fields (sm_active, tensor_active, dram_active) must be present.
 
+Then, informational (no pass/fail): a GIL-bound pure-Python loop under ``monitor(hz=100)``
+with the sampler in a thread (``process=False``) and in a separate process
+(``process=True``), the achieved rate of each with the real pynvml (goal: >= 99 Hz for the
+process), in ``h200_check.json`` under ``gil_busy_100hz``.
+
     python benchmarks/device/h200_check.py OUT_DIR [--seconds 15]
 """
 
@@ -132,6 +137,21 @@ def main() -> int:
         print(f"{name}: {rec.table.num_rows} rows, "
               f"{'OK' if not problems else '; '.join(problems)}", flush=True)
         failed |= bool(problems)
+    summary["gil_busy_100hz"] = {}
+    for process in (False, True):
+        mode = "process" if process else "thread"
+        path = args.out_dir / f"h200_gil_busy_100hz_{mode}.parquet"
+        with gpuaudit.monitor(labels={"workload": f"gil-busy-{mode}"}, hz=100, output=path,
+                              process=process) as m:
+            end = time.monotonic() + args.seconds
+            x = 0
+            while time.monotonic() < end:  # pure Python: holds the GIL
+                for i in range(1000):
+                    x += i * i
+        stats = m.stats
+        summary["gil_busy_100hz"][mode] = stats.as_dict() if stats else None
+        print(f"gil-busy 100 Hz, sampler in a {mode}: "
+              f"{stats.rate_hz if stats else float('nan'):.2f} Hz", flush=True)
     (args.out_dir / "h200_check.json").write_text(json.dumps(summary, indent=2))
     return 1 if failed else 0
 
