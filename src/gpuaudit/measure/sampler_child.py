@@ -1,4 +1,4 @@
-"""The sampling process: ``python -m gpuaudit.measure.sampler_child CMD_FD RES_FD``.
+"""The sampling process: ``main([CMD_FD, RES_FD])`` in a fresh interpreter.
 
 Started by :class:`gpuaudit.measure.sampler_process.ProcessSampler`, never by hand. Reads
 its settings and the pickled backend (or factory) from ``CMD_FD``, builds the backend here

@@ -1,16 +1,17 @@
 """The sampler in a separate process: the parent keeps marks and counters, the child samples.
 
-``Sampler(backend, process=True)`` builds a :class:`ProcessSampler`. :meth:`~ProcessSampler.start`
-runs ``python -m gpuaudit.measure.sampler_child`` (a fresh interpreter: nothing of the
-workload's ``__main__`` is imported again, unlike multiprocessing's "spawn") with two pipes,
-sends it the pickled *unopened* backend (or a factory) and the settings, and waits for it to
-open the backend. The child owns the backend, the deadline-scheduled sampling thread and the
+``Sampler(backend, process=True)`` builds a :class:`ProcessSampler`. Its ``start`` runs
+:func:`gpuaudit.measure.sampler_child.main` in a fresh interpreter (``python -c``: nothing
+of the workload's ``__main__`` is imported again, unlike multiprocessing's "spawn") with two
+pipes, sends it the pickled *unopened* backend (or a factory) and the settings, and waits
+for it to open the backend. The child owns the backend, the deadline-scheduled sampling thread and the
 crash-safe :class:`~gpuaudit.measure.recorder.Recorder`; its GIL is not the workload's, so a
 busy workload cannot delay its ticks.
 
 Messages (``multiprocessing.connection`` framing over the pipes, pickled tuples):
 
-* parent -> child: ``("x" | "stop", new_marks, new_events, counters)``: a link thread sends
+* parent -> child: first the settings and the pickled backend (a dict), then
+  ``("x" | "stop", new_marks, new_events, counters)``: a link thread sends
   what :meth:`mark` / :meth:`step` collected every ``link_s`` (batched; ``mark``/``step``
   only append under a lock, so the workload never waits on the pipe); ``stop`` also ends
   the recording.
@@ -113,14 +114,16 @@ class ProcessSampler(Sampler):
                                  where=str(self._out), fix="create it or choose another path")
         cmd_r, cmd_w = os.pipe()
         res_r, res_w = os.pipe()
-        env = dict(os.environ)
+        # gpuaudit's own directory goes *last* on the child's path (found even when this
+        # process got it from a sys.path edit, never shadowing the standard library)
         root = str(Path(gpuaudit.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        boot = (f"import sys; sys.path.append({root!r}); from {_CHILD_MODULE} import main; "
+                "sys.exit(main(sys.argv[1:]))")
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", _CHILD_MODULE, str(cmd_r), str(res_w)],
+                [sys.executable, "-c", boot, str(cmd_r), str(res_w)],
                 pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, env=env)
+                stdout=subprocess.DEVNULL)
         except OSError as exc:
             for fd in (cmd_r, cmd_w, res_r, res_w):
                 os.close(fd)
@@ -147,10 +150,14 @@ class ProcessSampler(Sampler):
         if msg is None or msg[0] != "ready":
             self._abort()
             if msg is None:
+                code = self._proc.returncode
+                what = (f"the sampling process ended before it was ready (exit code {code})"
+                        if code is not None and self._gone else
+                        f"the sampling process did not start within "
+                        f"{self.start_timeout_s:g} s")
                 raise SourceUnavailableError(
-                    f"the sampling process did not start within {self.start_timeout_s:g} s "
-                    f"({self._gone or 'no answer'})",
-                    fix="see its messages above; or sample in-process with process=False")
+                    what, fix="see its messages on stderr; or sample in-process with "
+                    "process=False (--no-process)")
             _, kind, text = msg
             if kind == "input":
                 raise InputError(text)
