@@ -75,18 +75,20 @@ def test_live_feed_counters_only_grow() -> None:
     table = synthetic_table(900)
     batches = table.to_batches(max_chunksize=600)
 
-    class Sink:
-        def __init__(self) -> None:
-            self.batches: list[Any] = []
-
     class FakeSampler:
+        """Hands over pre-made batches through the sampler's public drain()."""
+
         origin, interval_s = "fake live sampler", 1.0
 
         class backend:
             source = "fake"
 
         def __init__(self) -> None:
-            self._sink = Sink()
+            self.queued: list[Any] = []
+
+        def drain(self) -> list[Any]:
+            out, self.queued = self.queued, []
+            return out
 
     sampler = FakeSampler()
     state = ExporterState(("team",))
@@ -94,13 +96,40 @@ def test_live_feed_counters_only_grow() -> None:
     assert feed.refresh() is False
     seen: list[float] = []
     for b in batches:
-        sampler._sink.batches.append(b)
+        sampler.queued.append(b)
         assert feed.refresh() is True
         seen.append(sum(float(a.cost) for a in state.totals.values()))
     assert seen == sorted(seen) and seen[0] > 0
     whole = audit(table, by=("team",), price="3").cost.total.observed_cost
     # each window's last sample stands for one interval: the sum matches to a few samples
     assert abs(seen[-1] - float(whole)) / float(whole) < 0.01
+
+
+def test_live_feed_with_a_real_sampler_on_fake_nvml() -> None:
+    import time
+
+    from gpuaudit.measure.fake_nvml import FakeNvml
+    from gpuaudit.measure.sampler import Sampler
+
+    scenario = {"gpus": [{"name": "NVIDIA H100 80GB HBM3",
+                          "pattern": {"kind": "square", "low": 0, "high": 100, "period_s": 0.4}},
+                         {"name": "NVIDIA H100 80GB HBM3", "pattern": {"kind": "constant", "value": 40}}]}
+    sampler = Sampler(FakeNvml.backend(scenario), interval_s=0.05, flush_s=0.2, process=False)
+    state = ExporterState(())
+    feed = LiveFeed(sampler, state, audit_kw={"price": "2"})
+    sampler.start()
+    try:
+        time.sleep(1.0)
+        assert feed.refresh() is True
+        first = sum(float(a.cost) for a in state.totals.values())
+        time.sleep(0.6)
+        assert feed.refresh() is True
+        second = sum(float(a.cost) for a in state.totals.values())
+    finally:
+        rec = sampler.stop()
+    assert 0 < first < second
+    # drained samples were handed to the exporter, not kept for the final recording
+    assert rec.table.num_rows < 2 * 1.6 / 0.05
 
 
 def test_listen_parsing() -> None:

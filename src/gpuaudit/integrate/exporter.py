@@ -230,12 +230,8 @@ class LiveFeed:
         self.errors: list[str] = []
 
     def _new_batches(self) -> list[pa.RecordBatch]:
-        # The sampler's in-memory sink appends batches to a list; read past our cursor.
-        sink = getattr(self.sampler, "_sink", None)
-        batches: list[pa.RecordBatch] = list(getattr(sink, "batches", []))
-        new = batches[self._seen:]
-        self._seen = len(batches)
-        return new
+        batches: list[pa.RecordBatch] = self.sampler.drain()
+        return batches
 
     def refresh(self) -> bool:
         """Audit what arrived since the last refresh; False when nothing did."""

@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from gpuaudit.errors import InputError
 from gpuaudit.measure.nvml import INT_COLUMNS, READ_COLUMNS, Device, GpuLostError, Reading
 from gpuaudit.measure.recorder import Extras, Recorder, iso_utc, read_recording
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording, build_table
@@ -137,10 +138,17 @@ class Sink(Protocol):
 class _MemorySink:
     def __init__(self) -> None:
         self.batches: list[pa.RecordBatch] = []
+        self._lock = threading.Lock()
 
     def write(self, batch: pa.RecordBatch | None, extras: Extras | None = None) -> None:
         if batch is not None and batch.num_rows:
-            self.batches.append(batch)
+            with self._lock:
+                self.batches.append(batch)
+
+    def drain(self) -> list[pa.RecordBatch]:
+        with self._lock:
+            out, self.batches = self.batches, []
+        return out
 
 
 @dataclass(frozen=True)
@@ -306,6 +314,18 @@ class Sampler:
     @property
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
+
+    def drain(self) -> list[pa.RecordBatch]:
+        """Take the batches sampled since the last drain (in-memory sampling only).
+
+        For consumers that process samples as they arrive (the live exporter): what is
+        drained is handed over and is not part of the Recording ``stop()`` returns, so memory
+        stays bounded on a long run.
+        """
+        if not isinstance(self._sink, _MemorySink):
+            raise InputError("drain() needs a sampler that keeps samples in memory",
+                             fix="create the Sampler without output= to drain it")
+        return self._sink.drain()
 
     def stop(self) -> Recording:
         """Stop, flush, finalise the recording and return it (idempotent)."""
