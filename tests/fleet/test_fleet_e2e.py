@@ -10,6 +10,7 @@ import pyarrow.compute as pc
 import pytest
 
 from gpuaudit.classify import classify
+from gpuaudit.classify.pushdown import usage_from_pushdown
 from gpuaudit.classify.usage import PHASES
 from gpuaudit.cli import main
 from gpuaudit.cli.fleet import audit_fleet
@@ -19,7 +20,6 @@ from gpuaudit.price.attribution import (
     Attributor,
     attribute_table,
     load_mapping,
-    usage_from_pushdown,
 )
 
 TEAMS = Path(__file__).parents[1] / "data" / "fleet" / "teams.toml"

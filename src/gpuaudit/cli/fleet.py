@@ -117,6 +117,7 @@ def audit_fleet(
     from gpuaudit.api import Report
     from gpuaudit.classify import check_health, classify, diagnose
     from gpuaudit.classify.phases import group_key_names
+    from gpuaudit.classify.pushdown import usage_from_pushdown
     from gpuaudit.measure.prometheus import (
         PromClient,
         PrometheusSource,
@@ -131,7 +132,6 @@ def audit_fleet(
         coarse_usage,
         fleet_summary,
         load_mapping,
-        usage_from_pushdown,
     )
     from gpuaudit.recommend import recommend
 

@@ -21,7 +21,7 @@ over a subquery at the scrape step ``s`` whose points are exactly the chunk's st
 
 Chunks are evaluated separately and summed (every figure is a sum or a max), so a month of a
 1,000-GPU fleet is ~40 queries per day of range, each answering one number per series.
-:func:`gpuaudit.price.attribution.usage_from_pushdown` builds from them the same
+:func:`gpuaudit.classify.pushdown.usage_from_pushdown` builds from them the same
 :class:`~gpuaudit.classify.Usage` the local engine builds (it lives in the price stage
 because measure may not import classify).
 
