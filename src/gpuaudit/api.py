@@ -117,14 +117,15 @@ def _timeline(samples: object, source: SampleSource | Recording, usage: Usage,
               **open_kw: Any) -> dict[str, Any] | None:
     """extra["timeline"]: a second streaming pass where the samples can be re-read.
 
-    A Recording (or table) is read again from memory, a path is opened again; a one-shot
-    stream (a live SampleSource) cannot be re-read and gets no timeline.
+    A Recording (or table) is read again from memory, a path is opened again, a source that
+    says ``rereadable = True`` (a file) is iterated again; a one-shot stream (a live
+    SampleSource) cannot be re-read and gets no timeline.
     """
     from gpuaudit.classify.timeline import timeline_for
 
     if isinstance(samples, (str, Path)):
         again = open_source(samples, **open_kw)
-    elif isinstance(source, Recording):
+    elif isinstance(source, Recording) or getattr(source, "rereadable", False):
         again = source
     else:
         return None

@@ -33,15 +33,48 @@ def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[st
                output: Path | None, **kw: Any) -> None:
     """Audit PATH: a gpuaudit Parquet recording, an nvidia-smi CSV log, or any CSV/JSONL."""
     from gpuaudit.api import audit
-    from gpuaudit.measure.files import parse_mapping
+    from gpuaudit.measure.files import open_samples, parse_mapping
+    from gpuaudit.report.progress import progress
 
     groups = tuple(k for item in by for k in item.split(",") if k.strip())
-    result = audit(
+    pricing = pricing_kwargs(kw)
+    source = open_samples(
         path,
-        by=groups,
         mapping=parse_mapping(mapping) if mapping else None,
         fields=[f.strip() for f in fields.split(",")] if fields else None,
-        host=host, tz=tz, interval_s=interval_s,
-        **pricing_kwargs(kw),
+        host=host, gpu_model=pricing["gpu_model"], tz=tz,
     )
+    with progress(f"auditing {path.name}", unit="rows") as advance:
+        result = audit(_Counting(source, advance), by=groups, interval_s=interval_s,
+                       extra={"source_path": str(path)}, **pricing)
     emit(result, fmt, output)
+
+
+class _Counting:
+    """The file's sample source, advancing a progress bar by each batch's rows (first pass)."""
+
+    rereadable = True
+
+    def __init__(self, source: Any, advance: Any) -> None:
+        self._source = source
+        self._advance = advance
+        self._passes = 0
+        self.source = source.source
+        self.origin = source.origin
+        self.interval_s = source.interval_s
+
+    @property
+    def notes(self) -> Any:
+        return self._source.notes
+
+    @property
+    def events(self) -> Any:
+        return self._source.events
+
+    def batches(self) -> Any:
+        self._passes += 1
+        count = self._passes == 1
+        for batch in self._source.batches():
+            if count:
+                self._advance(batch.num_rows)
+            yield batch

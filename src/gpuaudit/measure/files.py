@@ -111,6 +111,7 @@ class FileSource:
     source: str
     origin: str
     interval_s: float | None
+    rereadable = True  # batches() may be called again: it re-reads the file
 
     def __init__(
         self,
