@@ -236,11 +236,25 @@ def rollup(cells: pa.Table, keys: Sequence[str], rates: Mapping[str | None, Rate
            ) -> list[tuple[tuple[str | None, ...], _Line]]:
     """Priced lines of ``cells`` summed by ``keys`` (cells columns), most costly first."""
     lines: dict[tuple[str | None, ...], _Line] = {}
-    cols = cells.to_pylist()
-    for row in cols:
+    for row in _rows_of(cells, [*keys, "gpu_model", *CELL_VALUE_COLUMNS]):
         k = tuple(row.get(x) for x in keys)
         lines.setdefault(k, _Line()).add(_pt(row), _rate_of(rates, row.get("gpu_model")))
     return sorted(lines.items(), key=lambda kv: (-kv[1].cost, [str(x) for x in kv[0]]))
+
+
+def _rows_of(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows as dicts over ``names`` (those present). Nanosecond timestamps become microsecond
+    ``datetime``s: pyarrow converts ns timestamps to Python only through pandas, which is not
+    a dependency."""
+    cols = {}
+    for name in dict.fromkeys(names):
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        if pa.types.is_timestamp(col.type) and col.type.unit == "ns":
+            col = col.cast(pa.timestamp("us", tz=col.type.tz), safe=False)
+        cols[name] = col
+    return pa.table(cols).to_pylist() if cols else [{} for _ in range(table.num_rows)]
 
 
 def coarse_usage(usage: Usage, keys: Sequence[str]) -> Usage:
