@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.options import output_options, pricing_kwargs, pricing_options, write_output
 from gpuaudit.errors import InputError
 
 __all__ = ["audit_fleet", "fleet_cmd", "parse_duration_s", "parse_time_s"]
@@ -64,22 +64,16 @@ def parse_time_s(text: str) -> float:
 def _advice(usage: Any, rates: Any, keys: Sequence[str], top: int,
             pricing: Mapping[str, Any]) -> dict[tuple[str | None, ...], list[dict[str, Any]]]:
     """The recommender run on each of the ``top`` costliest groups alone."""
-    import pyarrow.compute as pc
 
     from gpuaudit.classify import diagnose
     from gpuaudit.price import price_usage
-    from gpuaudit.price.attribution import rollup
+    from gpuaudit.price.attribution import cells_of_group, rollup
     from gpuaudit.recommend import recommend
 
     out: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
     cells = usage.cells
     for key, _line in rollup(cells, keys, rates)[:top]:
-        mask = None
-        for k, v in zip(keys, key):
-            m = pc.is_null(cells.column(k)) if v is None else pc.equal(cells.column(k), v)
-            m = pc.fill_null(m, False)
-            mask = m if mask is None else pc.and_(mask, m)
-        sub_cells = cells.filter(mask) if mask is not None else cells
+        sub_cells = cells_of_group(cells, keys, key)
         gpus = set(sub_cells.column("gpu_uuid").to_pylist())
         series = tuple(s for s in usage.series if s.gpu_uuid in gpus)
         patterns = tuple(p for p in usage.patterns if p.gpu_uuid in gpus)
@@ -357,9 +351,4 @@ def emit_fleet(result: Any, fmt: str, output: Path | None) -> None:
     text = result.render(fmt, width=100, color=tty)
     if fmt in ("terminal", "markdown"):
         text = text.rstrip("\n") + "\n" + render_fleet(result.extra["fleet"], fmt)
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-        click.echo(f"wrote {fmt} report to {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    write_output(text, fmt, output)

@@ -17,7 +17,7 @@ import click
 from gpuaudit.report import render
 from gpuaudit.result import FORMATS, AuditResult
 
-__all__ = ["emit", "output_options", "pricing_kwargs", "pricing_options"]
+__all__ = ["emit", "output_options", "pricing_kwargs", "pricing_options", "write_output"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,13 +74,20 @@ def pricing_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def emit(result: AuditResult, fmt: str, output: Path | None) -> None:
-    """Render ``result`` and write it to ``output`` or stdout (terminal colour when a tty)."""
+def write_output(text: str, fmt: str, output: Path | None) -> None:
+    """Write a rendered report to ``output`` (saying so on stderr) or to stdout."""
     if output is not None:
-        text = render(result, fmt, width=100, color=False)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_text(text, encoding="utf-8")
         click.echo(f"wrote {fmt} report to {output}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def emit(result: AuditResult, fmt: str, output: Path | None) -> None:
+    """Render ``result`` and write it to ``output`` or stdout (terminal colour when a tty)."""
+    if output is not None:
+        write_output(render(result, fmt, width=100, color=False), fmt, output)
         return
     tty = sys.stdout.isatty()
     import shutil

@@ -22,7 +22,13 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.options import (
+    emit,
+    output_options,
+    pricing_kwargs,
+    pricing_options,
+    write_output,
+)
 from gpuaudit.errors import InputError
 
 _NS_PER_HOUR = Decimal(3_600_000_000_000)
@@ -150,9 +156,4 @@ def _emit_nsys(rep: dict[str, Any], fmt: str, output: Path | None) -> None:
             where=rep.get("source"),
             fix="use --format terminal, markdown or json for a kernel summary",
         )
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-        click.echo(f"wrote {fmt} report to {output}", err=True)
-    else:
-        click.echo(text, nl=False)
+    write_output(text, fmt, output)

@@ -57,6 +57,7 @@ __all__ = [
     "Attributor",
     "MappingFile",
     "attribute_table",
+    "cells_of_group",
     "fleet_summary",
     "load_mapping",
 ]
@@ -242,6 +243,17 @@ def rollup(cells: pa.Table, keys: Sequence[str], rates: Mapping[str | None, Rate
     return sorted(lines.items(), key=lambda kv: (-kv[1].cost, [str(x) for x in kv[0]]))
 
 
+def cells_of_group(cells: pa.Table, keys: Sequence[str], key: Sequence[str | None]
+                   ) -> pa.Table:
+    """The cells whose ``keys`` columns equal ``key`` (None matches null)."""
+    mask = None
+    for k, v in zip(keys, key):
+        m = pc.is_null(cells.column(k)) if v is None else pc.equal(cells.column(k), v)
+        m = pc.fill_null(m, False)
+        mask = m if mask is None else pc.and_(mask, m)
+    return cells.filter(mask) if mask is not None else cells
+
+
 def _rows_of(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
     """Rows as dicts over ``names`` (those present). Nanosecond timestamps become microsecond
     ``datetime``s: pyarrow converts ns timestamps to Python only through pandas, which is not
@@ -301,12 +313,7 @@ def fleet_summary(
     pod_keys = [k for k in ("namespace", "pod") if k in cells.column_names]
     for key, line in rollup(cells, keys, rates):
         entry: dict[str, Any] = {"group": _key_dict(keys, key, None), **line.to_dict()}
-        mask = None
-        for k, v in zip(keys, key):
-            m = pc.is_null(cells.column(k)) if v is None else pc.equal(cells.column(k), v)
-            m = pc.fill_null(m, False)
-            mask = m if mask is None else pc.and_(mask, m)
-        sub = cells.filter(mask) if mask is not None else cells
+        sub = cells_of_group(cells, keys, key)
         pods = [(k, ln) for k, ln in rollup(sub, pod_keys, rates)
                 if pod_keys and k[-1] is not None]
         pods.sort(key=lambda kv: -kv[1].waste)
