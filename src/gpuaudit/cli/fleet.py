@@ -67,12 +67,14 @@ def _advice(usage: Any, rates: Any, keys: Sequence[str], top: int,
 
     from gpuaudit.classify import diagnose
     from gpuaudit.price import price_usage
-    from gpuaudit.price.attribution import cells_of_group, rollup
+    from gpuaudit.price.attribution import cells_of_group
+    from gpuaudit.price.cost import cost_lines
     from gpuaudit.recommend import recommend
 
     out: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
     cells = usage.cells
-    for key, _line in rollup(cells, keys, rates)[:top]:
+    for line in cost_lines(cells, rates, keys)[:top]:
+        key = line.key
         sub_cells = cells_of_group(cells, keys, key)
         gpus = set(sub_cells.column("gpu_uuid").to_pylist())
         series = tuple(s for s in usage.series if s.gpu_uuid in gpus)

@@ -40,10 +40,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, PhaseTime, Usage
+from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, Usage
 from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
-from gpuaudit.price.money import SECONDS_PER_HOUR, dec
+from gpuaudit.price.cost import CostLine, cost_lines
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -191,56 +191,27 @@ def _map_text(arr: pa.Array) -> pa.Array:
 
 
 # -- rollups -------------------------------------------------------------------------------
-def _pt(row: Mapping[str, Any]) -> PhaseTime:
-    vals: dict[str, Any] = {c: (int(row[c]) if c == "samples" else float(row[c]))
-                            for c in CELL_VALUE_COLUMNS}
-    return PhaseTime(**vals)
+def line_dict(ln: CostLine) -> dict[str, Any]:
+    """A priced line as the fleet section's plain dict (hours, phases, dollars)."""
+    t = ln.time
+    cost = ln.observed_cost
+    return {
+        "gpu_hours": round(t.total_s / 3600.0, 4),
+        "effective_gpu_hours": round(t.busy_s / 3600.0, 4),
+        "observed_hours": round(t.observed_s / 3600.0, 4),
+        "unobserved_hours": round(t.unobserved_s / 3600.0, 4),
+        "phase_hours": {p: round(getattr(t, f"{p}_s") / 3600.0, 4) for p in PHASES},
+        "phase_pct": t.phase_shares_pct(),
+        "mean_util_pct": None if t.mean_util_pct is None else round(t.mean_util_pct, 2),
+        "cost_usd": str(cost.quantize(Decimal("0.01"))),
+        "waste_usd": str(ln.waste.quantize(Decimal("0.01"))),
+        "waste_pct": round(float(ln.waste / cost) * 100, 1) if cost > 0 else 0.0,
+    }
 
 
-@dataclass
-class _Line:
-    time: PhaseTime = field(default_factory=PhaseTime)
-    cost: Decimal = Decimal(0)
-    waste: Decimal = Decimal(0)
-
-    def add(self, t: PhaseTime, rate: Rate) -> None:
-        per_s = rate.usd_per_gpu_hour / SECONDS_PER_HOUR
-        self.time = self.time + t
-        self.cost += dec(t.total_s) * per_s
-        self.waste += (dec(t.idle_s) + dec(t.underutilized_unused_s)) * per_s
-
-    def to_dict(self) -> dict[str, Any]:
-        t = self.time
-        hours = t.total_s / 3600.0
-        return {
-            "gpu_hours": round(hours, 4),
-            "effective_gpu_hours": round(t.busy_s / 3600.0, 4),
-            "observed_hours": round(t.observed_s / 3600.0, 4),
-            "unobserved_hours": round(t.unobserved_s / 3600.0, 4),
-            "phase_hours": {p: round(getattr(t, f"{p}_s") / 3600.0, 4) for p in PHASES},
-            "phase_pct": t.phase_shares_pct(),
-            "mean_util_pct": None if t.mean_util_pct is None else round(t.mean_util_pct, 2),
-            "cost_usd": str(self.cost.quantize(Decimal("0.01"))),
-            "waste_usd": str(self.waste.quantize(Decimal("0.01"))),
-            "waste_pct": round(float(self.waste / self.cost) * 100, 1) if self.cost > 0 else 0.0,
-        }
-
-
-def _rate_of(rates: Mapping[str | None, Rate], model: str | None) -> Rate:
-    r = rates.get(model) or rates.get(None)
-    if r is None:
-        r = next(iter(rates.values()))
-    return r
-
-
-def rollup(cells: pa.Table, keys: Sequence[str], rates: Mapping[str | None, Rate],
-           ) -> list[tuple[tuple[str | None, ...], _Line]]:
-    """Priced lines of ``cells`` summed by ``keys`` (cells columns), most costly first."""
-    lines: dict[tuple[str | None, ...], _Line] = {}
-    for row in _rows_of(cells, [*keys, "gpu_model", *CELL_VALUE_COLUMNS]):
-        k = tuple(row.get(x) for x in keys)
-        lines.setdefault(k, _Line()).add(_pt(row), _rate_of(rates, row.get("gpu_model")))
-    return sorted(lines.items(), key=lambda kv: (-kv[1].cost, [str(x) for x in kv[0]]))
+def _total(cells: pa.Table, rates: Mapping[str | None, Rate]) -> CostLine:
+    lines = cost_lines(cells, rates, ())
+    return lines[0] if lines else CostLine.empty()
 
 
 def cells_of_group(cells: pa.Table, keys: Sequence[str], key: Sequence[str | None]
@@ -252,21 +223,6 @@ def cells_of_group(cells: pa.Table, keys: Sequence[str], key: Sequence[str | Non
         m = pc.fill_null(m, False)
         mask = m if mask is None else pc.and_(mask, m)
     return cells.filter(mask) if mask is not None else cells
-
-
-def _rows_of(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
-    """Rows as dicts over ``names`` (those present). Nanosecond timestamps become microsecond
-    ``datetime``s: pyarrow converts ns timestamps to Python only through pandas, which is not
-    a dependency."""
-    cols = {}
-    for name in dict.fromkeys(names):
-        if name not in table.column_names:
-            continue
-        col = table.column(name)
-        if pa.types.is_timestamp(col.type) and col.type.unit == "ns":
-            col = col.cast(pa.timestamp("us", tz=col.type.tz), safe=False)
-        cols[name] = col
-    return pa.table(cols).to_pylist() if cols else [{} for _ in range(table.num_rows)]
 
 
 def coarse_usage(usage: Usage, keys: Sequence[str]) -> Usage:
@@ -311,27 +267,25 @@ def fleet_summary(
     cells = usage.cells
     show = []
     pod_keys = [k for k in ("namespace", "pod") if k in cells.column_names]
-    for key, line in rollup(cells, keys, rates):
-        entry: dict[str, Any] = {"group": _key_dict(keys, key, None), **line.to_dict()}
+    for line in cost_lines(cells, rates, keys):
+        key = line.key
+        entry: dict[str, Any] = {"group": _key_dict(keys, key, None), **line_dict(line)}
         sub = cells_of_group(cells, keys, key)
-        pods = [(k, ln) for k, ln in rollup(sub, pod_keys, rates)
-                if pod_keys and k[-1] is not None]
+        pods = [(ln.key, ln) for ln in cost_lines(sub, rates, pod_keys)
+                if pod_keys and ln.key[-1] is not None]
         pods.sort(key=lambda kv: -kv[1].waste)
         entry["worst_pods"] = [{**_key_dict(pod_keys, k, None),
-                                "cost_usd": str(ln.cost.quantize(Decimal("0.01"))),
+                                "cost_usd": str(ln.observed_cost.quantize(Decimal("0.01"))),
                                 "waste_usd": str(ln.waste.quantize(Decimal("0.01"))),
                                 "mean_util_pct": None if ln.time.mean_util_pct is None
                                 else round(ln.time.mean_util_pct, 1)}
                                for k, ln in pods[:worst_pods]]
         entry["advice"] = list((advice or {}).get(tuple(key), []))
         show.append(entry)
-    unalloc = _Line()
+    unalloc = CostLine.empty()
     if "pod" in cells.column_names:
-        for _k, ln in rollup(cells.filter(pc.is_null(cells.column("pod"))), [], rates):
-            unalloc = ln
-    total = _Line()
-    for _k, ln in rollup(cells, [], rates):
-        total = ln
+        unalloc = _total(cells.filter(pc.is_null(cells.column("pod"))), rates)
+    total = _total(cells, rates)
     kpis: dict[str, Any] = {
         "util_window_pct": {k: (None if v is None else round(v, 2))
                             for k, v in (util_window_pct or {}).items()},
@@ -341,9 +295,7 @@ def fleet_summary(
         day_ns = daily.column("day_start").cast(pa.int64()).to_numpy()
         for d in np.unique(day_ns):
             sub = daily.filter(pc.equal(daily.column("day_start").cast(pa.int64()), int(d)))
-            line = _Line()
-            for _k, ln in rollup(sub, [], rates):
-                line = ln
+            line = _total(sub, rates)
             tt = line.time
             days.append({
                 "day_start": datetime.fromtimestamp(int(d) / 1e9, tz=timezone.utc).isoformat(),
@@ -351,7 +303,7 @@ def fleet_summary(
                 "idle_gpu_hours": round(tt.idle_s / 3600.0, 3),
                 "mean_util_pct": None if tt.mean_util_pct is None else round(tt.mean_util_pct, 2),
                 "waste_usd": str(line.waste.quantize(Decimal("0.01"))),
-                "cost_usd": str(line.cost.quantize(Decimal("0.01"))),
+                "cost_usd": str(line.observed_cost.quantize(Decimal("0.01"))),
             })
     kpis["days"] = days
     if days:
@@ -361,7 +313,7 @@ def fleet_summary(
                                              Decimal(0)) / len(days)).quantize(Decimal("0.01")))
     hist = []
     if pod_keys:
-        for pk, ln in sorted(rollup(cells, pod_keys, rates),
+        for pk, ln in sorted(((ln.key, ln) for ln in cost_lines(cells, rates, pod_keys)),
                              key=lambda kv: -kv[1].time.total_s):
             if pk[-1] is None:
                 continue
@@ -377,9 +329,9 @@ def fleet_summary(
     return {
         "version": "1.0",
         "group_keys": [k[6:] if k.startswith("label:") else k for k in keys],
-        "total": total.to_dict(),
+        "total": line_dict(total),
         "showback": show,
-        "unallocated": unalloc.to_dict(),
+        "unallocated": line_dict(unalloc),
         "kpis": kpis,
         "histograms": {"edges_pct": list(HIST_EDGES), "jobs": hist},
         "transfer": dict(transfer or {}),

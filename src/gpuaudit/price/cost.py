@@ -17,6 +17,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from typing import Any
+
+import pyarrow as pa
 
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, PhaseTime, Usage
 from gpuaudit.errors import PricingError
@@ -30,7 +33,7 @@ from gpuaudit.price.money import (
     projections,
 )
 
-__all__ = ["CostLine", "CostReport", "Energy", "price_usage"]
+__all__ = ["CostLine", "CostReport", "Energy", "cost_lines", "price_usage"]
 
 ZERO = Decimal(0)
 
@@ -45,6 +48,12 @@ class CostLine:
     unobserved_cost: Decimal
     underutilized_waste: Decimal
     headroom_cost: Decimal
+
+    @classmethod
+    def empty(cls, key: tuple[str | None, ...] = ()) -> CostLine:
+        """A line with no time and no cost."""
+        return cls(key=key, time=PhaseTime(), phase_cost={p: ZERO for p in PHASES},
+                   unobserved_cost=ZERO, underutilized_waste=ZERO, headroom_cost=ZERO)
 
     @property
     def observed_cost(self) -> Decimal:
@@ -138,6 +147,58 @@ def _merge(key: tuple[str | None, ...], lines: Sequence[CostLine]) -> CostLine:
     )
 
 
+CellLines = list[tuple[dict[str, Any], CostLine]]
+
+
+def _rows_of(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows as dicts over ``names`` (those present). Nanosecond timestamps become microsecond
+    ``datetime``s: pyarrow converts ns timestamps to Python only through pandas, which is not
+    a dependency."""
+    cols = {}
+    for name in dict.fromkeys(names):
+        if name not in table.column_names:
+            continue
+        col = table.column(name)
+        if pa.types.is_timestamp(col.type) and col.type.unit == "ns":
+            col = col.cast(pa.timestamp("us", tz=col.type.tz), safe=False)
+        cols[name] = col
+    return pa.table(cols).to_pylist() if cols else [{} for _ in range(table.num_rows)]
+
+
+def _priced_cells(cells: pa.Table, rates: Mapping[str | None, Rate],
+                  key_names: Sequence[str]) -> CellLines:
+    """Each cell (a :attr:`Usage.cells` row) priced at its GPU model's rate, with its
+    ``key_names`` values for rolling up."""
+    out: CellLines = []
+    for row in _rows_of(cells, [*key_names, "gpu_model", *CELL_VALUE_COLUMNS]):
+        t = PhaseTime(**{c: (int(row[c]) if c == "samples" else float(row[c]))  # type: ignore[arg-type]
+                         for c in CELL_VALUE_COLUMNS})
+        model = row.get("gpu_model")
+        rate = rates.get(model) or rates.get(None)
+        if rate is None:
+            raise PricingError(f"no rate for GPU model {model!r}",
+                               fix="pass --gpu-model or --price")
+        keys = {k: row.get(k) for k in key_names}
+        out.append((keys, _line(tuple(keys.values()), t, rate)))
+    return out
+
+
+def _rollup(cell_lines: CellLines, names: Sequence[str]) -> tuple[CostLine, ...]:
+    buckets: dict[tuple[str | None, ...], list[CostLine]] = {}
+    for keys, ln in cell_lines:
+        buckets.setdefault(tuple(keys[n] for n in names), []).append(ln)
+    merged = [_merge(k, v) for k, v in buckets.items()]
+    return tuple(sorted(merged, key=lambda ln: (-ln.observed_cost, [str(x) for x in ln.key])))
+
+
+def cost_lines(cells: pa.Table, rates: Mapping[str | None, Rate], keys: Sequence[str]
+               ) -> tuple[CostLine, ...]:
+    """Cells (:attr:`Usage.cells` rows) priced at their GPU model's rate and summed by
+    ``keys`` (cell columns), most costly first; ``keys=()`` gives one total line, or none for
+    no cells."""
+    return _rollup(_priced_cells(cells, rates, keys), keys)
+
+
 def price_usage(
     usage: Usage,
     rates: Mapping[str | None, Rate],
@@ -150,27 +211,7 @@ def price_usage(
     ``rates`` maps each ``gpu_model`` value in the usage (None included) to a rate.
     ``counts`` (e.g. ``{"tokens": 1.2e9, "epochs": 3}``) gives unit costs.
     """
-    cells = usage.cells
-    cols = {c: cells.column(c).to_pylist() for c in cells.column_names}
-    cell_lines: list[tuple[dict[str, str | None], CostLine]] = []
-    for i in range(cells.num_rows):
-        vals = {c: cols[c][i] for c in CELL_VALUE_COLUMNS}
-        t = PhaseTime(**{k: (int(v) if k == "samples" else float(v)) for k, v in vals.items()})  # type: ignore[arg-type]
-        model = cols["gpu_model"][i]
-        rate = rates.get(model) or rates.get(None)
-        if rate is None:
-            raise PricingError(f"no rate for GPU model {model!r}",
-                               fix="pass --gpu-model or --price")
-        keys = {k: cols[k][i] for k in ("gpu_uuid", "host", "gpu_model", *usage.by)}
-        cell_lines.append((keys, _line((cols["gpu_uuid"][i],), t, rate)))
-
-    def rollup(names: Sequence[str]) -> tuple[CostLine, ...]:
-        buckets: dict[tuple[str | None, ...], list[CostLine]] = {}
-        for keys, ln in cell_lines:
-            buckets.setdefault(tuple(keys[n] for n in names), []).append(ln)
-        merged = [_merge(k, v) for k, v in buckets.items()]
-        return tuple(sorted(merged, key=lambda ln: (-ln.observed_cost, [str(x) for x in ln.key])))
-
+    cell_lines = _priced_cells(usage.cells, rates, ("gpu_uuid", *usage.by))
     total = _merge(("total",), [ln for _, ln in cell_lines])
     wall_hours = dec(usage.wall_s) / SECONDS_PER_HOUR
     if wall_hours > 0:
@@ -184,8 +225,8 @@ def price_usage(
         currency="USD",
         rates=dict(rates),
         total=total,
-        per_gpu=rollup(("gpu_uuid",)),
-        per_group=rollup(usage.by) if usage.by else (),
+        per_gpu=_rollup(cell_lines, ("gpu_uuid",)),
+        per_group=_rollup(cell_lines, usage.by) if usage.by else (),
         group_keys=usage.by,
         wall_hours=wall_hours,
         hourly_cost=hourly_cost,
