@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from gpuaudit.cli.output import write_output
+
 __all__ = ["alerts_cmd"]
 
 
@@ -38,9 +40,4 @@ def alerts_cmd(output: Path | None, **kw: object) -> None:
     from gpuaudit.integrate.alerts import AlertThresholds, rules_yaml
 
     text = rules_yaml(AlertThresholds(**kw))  # type: ignore[arg-type]
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
-    click.echo(f"wrote alert rules to {output} (check: promtool check rules {output})", err=True)
+    write_output(text, output, "alert rules", f"(check: promtool check rules {output})")

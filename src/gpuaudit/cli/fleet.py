@@ -20,7 +20,8 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import output_options, pricing_kwargs, pricing_options, write_output
+from gpuaudit.cli.options import output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.output import write_output
 from gpuaudit.errors import InputError
 
 __all__ = ["audit_fleet", "fleet_cmd", "parse_duration_s", "parse_time_s"]
@@ -353,4 +354,4 @@ def emit_fleet(result: Any, fmt: str, output: Path | None) -> None:
     text = result.render(fmt, width=100, color=tty)
     if fmt in ("terminal", "markdown"):
         text = text.rstrip("\n") + "\n" + render_fleet(result.extra["fleet"], fmt)
-    write_output(text, fmt, output)
+    write_output(text, output, f"{fmt} report")

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from gpuaudit.cli.output import write_output
+
 __all__ = ["grafana_cmd"]
 
 
@@ -22,9 +24,4 @@ def grafana_cmd(output: Path | None, exported_labels: bool, title: str, uid: str
     from gpuaudit.integrate.grafana import dashboard_json
 
     text = dashboard_json(exported_labels=exported_labels, title=title, uid=uid)
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(text, encoding="utf-8")
-    click.echo(f"wrote Grafana dashboard to {output} (Dashboards > New > Import)", err=True)
+    write_output(text, output, "Grafana dashboard", "(Dashboards > New > Import)")

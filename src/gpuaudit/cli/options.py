@@ -14,10 +14,11 @@ from typing import Any, TypeVar
 
 import click
 
+from gpuaudit.cli.output import write_output
 from gpuaudit.report import render
 from gpuaudit.result import FORMATS, AuditResult
 
-__all__ = ["emit", "output_options", "pricing_kwargs", "pricing_options", "write_output"]
+__all__ = ["emit", "output_options", "pricing_kwargs", "pricing_options"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -74,20 +75,10 @@ def pricing_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def write_output(text: str, fmt: str, output: Path | None) -> None:
-    """Write a rendered report to ``output`` (saying so on stderr) or to stdout."""
-    if output is not None:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-        click.echo(f"wrote {fmt} report to {output}", err=True)
-    else:
-        click.echo(text, nl=False)
-
-
 def emit(result: AuditResult, fmt: str, output: Path | None) -> None:
     """Render ``result`` and write it to ``output`` or stdout (terminal colour when a tty)."""
     if output is not None:
-        write_output(render(result, fmt, width=100, color=False), fmt, output)
+        write_output(render(result, fmt, width=100, color=False), output, f"{fmt} report")
         return
     tty = sys.stdout.isatty()
     import shutil

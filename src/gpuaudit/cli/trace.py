@@ -22,13 +22,8 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import (
-    emit,
-    output_options,
-    pricing_kwargs,
-    pricing_options,
-    write_output,
-)
+from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.output import write_output
 from gpuaudit.errors import InputError
 
 _NS_PER_HOUR = Decimal(3_600_000_000_000)
@@ -156,4 +151,4 @@ def _emit_nsys(rep: dict[str, Any], fmt: str, output: Path | None) -> None:
             where=rep.get("source"),
             fix="use --format terminal, markdown or json for a kernel summary",
         )
-    write_output(text, fmt, output)
+    write_output(text, output, f"{fmt} report")
