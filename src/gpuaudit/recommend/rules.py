@@ -256,18 +256,11 @@ def _compute(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]
     mean = sum((ctx.series[u].mean_util_pct or 0) for u in busy) / len(busy)
     base_ev = f"{len(busy)} GPU(s) compute-bound, {mean:.0f}% busy on average ({_names(busy)})"
     # AMP: counted when the data show math off the tensor cores
-    no_tc = [d for d in ctx.diagnosed("no_tensor_cores") if d.gpu_uuid in busy]
-    tc = ctx.finding("tensor_core_share")
-    amp_f = busy_share * _speedup_fraction(cat["amp_bf16"].params["default_speedup"])
-    if no_tc:
-        out.append(ctx.rec(cat["amp_bf16"], amp_f, busy_share,
-                           base_ev + "; " + no_tc[0].evidence, [d.gpu_uuid for d in no_tc]))
-    elif tc is not None and isinstance(tc.value, float) and tc.value < 0.2:
-        out.append(ctx.rec(cat["amp_bf16"], amp_f, busy_share, base_ev + "; " + tc.text, busy))
-    else:
-        out.append(ctx.rec(cat["amp_bf16"], amp_f, busy_share, base_ev, busy, counted=False,
-                           why_not="the data cannot show whether the job already runs in "
-                           "bf16/fp16 (no tensor-activity field or trace)"))
+    out.append(_evidence_or_unverified(
+        ctx, cat["amp_bf16"], busy_share, base_ev, busy, "no_tensor_cores",
+        "tensor_core_share", lambda v: v < 0.2,
+        why_not="the data cannot show whether the job already runs in bf16/fp16 (no "
+        "tensor-activity field or trace)"))
     fp8_fams = set(cat["fp8"].params.get("fp8_capable", []))
     hopper = [u for u in busy if gpu_family(ctx.series[u].gpu_model or _rate_model(ctx, u) or "")
               in fp8_fams]
@@ -284,19 +277,10 @@ def _compute(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]
             out.append(ctx.rec(cat["fp8"], fp8_f, busy_share, ev, hopper, counted=False,
                                why_not="needs the job on bf16 first; tensor activity not "
                                "measured or low"))
-    small = [d for d in ctx.diagnosed("small_kernels") if d.gpu_uuid in busy]
-    sk = ctx.finding("small_kernel_share")
-    comp_f = busy_share * _speedup_fraction(cat["torch_compile"].params["default_speedup"])
-    if small:
-        out.append(ctx.rec(cat["torch_compile"], comp_f, busy_share,
-                           base_ev + "; " + small[0].evidence, [d.gpu_uuid for d in small]))
-    elif sk is not None and isinstance(sk.value, float) and sk.value >= 0.3:
-        out.append(ctx.rec(cat["torch_compile"], comp_f, busy_share, base_ev + "; " + sk.text,
-                           busy))
-    else:
-        out.append(ctx.rec(cat["torch_compile"], comp_f, busy_share, base_ev, busy,
-                           counted=False, why_not="the data cannot show whether the model is "
-                           "already compiled"))
+    out.append(_evidence_or_unverified(
+        ctx, cat["torch_compile"], busy_share, base_ev, busy, "small_kernels",
+        "small_kernel_share", lambda v: v >= 0.3,
+        why_not="the data cannot show whether the model is already compiled"))
     comm = ctx.diagnosed("communication_bound")
     ce = ctx.finding("comm_exposed_share")
     nccl_speedup = _speedup_fraction(cat["nccl_tuning"].params["default_speedup"])
@@ -308,6 +292,24 @@ def _compute(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]
         out.append(ctx.rec(cat["nccl_tuning"], cap * nccl_speedup, cap, comm[0].evidence,
                            [d.gpu_uuid for d in comm]))
     return out
+
+
+def _evidence_or_unverified(
+    ctx: _Context, rem: Remediation, busy_share: Decimal, base_ev: str, busy: Sequence[str],
+    diagnosis: str, signal: str, signal_calls_for_it: Callable[[float], bool], *, why_not: str,
+) -> Recommendation:
+    """A compute-side fix acting on busy time at its catalog speedup: counted on the GPUs a
+    ``diagnosis`` names, else on a trace finding whose ``signal`` calls for it, else listed
+    as unverified (not counted)."""
+    f = busy_share * _speedup_fraction(rem.params["default_speedup"])
+    named = [d for d in ctx.diagnosed(diagnosis) if d.gpu_uuid in busy]
+    if named:
+        return ctx.rec(rem, f, busy_share, base_ev + "; " + named[0].evidence,
+                       [d.gpu_uuid for d in named])
+    found = ctx.finding(signal)
+    if found is not None and isinstance(found.value, float) and signal_calls_for_it(found.value):
+        return ctx.rec(rem, f, busy_share, base_ev + "; " + found.text, busy)
+    return ctx.rec(rem, f, busy_share, base_ev, busy, counted=False, why_not=why_not)
 
 
 def _rates(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
