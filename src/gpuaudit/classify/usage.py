@@ -109,6 +109,11 @@ class PhaseTime:
     def sm_phase_seconds(self) -> dict[str, float]:
         return {p: getattr(self, f"sm_{p}_s") for p in PHASES}
 
+    def sm_phase_shares_pct(self) -> dict[str, int]:
+        """The SM view's shares, whole percents summing to exactly 100 (or all 0)."""
+        secs = self.sm_phase_seconds()
+        return dict(zip(secs, largest_remainder(list(secs.values()))))
+
     @property
     def mean_util_pct(self) -> float | None:
         """Time-weighted mean utilization over observed time."""

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.classify.usage import PHASES, PhaseTime, largest_remainder
+from gpuaudit.classify.usage import PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import allocate_cents, cents
 from gpuaudit.result import AuditResult
@@ -202,7 +202,7 @@ def _phases(result: AuditResult) -> str:
            "</tbody></table></div>"]
     if t.has_sm_view:
         secs = t.sm_phase_seconds()
-        sm_shares = dict(zip(secs, largest_remainder(list(secs.values()))))
+        sm_shares = t.sm_phase_shares_pct()
         out.append("<h3>SM-activity view (sm_active: a tiny kernel running nonstop reads 100% "
                    "utilization)</h3>" + _stacked(secs, sm_shares, "phase shares by SM activity"))
     per_gpu = c.per_gpu[:MAX_TIMELINE_GPUS]

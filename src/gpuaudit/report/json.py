@@ -52,11 +52,9 @@ def phases_dict(t: PhaseTime) -> dict[str, Any]:
     }
     if t.has_sm_view:
         secs = t.sm_phase_seconds()
-        from gpuaudit.classify.usage import largest_remainder
-
         out["sm_view"] = {
             "seconds": {p: _s(v) for p, v in secs.items()},
-            "shares_pct": dict(zip(secs, largest_remainder(list(secs.values())))),
+            "shares_pct": t.sm_phase_shares_pct(),
             "mean_sm_active_pct": round(100 * t.sm_busy_s / sum(secs.values()), 2)
             if sum(secs.values()) > 0 else None,
         }

@@ -61,10 +61,7 @@ def _phase_table(t: PhaseTime, line: CostLine) -> Table:
 def _sm_view(t: PhaseTime) -> Table | None:
     if not t.has_sm_view:
         return None
-    from gpuaudit.classify.usage import largest_remainder
-
-    secs = t.sm_phase_seconds()
-    shares = dict(zip(secs, largest_remainder(list(secs.values()))))
+    shares = t.sm_phase_shares_pct()
     tab = Table(box=box.SIMPLE, title="SM-activity view (sm_active; a tiny kernel running "
                 "nonstop reads 100% utilization)", title_justify="left")
     tab.add_column("phase")
