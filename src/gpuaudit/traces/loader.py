@@ -7,25 +7,29 @@ microseconds, integral (older Kineto) or fractional with nanosecond digits (newe
 they are read as decimal text and converted to integer nanoseconds exactly, so no duration
 turns negative by float rounding (HTA issue #317).
 
-The document is indexed by :mod:`gpuaudit.traces._jsonscan` (vectorised NumPy passes over its
-bytes); no Python object is built per event and neither pyarrow nor DuckDB is imported on
-this path (:attr:`RankTrace.kernels` builds an Arrow table on demand). Events a later
-analysis does not need (CPU operators, flow arrows) are only counted.
+The document is validated and decoded by :mod:`gpuaudit.traces._kineto_json` (msgspec's C
+parser, the events array in slices, only the keys an analysis reads); no dict is built per
+event and neither pyarrow nor DuckDB is imported on this path (:attr:`RankTrace.kernels` builds
+an Arrow table on demand). Events a later analysis does not need (CPU operators, flow arrows)
+are only counted.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import compress, repeat
+from operator import is_not
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from gpuaudit.errors import InputError
-from gpuaudit.traces import _jsonscan as js
+from gpuaudit.traces import _kineto_json as kj
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -45,6 +49,7 @@ _OTHER_CATS = ("gpu_user_annotation", "ac2g", "fwdbwd", "Trace", "cpu_instant_ev
 _ALL_CATS = GPU_CATS + RUNTIME_CATS + _SPAN_CATS + _OTHER_CATS
 _N_GPU, _N_RT = len(GPU_CATS), len(RUNTIME_CATS)
 _TRACE_CODE = _ALL_CATS.index("Trace")
+_SPAN_NAME = re.compile(r"^ProfilerStep#|DataLoader")
 _ABSURD_DUR_NS = 24 * 3600 * 1_000_000_000  # a GPU event longer than a day is corrupt
 
 
@@ -282,80 +287,70 @@ def _skew_notes(ranks: list[RankTrace]) -> list[TraceNote]:
 def load_trace(path: str | Path) -> RankTrace:
     """Load one Kineto trace file (``.json`` or ``.json.gz``) into a :class:`RankTrace`."""
     path = Path(path)
-    data, _ = js.read_document(path)
-    sc = js.scan(data, path)
-    return _build_rank(path, sc)
+    data, _ = kj.read_document(path)
+    meta, cols = kj.decode(data, path, _ALL_CATS, _select)
+    del data  # the document is no longer needed once the columns exist
+    return _build_rank(path, meta, cols)
 
 
-def _build_rank(path: Path, sc: js.Scan) -> RankTrace:
+def _select(is_x: np.ndarray, cat: np.ndarray, names: list[str | None],
+            has_name: np.ndarray) -> np.ndarray:
+    """Which events to keep: 1 GPU event, 2 runtime launch, 3 ProfilerStep#N or DataLoader
+    CPU span, 4 the profiler's own span (cat ``Trace``); 0 the rest (CPU operators, flows)."""
+    kind = np.zeros(is_x.size, dtype=np.int8)
+    kind[is_x & (cat >= 0) & (cat < _N_GPU)] = 1
+    kind[is_x & (cat >= _N_GPU) & (cat < _N_GPU + _N_RT)] = 2
+    cand = is_x & (cat >= _N_GPU + _N_RT) & (cat < _N_GPU + _N_RT + 3) & has_name
+    found = map(_SPAN_NAME.search, compress(names, cand))  # type: ignore[arg-type]
+    hit = np.fromiter(map(is_not, found, repeat(None)), bool, int(cand.sum()))
+    kind[np.flatnonzero(cand)[hit]] = 3
+    kind[is_x & (cat == _TRACE_CODE)] = 4
+    return kind
+
+
+def _build_rank(path: Path, meta: dict[str, Any], c: kj.Columns) -> RankTrace:
     notes: list[TraceNote] = []
     where = str(path)
-    doc, sp = sc.doc, sc.spans
-    meta = sc.meta
     rank = _dist(meta).get("rank")
     if not isinstance(rank, int) or isinstance(rank, bool):
         notes.append(TraceNote(
             "the trace has no distributedInfo.rank; treated as rank 0", 1, where=where))
         rank = 0
-    is_x = js.short_codes(doc, *_str_span(sc, "ph"), ("X",)) == 0
-    cat = js.short_codes(doc, *_str_span(sc, "cat"), _ALL_CATS)
-    has_cat = sp["cat"][0] >= 0
-    unknown = has_cat & (cat < 0)
-    n_unknown = int(unknown.sum())
+    n_unknown = sum(c.unknown_cats.values())
     if n_unknown:
-        lo, hi = sp["cat"]
-        uniq, _ = js.strings(doc, lo[unknown], hi[unknown])
         notes.append(TraceNote(
-            f"{n_unknown} events of unknown categories {uniq[:5]} ignored", n_unknown,
-            where=where))
-    kind = np.zeros(sc.n_events, dtype=np.int8)
-    kind[is_x & (cat >= 0) & (cat < _N_GPU)] = 1
-    kind[is_x & (cat >= _N_GPU) & (cat < _N_GPU + _N_RT)] = 2
-    span_cand = np.flatnonzero(is_x & (cat >= _N_GPU + _N_RT) & (cat < _N_GPU + _N_RT + 3))
-    kind[span_cand[_span_names(sc, span_cand)]] = 3
-    kind[is_x & (cat == _TRACE_CODE)] = 4
-    sel = np.flatnonzero(kind > 0)
-    ts, ts_ok, ts_frac = js.parse_ns(doc, sp["ts"][0][sel], sp["ts"][1][sel])
-    dur, dur_ok, _ = js.parse_ns(doc, sp["dur"][0][sel], sp["dur"][1][sel])
-    k = kind[sel]
-    float_ts = bool((ts_frac & ((k == 1) | (k == 2))).any())
+            f"{n_unknown} events of unknown categories {list(c.unknown_cats)[:5]} ignored",
+            n_unknown, where=where))
+    k = c.kind
+    ts, ts_ok, dur, dur_ok = c.ts_ns, c.ts_ok, c.dur_ns, c.dur_ok
+    float_ts = bool((c.ts_frac & ((k == 1) | (k == 2))).any())
 
     # runtime launches with a correlation id
-    rt = sel[k == 2]
-    rt_corr, rt_ok = js.parse_int(doc, *_num_span(sc, "correlation", rt))
-    rt_ts = ts[k == 2][rt_ok]
-    rt_name = (sp["name"][0][rt][rt_ok], sp["name"][1][rt][rt_ok])
-    rt_corr = rt_corr[rt_ok]
+    rt = np.flatnonzero((k == 2) & c.correlation_ok)
+    rt_corr, rt_ts, rt_name = c.correlation[rt], ts[rt], c.name_idx[rt]
     # CPU spans
-    sm = (k == 3) & ts_ok & dur_ok
-    span_names, span_idx = js.strings(doc, sp["name"][0][sel[sm]], sp["name"][1][sel[sm]])
-    spans = Spans([span_names[i] for i in span_idx.tolist()], ts[sm], dur[sm])
+    sm = np.flatnonzero((k == 3) & ts_ok & dur_ok)
+    spans = Spans([c.names[i] for i in c.name_idx[sm].tolist()], ts[sm], dur[sm])
     # the profiler's own span
     profiler_span = None
     tr = np.flatnonzero((k == 4) & ts_ok & dur_ok)
     if tr.size:
         profiler_span = (int(ts[tr[0]]), int(ts[tr[0]] + dur[tr[0]]))
     # GPU events
-    gm = k == 1
-    g_ev = sel[gm]
+    g_ev = np.flatnonzero(k == 1)
     n_gpu_raw = int(g_ev.size)
-    g_ts, g_dur = ts[gm], dur[gm]
-    timed = ts_ok[gm] & dur_ok[gm]
-    stream, stream_ok = js.parse_int(doc, *_num_span(sc, "stream", g_ev))
-    device, device_ok = js.parse_int(doc, *_num_span(sc, "device", g_ev))
-    corr, corr_ok = js.parse_int(doc, *_num_span(sc, "correlation", g_ev))
+    timed = ts_ok[g_ev] & dur_ok[g_ev]
     keep = _drop(~timed, "GPU events without a timestamp or duration dropped", notes, where)
-    keep &= _drop(keep & ~stream_ok, "GPU events without an integer args.stream dropped",
+    keep &= _drop(keep & ~c.stream_ok[g_ev], "GPU events without an integer args.stream "
+                  "dropped", notes, where)
+    keep &= _drop(keep & (dur[g_ev] < 0), "GPU events with a negative duration dropped",
                   notes, where)
-    keep &= _drop(keep & (g_dur < 0), "GPU events with a negative duration dropped", notes,
-                  where)
-    g = np.flatnonzero(keep)
-    names, name_idx = js.strings(doc, sp["name"][0][g_ev[g]], sp["name"][1][g_ev[g]])
-    launch_ts, has_launch, launch_row = _join_launch(
-        np.where(corr_ok[g], corr[g], -1), rt_corr, rt_ts)
+    g = g_ev[keep]
+    names, name_idx = _reintern(c.names, c.name_idx[g])
+    corr = np.where(c.correlation_ok[g], c.correlation[g], -1)
+    launch_ts, has_launch, launch_row = _join_launch(corr, rt_corr, rt_ts)
     found = np.flatnonzero(has_launch)
-    launch_names, lidx = js.strings(doc, rt_name[0][launch_row[found]],
-                                    rt_name[1][launch_row[found]])
+    launch_names, lidx = _reintern(c.names, rt_name[launch_row[found]])
     launch_idx = np.full(g.size, -1, dtype=I64)
     launch_idx[found] = lidx
     missing = int(g.size - found.size)
@@ -364,11 +359,10 @@ def _build_rank(path: Path, sc: js.Scan) -> RankTrace:
             f"{missing} GPU events have no runtime launch event with their correlation id "
             "(host wait cannot be judged for them)", missing, where=where))
     gpu = GpuEvents(
-        stream=stream[g], device=np.where(device_ok[g], device[g], -1).astype(np.int32),
-        name_idx=name_idx, names=names, cat_idx=cat[g_ev[g]].astype(np.int16),
-        ts_ns=g_ts[g], dur_ns=g_dur[g], correlation=np.where(corr_ok[g], corr[g], -1),
-        launch_ts_ns=launch_ts, has_launch=has_launch, launch_idx=launch_idx,
-        launch_names=launch_names)
+        stream=c.stream[g], device=np.where(c.device_ok[g], c.device[g], -1).astype(np.int32),
+        name_idx=name_idx, names=names, cat_idx=c.cat[g], ts_ns=ts[g], dur_ns=dur[g],
+        correlation=corr, launch_ts_ns=launch_ts, has_launch=has_launch,
+        launch_idx=launch_idx, launch_names=launch_names)
     gpu = gpu.take(np.lexsort((gpu.ts_ns, gpu.stream)))
     gpu = _flag_absurd(gpu, profiler_span, notes, where)
     if n_gpu_raw == 0:
@@ -385,39 +379,17 @@ def _build_rank(path: Path, sc: js.Scan) -> RankTrace:
     )
 
 
-def _str_span(sc: js.Scan, key: str) -> tuple[np.ndarray, np.ndarray]:
-    lo, hi = sc.spans[key]
-    s = sc.is_str[key]
-    return np.where(s, lo, -1), np.where(s, hi, -1)
-
-
-def _num_span(sc: js.Scan, key: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    lo, hi = sc.spans[key]
-    return lo[rows], hi[rows]
-
-
-def _span_names(sc: js.Scan, cand: np.ndarray) -> np.ndarray:
-    """Which candidate CPU events are ProfilerStep#N or DataLoader spans (by name)."""
-    doc = sc.doc
-    lo, hi = _str_span(sc, "name")
-    lo, hi = lo[cand], hi[cand]
-    step = js.short_codes(doc, lo, np.minimum(hi, lo + 13), ("ProfilerStep#",)) == 0
-    step &= lo >= 0
-    hits = []
-    pos = doc.data.find(b"DataLoader")
-    while pos >= 0:
-        hits.append(pos)
-        pos = doc.data.find(b"DataLoader", pos + 1)
-    dl = np.zeros(cand.size, dtype=bool)
-    if hits and cand.size:
-        h = np.array(hits, dtype=I64)
-        order = np.argsort(lo, kind="stable")
-        i = np.searchsorted(lo[order], h, side="right") - 1
-        ok = i >= 0
-        j = order[np.maximum(i, 0)]
-        ok &= (lo[j] >= 0) & (h + 10 <= hi[j])
-        dl[j[ok]] = True
-    return np.asarray(step | dl)
+def _reintern(table: list[str], idx: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """The names ``idx`` uses (first use first) and each event's index into them; -1 stays
+    -1 (no name)."""
+    named = idx >= 0
+    uniq, first, inv = np.unique(idx[named], return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(order.size, dtype=I64)
+    rank[order] = np.arange(order.size)
+    out = np.full(idx.size, -1, dtype=I64)
+    out[named] = rank[inv.reshape(-1)]
+    return [table[i] for i in uniq[order].tolist()], out
 
 
 def _drop(bad: np.ndarray, reason: str, notes: list[TraceNote], where: str) -> np.ndarray:

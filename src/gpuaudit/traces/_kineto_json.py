@@ -1,0 +1,438 @@
+"""Decode a Kineto/Chrome trace's JSON into per-event columns with msgspec, slice by slice.
+
+A Kineto trace (``torch.profiler`` ``export_chrome_trace`` / ``tensorboard_trace_handler``) is
+one JSON object: a small header (``schemaVersion``, ``deviceProperties``,
+``distributedInfo``), the huge ``traceEvents`` array, a small tail (``baseTimeNanoseconds``,
+``traceName``). Parsing every event into a dict is what makes other tools slow and large
+(``json.loads`` of a 54 MB trace: ~0.9 s, 377 MB). Here:
+
+1. the whole document is validated by msgspec's C parser as ``dict[str, Raw]`` (every value
+   skipped without building objects, ~1.5 GB/s): damaged JSON is an error with the byte offset
+   msgspec reports, never silently skipped; the header and tail values are decoded as JSON;
+2. the ``traceEvents`` array (a zero-copy :class:`msgspec.Raw` view) is decoded in slices of
+   about :data:`SLICE_BYTES`, each into compact :class:`_Event` structs holding only ``ph``,
+   ``cat``, ``name``, ``ts``, ``dur`` and ``args.{stream,correlation,device}`` (every other
+   key is skipped in C). A slice ends at a ``}`` followed by ``,`` and ``{``; such a cut can lie
+   inside a string or a nested object, and then the slice is malformed and the next candidate
+   is tried: a slice that parses ends exactly at an element of the array (the parser's state
+   after the same bytes is the same as in the whole document, and only "after an element of
+   the array" accepts the closing ``]``);
+3. per slice, the selector keeps the events an analysis needs; their numbers (kept as raw
+   JSON text) are decoded column-wise in NumPy as exact decimals (microseconds -> integer ns,
+   no float rounding, HTA issue #317); names are interned (one ``str`` per distinct name, an
+   int32 code per event); the slice's structs are then freed, so memory is the document plus
+   one slice's structs plus the kept columns.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import attrgetter, eq, is_not
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from gpuaudit.errors import InputError
+
+__all__ = ["SLICE_BYTES", "Columns", "decode", "parse_ns", "read_document"]
+
+I64 = np.int64
+#: bytes of the traceEvents array decoded at a time (bounds the transient Python structs)
+SLICE_BYTES = 1 << 22
+_CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+_CUT_TRIES = 8  # candidate cuts per slice before the slice runs to the end of the array
+_GZIP_MAGIC = b"\x1f\x8b"
+_W = 24  # widest number decoded in NumPy; longer ones take the exact Decimal path
+_NUM_ROWS = 1 << 13  # numbers per decode step (a few 2-D int64 temporaries)
+_POW10 = np.array([10 ** i for i in range(19)], dtype=I64)
+_BYTE_AT = re.compile(r"\(byte (\d+)\)")
+_INDEX_AT = re.compile(r"`\$\[(\d+)\]")
+
+_ABSENT = msgspec.Raw(b"")
+
+
+class _Args(msgspec.Struct, frozen=True, gc=False):
+    """The ``args`` keys the loader reads, as raw JSON text (any type is accepted here)."""
+
+    stream: msgspec.Raw = _ABSENT
+    correlation: msgspec.Raw = _ABSENT
+    device: msgspec.Raw = _ABSENT
+
+
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, frozen=True, gc=False):
+    """One trace event, only the keys the loader reads (Chrome Trace Event Format: ``ph``,
+    ``cat`` and ``name`` are strings; ``ts``/``dur`` stay raw text for exact decoding)."""
+
+    ph: str | None = None
+    cat: str | None = None
+    name: str | None = None
+    ts: msgspec.Raw = _ABSENT
+    dur: msgspec.Raw = _ABSENT
+    args: _Args = _NO_ARGS
+
+
+_SLICE_DECODER = msgspec.json.Decoder(list[_Event])
+_TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+#: (ph == "X", category code (-1: none or unknown), name, has a name) -> kind per event
+#: (0: not kept)
+Selector = Callable[[np.ndarray, np.ndarray, list[str | None], np.ndarray], np.ndarray]
+
+
+def _bad(path: Path, offset: int, what: str) -> InputError:
+    return InputError(
+        f"not a valid Kineto/Chrome trace: {what}",
+        where=f"{path}: byte {offset}",
+        fix="give a trace written by torch.profiler (export_chrome_trace or "
+        "tensorboard_trace_handler), plain .json or .json.gz",
+    )
+
+
+def _invalid_json(path: Path, exc: msgspec.DecodeError, size: int, base: int = 0
+                  ) -> InputError:
+    msg = str(exc)
+    m = _BYTE_AT.search(msg)
+    pos = base + int(m.group(1)) if m else size
+    msg = _BYTE_AT.sub("", msg).strip()
+    return InputError(
+        f"invalid JSON in the trace: {msg}",
+        where=f"{path}: byte {pos}",
+        fix="the trace file is damaged (cut short or edited); write it again with "
+        "torch.profiler",
+    )
+
+
+def read_document(path: Path) -> tuple[bytes, bool]:
+    """The decompressed document and whether it was gzip (magic bytes, not the suffix).
+
+    A truncated or corrupt gzip stream is an :class:`InputError` naming the decompressed
+    byte offset where it failed.
+    """
+    raw = path.read_bytes()
+    if raw[:2] != _GZIP_MAGIC:
+        return raw, False
+    isize = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else 0
+    try:
+        # one allocation of the size the gzip trailer states (gzip.decompress grows its
+        # buffer and peaks at ~3x the document)
+        out = zlib.decompress(raw, 31, max(isize, 1 << 16))
+        if len(out) % (1 << 32) != isize:  # several gzip members: decode them all
+            out = gzip.decompress(raw)
+        return out, True
+    except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
+        got = _decompressed_before_failure(raw)
+        kind = "truncated" if isinstance(exc, EOFError) or "incomplete" in str(exc) \
+            else "corrupt"
+        raise InputError(
+            f"the gzip stream is {kind} after {got:,} decompressed bytes ({exc})",
+            where=f"{path}: byte {got}",
+            fix="copy the trace again (the profiler or the transfer stopped early); "
+            "`gzip -t FILE` checks a file",
+        ) from exc
+
+
+def _decompressed_before_failure(raw: bytes) -> int:
+    d = zlib.decompressobj(wbits=31)
+    got = 0
+    try:
+        for i in range(0, len(raw), 1 << 16):
+            got += len(d.decompress(raw[i:i + (1 << 16)]))
+    except zlib.error:
+        pass
+    return got
+
+
+@dataclass
+class Columns:
+    """The kept events (``kind > 0``), in file order, as NumPy columns.
+
+    ``names[name_idx[i]]`` is event ``i``'s name (-1: none). Numbers are exact integer ns
+    (``ts``, ``dur``: microsecond text x 1000) or integers (``stream``, ``device``,
+    ``correlation``), each with a validity mask (absent, ``null`` or not a number: invalid;
+    never zero). ``ts_frac``: the timestamp had a fractional part. ``unknown_cats`` counts
+    the events whose category the selector's table does not know, by category.
+    """
+
+    n_events: int
+    kind: np.ndarray
+    cat: np.ndarray
+    name_idx: np.ndarray
+    names: list[str]
+    ts_ns: np.ndarray
+    ts_ok: np.ndarray
+    ts_frac: np.ndarray
+    dur_ns: np.ndarray
+    dur_ok: np.ndarray
+    stream: np.ndarray
+    stream_ok: np.ndarray
+    device: np.ndarray
+    device_ok: np.ndarray
+    correlation: np.ndarray
+    correlation_ok: np.ndarray
+    unknown_cats: Counter[str]
+
+
+_NUMERIC = ("ts_ns", "ts_ok", "ts_frac", "dur_ns", "dur_ok", "stream", "stream_ok", "device",
+            "device_ok", "correlation", "correlation_ok")
+
+
+class _Accumulator:
+    """Columns of the kept events, one slice at a time (the slices' structs are not kept)."""
+
+    def __init__(self, cats: tuple[str, ...], select: Selector) -> None:
+        self.cat_code: dict[str | None, int] = {c: i for i, c in enumerate(cats)}
+        self.cat_code[None] = -2
+        self.select = select
+        self.name_code: dict[str | None, int] = {}
+        self.parts: dict[str, list[np.ndarray]] = {
+            k: [] for k in ("kind", "cat", "name_idx", *_NUMERIC)}
+        self.unknown: Counter[str] = Counter()
+        self.n_events = 0
+
+    def add(self, evs: list[_Event]) -> None:
+        n = len(evs)
+        self.n_events += n
+        if not n:
+            return
+        is_x = np.fromiter(map(eq, map(attrgetter("ph"), evs), repeat("X")), bool, n)
+        cats = list(map(attrgetter("cat"), evs))
+        code = np.fromiter(map(self.cat_code.get, cats, repeat(-1)), np.int16, n)
+        unknown = code == -1
+        if unknown.any():
+            self.unknown.update(compress(cats, unknown))  # type: ignore[arg-type]
+        code[code == -2] = -1
+        names = list(map(attrgetter("name"), evs))
+        has_name = np.fromiter(map(is_not, names, repeat(None)), bool, n)
+        kind = self.select(is_x, code, names, has_name)
+        keep = kind > 0
+        kept = list(compress(evs, keep))
+        p = self.parts
+        p["kind"].append(kind[keep])
+        p["cat"].append(code[keep])
+        p["name_idx"].append(self._intern(list(compress(names, keep))))
+        for key, raws in (("ts", map(attrgetter("ts"), kept)),
+                          ("dur", map(attrgetter("dur"), kept))):
+            ns, ok, frac = parse_raw(list(raws))
+            p[f"{key}_ns"].append(ns)
+            p[f"{key}_ok"].append(ok)
+            if key == "ts":
+                p["ts_frac"].append(frac)
+        args = list(map(attrgetter("args"), kept))
+        for key in ("stream", "device", "correlation"):
+            val, ok = parse_int_raw(list(map(attrgetter(key), args)))
+            p[key].append(val)
+            p[f"{key}_ok"].append(ok)
+
+    def _intern(self, values: list[str | None]) -> np.ndarray:
+        table = self.name_code
+        for v in dict.fromkeys(values):  # distinct names of the slice, first seen first
+            table.setdefault(v, len(table))
+        return np.fromiter(map(table.__getitem__, values), np.int32, len(values))
+
+    def finish(self) -> Columns:
+        out = {k: np.concatenate(v) if v else np.zeros(0, _DTYPES.get(k, I64))
+               for k, v in self.parts.items()}
+        names = [n if n is not None else "" for n in self.name_code]
+        if None in self.name_code:
+            idx = out["name_idx"]
+            idx[idx == self.name_code[None]] = -1
+        return Columns(n_events=self.n_events, names=names, unknown_cats=self.unknown, **out)
+
+
+_DTYPES = {"kind": np.int8, "cat": np.int16, "name_idx": np.int32, "ts_ok": bool,
+           "ts_frac": bool, "dur_ok": bool, "stream_ok": bool, "device_ok": bool,
+           "correlation_ok": bool}
+
+
+def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
+           slice_bytes: int = SLICE_BYTES) -> tuple[dict[str, Any], Columns]:
+    """Validate ``data``, decode its header/tail keys (``meta``) and the kept events' columns.
+
+    ``cats`` is the table of known categories (``Columns.cat`` indexes it); ``select`` says
+    per event which kind it is (0: not kept).
+    """
+    if not data.strip():
+        raise _bad(path, 0, "the file is empty")
+    try:
+        top = _TOP_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        if data.lstrip()[:1] == b"[":
+            raise _bad(path, 0, "a bare JSON array; expected an object with a "
+                       "'traceEvents' key") from exc
+        raise _bad(path, 0, "the document is not a JSON object") from exc
+    except msgspec.DecodeError as exc:
+        raise _invalid_json(path, exc, len(data)) from exc
+    events = top.pop("traceEvents", None)
+    if events is None:
+        raise _bad(path, 0, "no 'traceEvents' array found")
+    meta = {k: msgspec.json.decode(v) for k, v in top.items()}
+    del top
+    arr = memoryview(events)  # a view into ``data``: no copy
+    if arr[:1] != b"[":
+        raise _bad(path, max(data.find(b'"traceEvents"'), 0), "'traceEvents' is not an array")
+    acc = _Accumulator(cats, select)
+    end = len(arr) - 1  # the closing bracket
+    lo = 1
+    while lo < end:
+        evs, lo = _next_slice(arr, lo, end, slice_bytes, path, acc.n_events)
+        acc.add(evs)
+        del evs
+    return meta, acc.finish()
+
+
+def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path,
+                n_before: int) -> tuple[list[_Event], int]:
+    """Decode the events from ``lo`` up to a cut about ``slice_bytes`` on (see the module
+    docstring); returns them and where the next slice starts."""
+    pos = lo + slice_bytes
+    for _ in range(_CUT_TRIES):
+        m = _CUT.search(arr, pos, end) if pos < end else None
+        cut, nxt = (m.start() + 1, m.end() - 1) if m else (end, end)
+        try:
+            return _decode_slice(arr, lo, cut, path, n_before), nxt
+        except msgspec.DecodeError:
+            if cut == end:  # the document was validated: this cannot happen
+                raise
+            pos = cut  # the cut was inside a string or a nested object: try the next one
+    return _decode_slice(arr, lo, end, path, n_before), end
+
+
+def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int
+                  ) -> list[_Event]:
+    chunk = b"".join((b"[", arr[lo:hi], b"]"))
+    try:
+        return _SLICE_DECODER.decode(chunk)
+    except msgspec.ValidationError as exc:
+        m = _INDEX_AT.search(str(exc))
+        at = f"traceEvents[{n_before + int(m.group(1))}]" if m else "traceEvents"
+        msg = _INDEX_AT.sub("`$", str(exc)).replace("`$", f"`{at}", 1) if m else str(exc)
+        raise InputError(
+            f"not a valid Kineto/Chrome trace: {msg}",
+            where=f"{path}: {at}",
+            fix="every trace event is an object whose ph, cat and name are strings and "
+            "whose args is an object (Chrome Trace Event Format)",
+        ) from exc
+    except UnicodeDecodeError:
+        # invalid UTF-8 inside a string: decode it as U+FFFD, as other trace viewers do
+        fixed = chunk.decode("utf-8", errors="replace").encode()
+        return _SLICE_DECODER.decode(fixed)
+
+
+def parse_raw(raws: list[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Raw JSON values (decimal microsecond numbers, or strings holding one) -> exact integer
+    ns, valid, had a fraction (see :func:`parse_ns`)."""
+    n = len(raws)
+    length = np.fromiter(map(len, raws), I64, n)
+    hi = np.cumsum(length)
+    lo = hi - length
+    buf = b"".join(raws)
+    b = np.frombuffer(buf, np.uint8)
+    if n and b.size:
+        quoted = (length >= 2) & (b[np.minimum(lo, b.size - 1)] == 34)
+        lo = lo + quoted
+        hi = hi - quoted
+    return parse_ns(buf, lo, hi)
+
+
+def parse_int_raw(raws: list[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray]:
+    """Raw JSON integers (or integral decimals such as ``7.0``) -> (int64, valid)."""
+    ns, valid, _ = parse_raw(raws)
+    valid &= ns % 1000 == 0
+    return ns // 1000, valid
+
+
+def _gather(b: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
+    """Rows of ``width`` bytes from each start (past the end reads as 0)."""
+    if b.size < width:
+        b = np.concatenate([b, np.zeros(width - b.size, np.uint8)])
+    lim = b.size - width
+    rows = sliding_window_view(b, width)[np.minimum(start, lim)]
+    for i in np.flatnonzero(start > lim).tolist():
+        rows[i] = 0
+        tail = b[int(start[i]):]
+        rows[i, :tail.size] = tail
+    return np.asarray(rows)
+
+
+def parse_ns(data: bytes, lo: np.ndarray, hi: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Decimal microsecond text ``data[lo:hi]`` -> (integer ns, valid, had a fraction), exactly.
+
+    ``123.4567`` -> 123457 ns (half up on the fourth decimal); plain digits with an optional
+    sign and fraction are decoded in NumPy; exponents and very long numbers take the exact
+    :class:`decimal.Decimal` path; anything else (``null``, text, empty) is invalid.
+    """
+    b = np.frombuffer(data, np.uint8)
+    n = lo.size
+    ns = np.zeros(n, dtype=I64)
+    valid = np.zeros(n, dtype=bool)
+    frac = np.zeros(n, dtype=bool)
+    length = hi - lo
+    slow: list[int] = []
+    cols = np.arange(_W, dtype=I64)
+    for i in range(0, n, _NUM_ROWS):
+        sl = slice(i, i + _NUM_ROWS)
+        L = length[sl]
+        rows = _gather(b, np.maximum(lo[sl], 0), _W).astype(I64)
+        inside = cols < L[:, None]
+        neg = rows[:, 0] == 45
+        first = neg.astype(I64)
+        digit = (rows >= 48) & (rows <= 57) & inside
+        dot = (rows == 46) & inside
+        ndot = dot.sum(axis=1)
+        dotpos = np.where(ndot == 1, np.argmax(dot, axis=1), L)
+        sign_ok = (cols[None, :] == 0) & neg[:, None]
+        chars_ok = (digit | dot | sign_ok | ~inside).all(axis=1)
+        nint = dotpos - first
+        fast = chars_ok & (ndot <= 1) & (nint >= 1) & (nint <= 16) & (L > 0) & (L <= _W)
+        d = np.where(digit, rows - 48, 0)
+        e = dotpos[:, None] - 1 - cols[None, :]
+        w_int = np.where((cols[None, :] >= first[:, None]) & (e >= 0),
+                         _POW10[np.clip(e, 0, 18)], 0)
+        ip = (d * w_int).sum(axis=1)
+        kf = cols[None, :] - dotpos[:, None]
+        w_frac = np.where((kf >= 1) & (kf <= 3), _POW10[np.clip(3 - kf, 0, 3)], 0)
+        fp = (d * w_frac).sum(axis=1)
+        up = np.where(kf == 4, d, 0).sum(axis=1) >= 5
+        fast &= ip < 9_000_000_000_000_000  # ip * 1000 fits in int64
+        v = ip * 1000 + fp + up
+        ns[sl] = np.where(neg, -v, v)
+        valid[sl] = fast
+        frac[sl] = ndot == 1
+        slow.extend((np.flatnonzero(~fast & (L > 0)) + i).tolist())
+    if slow:
+        _parse_slow(data, lo, hi, slow, ns, valid, frac)
+    return ns, valid, frac
+
+
+def _parse_slow(data: bytes, lo: np.ndarray, hi: np.ndarray, rows: list[int], ns: np.ndarray,
+                valid: np.ndarray, frac: np.ndarray) -> None:
+    """Exponents, long numbers and anything odd, one by one with :class:`decimal.Decimal`."""
+    from decimal import Decimal, InvalidOperation
+
+    for j in rows:
+        text = data[int(lo[j]):int(hi[j])]
+        valid[j] = False
+        try:
+            x = Decimal(text.decode("ascii")) * 1000
+            if not x.is_finite() or text.strip() != text or b"_" in text:
+                raise InvalidOperation
+            v = int(x.to_integral_value(rounding="ROUND_HALF_UP"))
+            if -(2 ** 63) <= v < 2 ** 63:
+                ns[j] = v
+                valid[j] = True
+                frac[j] = b"." in text or b"e" in text.lower()
+        except (InvalidOperation, UnicodeDecodeError, ValueError, OverflowError):
+            pass
