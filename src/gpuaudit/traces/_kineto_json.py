@@ -51,9 +51,9 @@ SLICE_BYTES = 1 << 22
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _CUT_TRIES = 8  # candidate cuts per slice before the slice runs to the end of the array
 _GZIP_MAGIC = b"\x1f\x8b"
-_W = 24  # widest number decoded in NumPy; longer ones take the exact Decimal path
 _NUM_ROWS = 1 << 13  # numbers per decode step (a few 2-D int64 temporaries)
 _POW10 = np.array([10 ** i for i in range(19)], dtype=I64)
+_NON_WS = re.compile(rb"[^ \t\r\n]")
 _BYTE_AT = re.compile(r"\(byte (\d+)\)")
 _INDEX_AT = re.compile(r"`\$\[(\d+)\]")
 
@@ -263,12 +263,13 @@ def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
     ``cats`` is the table of known categories (``Columns.cat`` indexes it); ``select`` says
     per event which kind it is (0: not kept).
     """
-    if not data.strip():
+    if _NON_WS.search(data) is None:
         raise _bad(path, 0, "the file is empty")
     try:
         top = _TOP_DECODER.decode(data)
     except msgspec.ValidationError as exc:
-        if data.lstrip()[:1] == b"[":
+        first = _NON_WS.search(data)
+        if first is not None and first.group() == b"[":
             raise _bad(path, 0, "a bare JSON array; expected an object with a "
                        "'traceEvents' key") from exc
         raise _bad(path, 0, "the document is not a JSON object") from exc
@@ -353,68 +354,80 @@ def parse_int_raw(raws: list[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray]:
     return ns // 1000, valid
 
 
-def _gather(b: np.ndarray, start: np.ndarray, width: int) -> np.ndarray:
-    """Rows of ``width`` bytes from each start (past the end reads as 0)."""
-    if b.size < width:
-        b = np.concatenate([b, np.zeros(width - b.size, np.uint8)])
-    lim = b.size - width
-    rows = sliding_window_view(b, width)[np.minimum(start, lim)]
-    for i in np.flatnonzero(start > lim).tolist():
-        rows[i] = 0
-        tail = b[int(start[i]):]
-        rows[i, :tail.size] = tail
-    return np.asarray(rows)
-
-
 def parse_ns(data: bytes, lo: np.ndarray, hi: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Decimal microsecond text ``data[lo:hi]`` -> (integer ns, valid, had a fraction), exactly.
 
-    ``123.4567`` -> 123457 ns (half up on the fourth decimal); plain digits with an optional
-    sign and fraction are decoded in NumPy; exponents and very long numbers take the exact
-    :class:`decimal.Decimal` path; anything else (``null``, text, empty) is invalid.
+    The spans are in increasing order and do not overlap (as :func:`parse_raw` lays them out).
+
+    ``123.4567`` -> 123457 ns (half up on the fourth decimal, away from zero). Plain numbers
+    (optional ``-``, up to 16 integer digits, optional fraction) are decoded in NumPy: byte
+    classes counted per value by one cumulative sum, each value's dot found, then its integer
+    digits read from a window that ends at the dot and its first four decimals from one that
+    starts there. Exponents and longer numbers take the exact :class:`decimal.Decimal` path;
+    anything else (``null``, text, empty) is invalid.
     """
     b = np.frombuffer(data, np.uint8)
     n = lo.size
+    lo = lo.astype(I64, copy=False)
+    hi = hi.astype(I64, copy=False)
     ns = np.zeros(n, dtype=I64)
     valid = np.zeros(n, dtype=bool)
     frac = np.zeros(n, dtype=bool)
+    if n == 0 or b.size == 0:
+        return ns, valid, frac
     length = hi - lo
-    slow: list[int] = []
-    cols = np.arange(_W, dtype=I64)
+    cs = np.zeros(b.size + 1, dtype=I64)
+    np.cumsum(_CLASS_WEIGHT[b], out=cs[1:])
+    counts = cs[hi] - cs[lo]
+    n_bad, n_exp = counts >> 30, (counts >> 20) & 1023
+    n_dot, n_minus = (counts >> 10) & 1023, counts & 1023
+    neg = (length > 0) & (b[np.minimum(lo, b.size - 1)] == 45)
+    dotpos = hi.copy()
+    dots = np.flatnonzero(b == 46)
+    if dots.size:
+        owner = np.searchsorted(hi, dots, side="right")
+        inside = owner < n
+        owner, dots = owner[inside], dots[inside]
+        inside = dots >= lo[owner]
+        dotpos[owner[inside]] = dots[inside]
+    nint = dotpos - lo - neg
+    plain = (length > 0) & (length <= 1023) & (n_bad == 0) & (n_exp == 0) & (n_dot <= 1) & (
+        n_minus == neg)
+    fast = plain & (nint >= 1) & (nint <= 16)
+    # integer digits: the 16 bytes before the dot (the buffer padded in front), masked to the
+    # value's own digits; first four decimals: the 4 bytes after it, masked to the value
+    pad = np.concatenate([np.zeros(16, np.uint8), b, np.zeros(32, np.uint8)])
+    win = sliding_window_view(pad, 16)
     for i in range(0, n, _NUM_ROWS):
         sl = slice(i, i + _NUM_ROWS)
-        L = length[sl]
-        rows = _gather(b, np.maximum(lo[sl], 0), _W).astype(I64)
-        inside = cols < L[:, None]
-        neg = rows[:, 0] == 45
-        first = neg.astype(I64)
-        digit = (rows >= 48) & (rows <= 57) & inside
-        dot = (rows == 46) & inside
-        ndot = dot.sum(axis=1)
-        dotpos = np.where(ndot == 1, np.argmax(dot, axis=1), L)
-        sign_ok = (cols[None, :] == 0) & neg[:, None]
-        chars_ok = (digit | dot | sign_ok | ~inside).all(axis=1)
-        nint = dotpos - first
-        fast = chars_ok & (ndot <= 1) & (nint >= 1) & (nint <= 16) & (L > 0) & (L <= _W)
-        d = np.where(digit, rows - 48, 0)
-        e = dotpos[:, None] - 1 - cols[None, :]
-        w_int = np.where((cols[None, :] >= first[:, None]) & (e >= 0),
-                         _POW10[np.clip(e, 0, 18)], 0)
-        ip = (d * w_int).sum(axis=1)
-        kf = cols[None, :] - dotpos[:, None]
-        w_frac = np.where((kf >= 1) & (kf <= 3), _POW10[np.clip(3 - kf, 0, 3)], 0)
-        fp = (d * w_frac).sum(axis=1)
-        up = np.where(kf == 4, d, 0).sum(axis=1) >= 5
-        fast &= ip < 9_000_000_000_000_000  # ip * 1000 fits in int64
-        v = ip * 1000 + fp + up
-        ns[sl] = np.where(neg, -v, v)
-        valid[sl] = fast
-        frac[sl] = ndot == 1
-        slow.extend((np.flatnonzero(~fast & (L > 0)) + i).tolist())
-    if slow:
-        _parse_slow(data, lo, hi, slow, ns, valid, frac)
+        dp, ni = dotpos[sl], np.clip(nint[sl], 0, 16)
+        d = win[dp].astype(I64) - 48  # pad offset 16: window [dp - 16, dp)
+        d[_COL16 < (16 - ni)[:, None]] = 0
+        ip = d @ _POW16
+        f = win[dp + 17][:, :4].astype(I64) - 48  # [dp + 1, dp + 5)
+        f[_COL16[:4] >= (hi[sl] - dp - 1)[:, None]] = 0
+        fp = f[:, :3] @ _POW3
+        fast[sl] &= ip < 9_000_000_000_000_000  # ip * 1000 + 999 fits in int64
+        v = np.where(fast[sl], ip, 0) * 1000 + fp + (f[:, 3] >= 5)
+        ns[sl] = np.where(neg[sl], -v, v)
+    valid[:] = fast
+    frac[:] = n_dot == 1
+    slow = np.flatnonzero(~fast & (length > 0) & ((length > 1023) | (n_bad == 0)))
+    if slow.size:
+        _parse_slow(data, lo, hi, slow.tolist(), ns, valid, frac)
+    ns[~valid] = 0
     return ns, valid, frac
+
+
+_CLASS_WEIGHT = np.full(256, 1 << 30, dtype=I64)  # per byte: other (bits 30+), exponent
+_CLASS_WEIGHT[list(b"0123456789")] = 0  # (20-29), dot (10-19), minus (0-9)
+_CLASS_WEIGHT[list(b"eE+")] = 1 << 20
+_CLASS_WEIGHT[ord(".")] = 1 << 10
+_CLASS_WEIGHT[ord("-")] = 1
+_COL16 = np.arange(16, dtype=I64)
+_POW16 = _POW10[15::-1].copy()
+_POW3 = np.array([100, 10, 1], dtype=I64)
 
 
 def _parse_slow(data: bytes, lo: np.ndarray, hi: np.ndarray, rows: list[int], ns: np.ndarray,

@@ -27,6 +27,7 @@ COMPUTATION, COMMUNICATION, MEMORY, OTHER = "COMPUTATION", "COMMUNICATION", "MEM
 
 _HTA_COMM = r"^nccl.*Kernel"
 _COMM = r"(?i)(^|[\s:])(nccl|rccl)\w*|ncclDevKernel|ncclKernel|cross_device_reduce|all_?reduce|all_?gather|reduce_?scatter|alltoall"
+_COMM_NEEDLES = ("ccl", "all", "reduce")  # in every match of _COMM (lowercase)
 _MEMORY = r"^(Memcpy|Memset|dma)"
 _HTA_NOT_COMPUTE = r"^(nccl.*Kernel|.*(Memcpy)|(Memset)|.*Sync)"  # HTA's regex, verbatim
 
@@ -56,16 +57,50 @@ _TENSOR_CORE = (
 )
 
 
+class _Rx:
+    """A pattern; a case-insensitive one (``(?i)``) also compiled for ASCII-lowercased text.
+
+    Python's :mod:`re` is 5-10x slower on ``(?i)`` alternations (no first-character
+    prefilter), and kernel names run to thousands of characters. For ASCII text, matching
+    ``(?i)P`` on ``text`` is matching ``P.lower()`` on ``text.lower()`` (the patterns use only
+    lowercase escapes: ``\\d \\s \\w \\b``); non-ASCII text takes the original pattern,
+    whose Unicode case folding differs (the Kelvin sign matches ``k``). ``needles``: lowercase
+    substrings of which every match contains one (a cheap test before the search).
+    """
+
+    def __init__(self, pattern: str, needles: tuple[str, ...] = ()) -> None:
+        self.rx = re.compile(pattern)
+        self.needles = needles
+        self.low: re.Pattern[str] | None = None
+        if pattern.startswith("(?i)"):
+            if re.search(r"\\[A-Z]", pattern):
+                raise ValueError(f"uppercase escape in a case-insensitive pattern: {pattern}")
+            self.low = re.compile(pattern[4:].lower())
+
+    def search(self, text: str, low: str | None) -> bool:
+        """Whether the pattern occurs in ``text`` (``low``: ``text.lower()`` when ASCII)."""
+        if low is not None and self.low is not None:
+            if self.needles and not any(w in low for w in self.needles):
+                return False
+            return self.low.search(low) is not None
+        return self.rx.search(text) is not None
+
+
 def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-_RX_HTA_COMM, _RX_COMM = _rx(_HTA_COMM), _rx(_COMM)
-_RX_MEMORY, _RX_NOT_COMPUTE = _rx(_MEMORY), _rx(_HTA_NOT_COMPUTE)
-_RX_RULES = tuple((cat, _rx(rx)) for cat, rx in _CATEGORY_RULES)
-_RX_TC = _rx(_TENSOR_CORE)
+def _lower(texts: Sequence[str]) -> list[str | None]:
+    return [t.lower() if t.isascii() else None for t in texts]
+
+
+_RX_HTA_COMM, _RX_COMM = _Rx(_HTA_COMM), _Rx(_COMM, _COMM_NEEDLES)
+_RX_MEMORY, _RX_NOT_COMPUTE = _Rx(_MEMORY), _Rx(_HTA_NOT_COMPUTE)
+_RX_RULES = tuple((cat, _RX_COMM if rx == _COMM else _Rx(rx)) for cat, rx in _CATEGORY_RULES)
+_RX_TC = _Rx(_TENSOR_CORE)
 _RX_VOID, _RX_KEY, _RX_NS = _rx(r"^void\s+"), _rx(r"^([^<(]*)(?:<([^,<>(]*))?.*$"), _rx(
-    r"[A-Za-z0-9_]*::")
+    r"(?<![A-Za-z0-9_])[A-Za-z0-9_]*::")  # the lookbehind skips mid-word starts (no match
+# can begin there that could not begin at the word's start): linear, not quadratic, time
 
 
 def hta_type(names: Sequence[str], *, hta_compat: bool = False) -> np.ndarray:
@@ -74,8 +109,9 @@ def hta_type(names: Sequence[str], *, hta_compat: bool = False) -> np.ndarray:
     OTHER is HTA's name for ``*Sync`` events and non-NCCL names its compute regex rejects.
     """
     comm = _RX_HTA_COMM if hta_compat else _RX_COMM
-    out = [COMMUNICATION if comm.search(n) else MEMORY if _RX_MEMORY.search(n)
-           else OTHER if _RX_NOT_COMPUTE.search(n) else COMPUTATION for n in names]
+    out = [COMMUNICATION if comm.search(n, lo) else MEMORY if _RX_MEMORY.search(n, lo)
+           else OTHER if _RX_NOT_COMPUTE.search(n, lo) else COMPUTATION
+           for n, lo in zip(names, _lower(names))]
     return np.array(out, dtype=object)
 
 
@@ -93,25 +129,36 @@ def kernel_key(names: Sequence[str]) -> list[str]:
     return [_key(n) for n in names]
 
 
-def _category(full: str, key: str) -> str:
+def _category(full: str, full_low: str | None, key: str, key_low: str | None) -> str:
     for cat, rx in _RX_RULES:
-        if rx.search(full if cat in ("memory", "communication") else key):
+        if (rx.search(full, full_low) if cat in ("memory", "communication")
+                else rx.search(key, key_low)):
             return cat
     return "other"
+
+
+def _categories(names: Sequence[str], keys: Sequence[str]) -> np.ndarray:
+    return np.array([_category(n, nl, k, kl) for n, nl, k, kl in
+                     zip(names, _lower(names), keys, _lower(keys))], dtype=object)
 
 
 def category(names: Sequence[str]) -> np.ndarray:
     """The finer category per kernel name (first matching rule in :data:`CATEGORIES` order),
     judged on :func:`kernel_key`; memory and communication on the full name."""
-    return np.array([_category(n, k) for n, k in zip(names, kernel_key(names))], dtype=object)
+    return _categories(names, kernel_key(names))
+
+
+def _tensor_core(keys: Sequence[str]) -> np.ndarray:
+    return np.array([_RX_TC.search(k, kl) for k, kl in zip(keys, _lower(keys))], dtype=bool)
 
 
 def is_tensor_core(names: Sequence[str]) -> np.ndarray:
     """True where a kernel name says it runs on tensor cores (MMA/HMMA/WGMMA, TF32/FP16...)."""
-    return np.array([bool(_RX_TC.search(k)) for k in kernel_key(names)], dtype=bool)
+    return _tensor_core(kernel_key(names))
 
 
 def unique_classes(names: Sequence[str], hta_compat: bool = False
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(hta type, category, tensor-core flag) of each of the distinct ``names``."""
-    return hta_type(names, hta_compat=hta_compat), category(names), is_tensor_core(names)
+    keys = kernel_key(names)
+    return hta_type(names, hta_compat=hta_compat), _categories(names, keys), _tensor_core(keys)
