@@ -1,4 +1,4 @@
-"""Property tests: the NumPy JSON scanner reads what json.loads reads, and refuses damage."""
+"""Property tests: the trace loader reads what json.loads reads, and refuses damage."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.errors import InputError
-from gpuaudit.traces import _kineto_json as kj
 from gpuaudit.traces.loader import load_trace
 
 names = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",),

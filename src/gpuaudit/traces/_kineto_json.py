@@ -257,11 +257,11 @@ _DTYPES = {"kind": np.int8, "cat": np.int16, "name_idx": np.int32, "ts_ok": bool
 
 
 def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
-           slice_bytes: int = SLICE_BYTES) -> tuple[dict[str, Any], Columns]:
+           slice_bytes: int | None = None) -> tuple[dict[str, Any], Columns]:
     """Validate ``data``, decode its header/tail keys (``meta``) and the kept events' columns.
 
     ``cats`` is the table of known categories (``Columns.cat`` indexes it); ``select`` says
-    per event which kind it is (0: not kept).
+    per event which kind it is (0: not kept). ``slice_bytes``: default :data:`SLICE_BYTES`.
     """
     if _NON_WS.search(data) is None:
         raise _bad(path, 0, "the file is empty")
@@ -281,13 +281,13 @@ def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
     meta = {k: msgspec.json.decode(v) for k, v in top.items()}
     del top
     arr = memoryview(events)  # a view into ``data``: no copy
-    if arr[:1] != b"[":
+    if not len(arr) or arr[0] != 0x5B:  # "["
         raise _bad(path, max(data.find(b'"traceEvents"'), 0), "'traceEvents' is not an array")
     acc = _Accumulator(cats, select)
     end = len(arr) - 1  # the closing bracket
     lo = 1
     while lo < end:
-        evs, lo = _next_slice(arr, lo, end, slice_bytes, path, acc.n_events)
+        evs, lo = _next_slice(arr, lo, end, slice_bytes or SLICE_BYTES, path, acc.n_events)
         acc.add(evs)
         del evs
     return meta, acc.finish()

@@ -1,0 +1,190 @@
+"""The msgspec trace decoder: slices cut anywhere read what one pass reads, exact numbers,
+errors with a byte offset or an event index."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from trace_synth import kernel, launch, span, write
+
+from gpuaudit.errors import InputError
+from gpuaudit.traces import _kineto_json as kj
+from gpuaudit.traces import loader
+from gpuaudit.traces.loader import load_trace
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
+FIELDS = ("kind", "cat", "name_idx", "ts_ns", "ts_ok", "ts_frac", "dur_ns", "dur_ok", "stream",
+          "stream_ok", "device", "device_ok", "correlation", "correlation_ok")
+
+# names full of false cut candidates: "}, {" inside strings
+tricky = st.text(alphabet=st.sampled_from(['}', ',', '{', ' ', '\n', '"', '\\', 'a', 'é', ']']),
+                 max_size=12)
+
+
+def _decode(data: bytes, slice_bytes: int) -> tuple[dict[str, object], kj.Columns]:
+    return kj.decode(data, Path("t.json"), loader._ALL_CATS, loader._select,
+                     slice_bytes=slice_bytes)
+
+
+def _same(a: kj.Columns, b: kj.Columns) -> None:
+    assert a.n_events == b.n_events
+    assert [a.names[i] for i in a.name_idx.tolist()] == [b.names[i] for i in b.name_idx.tolist()]
+    for f in FIELDS[:2] + FIELDS[3:]:
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+    assert a.unknown_cats == b.unknown_cats
+
+
+@st.composite
+def events(draw: st.DrawFn) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for i in range(draw(st.integers(1, 25))):
+        args: dict[str, object] = {"nested": [{"a": draw(tricky)}, {"b": {}}]}
+        if draw(st.booleans()):
+            args["stream"] = draw(st.integers(0, 99))
+        args["correlation"] = i
+        ev = {"args": args, "ph": draw(st.sampled_from(["X", "i", "f"])),
+              "cat": draw(st.sampled_from(["kernel", "cuda_runtime", "cpu_op", "odd_cat"])),
+              "name": draw(st.sampled_from(["ProfilerStep#1", "k", "DataLoader x"]))
+              + draw(tricky),
+              "ts": draw(st.integers(0, 10**15)) / 1000, "dur": draw(st.integers(0, 10**6))}
+        if draw(st.booleans()):  # args last, as Kineto writes it
+            ev["args"] = ev.pop("args")
+        out.append(ev)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(events(), st.integers(1, 400), st.sampled_from([None, 1]))
+def test_any_slice_size_reads_what_one_slice_reads(evs: list[dict[str, object]], size: int,
+                                                   indent: int | None) -> None:
+    data = json.dumps({"a": 1, "traceEvents": evs, "z": [2]}, indent=indent).encode()
+    meta, whole = _decode(data, 1 << 30)
+    meta2, sliced = _decode(data, size)
+    assert meta == meta2 == {"a": 1, "z": [2]}
+    _same(whole, sliced)
+    assert whole.n_events == len(evs)
+    kept = [e for e in evs if e["ph"] == "X" and e["cat"] in ("kernel", "cuda_runtime")]
+    assert (whole.kind > 0).sum() >= len(kept)
+
+
+def test_cut_inside_a_string_is_retried() -> None:
+    """A name holding ``}, {`` right where a slice would end: the slice is malformed, the
+    next cut is used, and the name survives whole."""
+    name = 'x"}, {"y' * 20
+    evs = [kernel(name, 10 + i, 1, i) for i in range(5)]
+    data = json.dumps({"traceEvents": evs}, indent=1).encode()
+    at = data.index(b"}, {") - 5  # the first false candidate
+    _, cols = _decode(data, at)
+    assert cols.n_events == 5
+    assert [cols.names[i] for i in cols.name_idx.tolist()] == [name] * 5
+
+
+def test_real_trace_in_small_slices_matches_one_pass() -> None:
+    data = gzip.decompress((DATA / "mi250_rocm_minitoy.json.gz").read_bytes())
+    _same(_decode(data, 1 << 30)[1], _decode(data, 997)[1])
+
+
+def test_load_trace_uses_small_slices(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = load_trace(DATA / "mi250_rocm_minitoy.json.gz")
+    monkeypatch.setattr(kj, "SLICE_BYTES", 512)
+    got = load_trace(DATA / "mi250_rocm_minitoy.json.gz")
+    assert got.kernels.equals(ref.kernels)
+
+
+def test_invalid_json_deep_in_the_array_reports_its_byte(tmp_path: Path) -> None:
+    evs = [kernel(f"k{i}", 10 * i, 1, i) for i in range(300)]
+    p = write(tmp_path / "t.json", evs)
+    text = p.read_bytes()
+    pos = text.index(b'"name": "k250"')
+    p.write_bytes(text[:pos] + b"@" + text[pos:])
+    with pytest.raises(InputError, match="invalid JSON") as exc:
+        load_trace(p)
+    assert exc.value.where == f"{p}: byte {pos}"
+
+
+def test_cut_short_json_is_invalid_at_its_end(tmp_path: Path) -> None:
+    p = write(tmp_path / "t.json", [kernel("k", 10, 1, 1)] * 50)
+    text = p.read_bytes()[:-300]
+    p.write_bytes(text)
+    with pytest.raises(InputError, match="invalid JSON") as exc:
+        load_trace(p)
+    assert exc.value.where == f"{p}: byte {len(text)}"
+
+
+def test_wrong_type_names_the_event_across_slices(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    evs = [kernel(f"k{i}", 10 * i, 1, i) for i in range(100)]
+    evs[77]["name"] = 5
+    p = write(tmp_path / "t.json", evs)
+    monkeypatch.setattr(kj, "SLICE_BYTES", 300)
+    with pytest.raises(InputError, match="got `int`") as exc:
+        load_trace(p)
+    assert exc.value.where == f"{p}: traceEvents[77]"
+    assert "traceEvents[77].name" in str(exc.value)
+
+
+def test_traceevents_not_an_array(tmp_path: Path) -> None:
+    p = tmp_path / "t.json"
+    p.write_text('{"traceEvents": {"a": 1}}')
+    with pytest.raises(InputError, match="not an array"):
+        load_trace(p)
+
+
+def test_invalid_utf8_in_a_name_is_replaced(tmp_path: Path) -> None:
+    p = write(tmp_path / "t.json", [launch(0, 1), kernel("kXX", 10, 5, 1)])
+    p.write_bytes(p.read_bytes().replace(b"kXX", b"k\xff\xfe"))
+    r = load_trace(p)
+    assert r.kernels.column("name").to_pylist() == ["k\ufffd\ufffd"]
+
+
+def test_args_and_numbers_of_odd_types_are_invalid_not_zero(tmp_path: Path) -> None:
+    k_null = kernel("no_ts", 10, 5, 2)
+    k_null["ts"] = None
+    k_str = kernel("str_stream", 30, 5, 3)
+    k_str["args"]["stream"] = "7"  # type: ignore[index]
+    k_obj = kernel("obj_stream", 40, 5, 4)
+    k_obj["args"]["stream"] = {"id": 7}  # type: ignore[index]
+    p = write(tmp_path / "t.json", [launch(0, 2), k_null, launch(1, 3), k_str, launch(2, 4),
+                                    k_obj, span("ProfilerStep#3", 0, 100)])
+    r = load_trace(p)
+    assert r.kernels.column("name").to_pylist() == ["str_stream"]  # "7" reads as 7
+    assert r.kernels.column("stream").to_pylist() == [7]
+    reasons = " | ".join(n.reason for n in r.notes)
+    assert "without a timestamp" in reasons and "without an integer args.stream" in reasons
+    assert r.spans.names == ["ProfilerStep#3"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.one_of(
+    st.decimals(min_value=Decimal("-9e15"), max_value=Decimal("9e15"), allow_nan=False,
+                allow_infinity=False).map(lambda d: format(d, "f")),
+    st.integers(-10**20, 10**20).map(str),
+    st.floats(allow_nan=False, allow_infinity=False, width=64).map(repr),
+    st.sampled_from(["null", '"12.5"', '"x"', "true", "[1]", "1e3", "-0.0005", ""])),
+    max_size=40))
+def test_numbers_decode_exactly(texts: list[str]) -> None:
+    """Each number is round-half-up(value x 1000) exactly, as Decimal computes it; anything
+    that is not a number (or out of int64 range) is invalid, never a zero."""
+    raws = [msgspec.Raw(t.encode()) for t in texts]
+    ns, ok, _ = kj.parse_raw(raws)
+    for t, v, good in zip(texts, ns.tolist(), ok.tolist()):
+        body = t[1:-1] if len(t) >= 2 and t[0] == t[-1] == '"' else t
+        try:
+            want: int | None = int((Decimal(body) * 1000).to_integral_value(ROUND_HALF_UP))
+            if not -(2**63) <= want < 2**63 or body.strip() != body:
+                want = None
+        except ArithmeticError:
+            want = None
+        if want is None:
+            assert not good, t
+            assert v == 0
+        else:
+            assert good and v == want, (t, v, want)
