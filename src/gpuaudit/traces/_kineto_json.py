@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import attrgetter, eq, is_not
+from operator import attrgetter, eq
 from pathlib import Path
 from typing import Any
 
@@ -86,9 +86,10 @@ class _Event(msgspec.Struct, frozen=True, gc=False):
 _SLICE_DECODER = msgspec.json.Decoder(list[_Event])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
-#: (ph == "X", category code (-1: none or unknown), name, has a name) -> kind per event
-#: (0: not kept)
-Selector = Callable[[np.ndarray, np.ndarray, list[str | None], np.ndarray], np.ndarray]
+#: (ph == "X", category code (-1: none or unknown), names of the events a mask selects
+#: ("" for none)) -> kind per event (0: not kept)
+Selector = Callable[[np.ndarray, np.ndarray, Callable[[np.ndarray], list[str]]], np.ndarray]
+_NO_NAME: dict[str | None, str] = {None: ""}  # .get(name, name): None -> "", else the name
 
 
 def _bad(path: Path, offset: int, what: str) -> InputError:
@@ -207,21 +208,24 @@ class _Accumulator:
         if not n:
             return
         is_x = np.fromiter(map(eq, map(attrgetter("ph"), evs), repeat("X")), bool, n)
-        cats = list(map(attrgetter("cat"), evs))
-        code = np.fromiter(map(self.cat_code.get, cats, repeat(-1)), np.int16, n)
+        code = np.fromiter(map(self.cat_code.get, map(attrgetter("cat"), evs), repeat(-1)),
+                           np.int16, n)
         unknown = code == -1
         if unknown.any():
-            self.unknown.update(compress(cats, unknown))  # type: ignore[arg-type]
+            self.unknown.update(map(attrgetter("cat"), compress(evs, unknown)))
         code[code == -2] = -1
-        names = list(map(attrgetter("name"), evs))
-        has_name = np.fromiter(map(is_not, names, repeat(None)), bool, n)
-        kind = self.select(is_x, code, names, has_name)
+
+        def names_of(mask: np.ndarray) -> list[str]:
+            return list(map(_NO_NAME.get, map(attrgetter("name"), compress(evs, mask)),
+                            map(attrgetter("name"), compress(evs, mask))))
+
+        kind = self.select(is_x, code, names_of)
         keep = kind > 0
         kept = list(compress(evs, keep))
         p = self.parts
         p["kind"].append(kind[keep])
         p["cat"].append(code[keep])
-        p["name_idx"].append(self._intern(list(compress(names, keep))))
+        p["name_idx"].append(self._intern(list(map(attrgetter("name"), kept))))
         for key, raws in (("ts", map(attrgetter("ts"), kept)),
                           ("dur", map(attrgetter("dur"), kept))):
             ns, ok, frac = parse_raw(list(raws))

@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress, repeat
+from itertools import repeat
 from operator import is_not
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -293,15 +293,15 @@ def load_trace(path: str | Path) -> RankTrace:
     return _build_rank(path, meta, cols)
 
 
-def _select(is_x: np.ndarray, cat: np.ndarray, names: list[str | None],
-            has_name: np.ndarray) -> np.ndarray:
+def _select(is_x: np.ndarray, cat: np.ndarray,
+            names_of: Callable[[np.ndarray], list[str]]) -> np.ndarray:
     """Which events to keep: 1 GPU event, 2 runtime launch, 3 ProfilerStep#N or DataLoader
     CPU span, 4 the profiler's own span (cat ``Trace``); 0 the rest (CPU operators, flows)."""
     kind = np.zeros(is_x.size, dtype=np.int8)
     kind[is_x & (cat >= 0) & (cat < _N_GPU)] = 1
     kind[is_x & (cat >= _N_GPU) & (cat < _N_GPU + _N_RT)] = 2
-    cand = is_x & (cat >= _N_GPU + _N_RT) & (cat < _N_GPU + _N_RT + 3) & has_name
-    found = map(_SPAN_NAME.search, compress(names, cand))  # type: ignore[arg-type]
+    cand = is_x & (cat >= _N_GPU + _N_RT) & (cat < _N_GPU + _N_RT + 3)
+    found = map(_SPAN_NAME.search, names_of(cand))
     hit = np.fromiter(map(is_not, found, repeat(None)), bool, int(cand.sum()))
     kind[np.flatnonzero(cand)[hit]] = 3
     kind[is_x & (cat == _TRACE_CODE)] = 4
