@@ -96,45 +96,56 @@ class Fleet:
             "labels": pa.array(labels, type=pa.map_(pa.string(), pa.string())),
         })
 
-    def write_openmetrics(self, path: Path, *, extra_metrics: bool = True) -> int:
+    def write_openmetrics(self, path: Path, *, extra_metrics: bool = True,
+                          window: tuple[int, int] | None = None) -> int:
         """OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``; returns the
-        number of samples written."""
+        number of samples written. ``window`` = [t0, t1) in seconds keeps only the samples in
+        it (one file per TSDB block: promtool re-reads its whole input once per 2-hour block,
+        so one big file costs blocks x file size)."""
         n = 0
+        t0, t1 = window if window is not None else (-(1 << 62), 1 << 62)
         with open(path, "w", encoding="utf-8") as f:
             metrics = [("DCGM_FI_DEV_GPU_UTIL", "util"), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gr")]
             if extra_metrics:
                 metrics += [("DCGM_FI_DEV_POWER_USAGE", "power"), ("DCGM_FI_DEV_FB_USED", "fb"),
                             ("DCGM_FI_DEV_FB_FREE", "fbfree")]
+            live = []
+            for s in self.series:
+                a, b = np.searchsorted(s.ts_s, (t0, t1))
+                if b > a:
+                    live.append((s, slice(int(a), int(b))))
             for metric, kind in metrics:
                 f.write(f"# TYPE {metric} gauge\n")
-                for s in self.series:
+                for s, sl in live:
                     if kind == "util" and s.mig:
                         continue
                     lab = ",".join(f'{k}="{v}"' for k, v in s.metric_labels.items())
+                    u = s.util[sl]
                     if kind == "util":
-                        vals = s.util
+                        vals = u
                     elif kind == "gr":
-                        vals = s.util / 100.0
+                        vals = u / 100.0
                     elif kind == "power":
-                        vals = 16.0 + s.util * 0.56
+                        vals = 16.0 + u * 0.56
                     elif kind == "fb":
-                        vals = np.where(s.util > 5, 18000.0, 0.0)
+                        vals = np.where(u > 5, 18000.0, 0.0)
                     else:
-                        vals = 23034.0 - np.where(s.util > 5, 18000.0, 0.0)
+                        vals = 23034.0 - np.where(u > 5, 18000.0, 0.0)
                     vs = np.char.mod("%.6g", vals)
-                    ts = s.ts_s.astype(np.int64).astype(str)
+                    ts = s.ts_s[sl].astype(np.int64).astype(str)
                     prefix = f"{metric}{{{lab}}} "
                     f.write("".join(np.char.add(np.char.add(np.char.add(prefix, vs), " "),
                                                 np.char.add(ts, "\n"))))
                     n += vals.shape[0]
             f.write("# TYPE kube_pod_labels gauge\n")
+            ts = np.arange(self.start_s, self.end_s + 1, 300)
+            ts = ts[(ts >= t0) & (ts < t1)]
             for (ns, pod), kl in sorted(self.pods.items()):
-                if not kl:
+                if not kl or ts.size == 0:
                     continue
                 lab = ",".join([f'namespace="{ns}"', f'pod="{pod}"',
                                 *(f'label_{k.replace("-", "_")}="{v}"'
                                   for k, v in sorted(kl.items()))])
-                ts = np.arange(self.start_s, self.end_s + 1, 300)
                 f.write("".join(f"kube_pod_labels{{{lab}}} 1 {t}\n" for t in ts))
                 n += ts.shape[0]
             f.write("# EOF\n")
@@ -234,15 +245,60 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def backfill(fleet: Fleet, data_dir: Path, *, extra_metrics: bool = True) -> int:
-    """Write the fleet as OpenMetrics and turn it into TSDB blocks with promtool."""
-    data_dir.mkdir(parents=True, exist_ok=True)
-    om = data_dir.parent / f"{data_dir.name}.om"
-    n = fleet.write_openmetrics(om, extra_metrics=extra_metrics)
+#: promtool's block length: it cuts its input into 2-hour blocks aligned to the epoch.
+BLOCK_S = 7200
+
+
+def _backfill_window(fleet: Fleet, data_dir: Path, t0: int, extra_metrics: bool) -> int:
+    """One 2-hour window: OpenMetrics file -> promtool -> its block moved into ``data_dir``."""
+    work = data_dir.parent / f"{data_dir.name}.w{t0}"
+    work.mkdir(parents=True, exist_ok=True)
+    om = work / "in.om"
+    n = fleet.write_openmetrics(om, extra_metrics=extra_metrics, window=(t0, t0 + BLOCK_S))
+    out = work / "blocks"
     subprocess.run(["promtool", "tsdb", "create-blocks-from", "openmetrics", "-q", str(om),
-                    str(data_dir)], check=True, capture_output=True, timeout=1800)
-    om.unlink()
+                    str(out)], check=True, capture_output=True, timeout=1800)
+    for block in out.iterdir():
+        block.rename(data_dir / block.name)
+    shutil.rmtree(work, ignore_errors=True)
     return n
+
+
+_FORKED: Fleet | None = None
+
+
+def _forked_window(data_dir: Path, t0: int, extra_metrics: bool) -> int:
+    assert _FORKED is not None
+    return _backfill_window(_FORKED, data_dir, t0, extra_metrics)
+
+
+def backfill(fleet: Fleet, data_dir: Path, *, extra_metrics: bool = True,
+             jobs: int = 1, progress: bool = False) -> int:
+    """Write the fleet as OpenMetrics and turn it into TSDB blocks with promtool: one file
+    and one promtool run per 2-hour block (``jobs`` at a time, forked workers), all blocks
+    into ``data_dir``. Returns the number of samples written.
+
+    ``promtool tsdb create-blocks-from openmetrics`` parses its whole input once per block
+    it writes, so a single 7-day file costs 84 full parses; a file per block costs one."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    first = fleet.start_s // BLOCK_S * BLOCK_S
+    windows = list(range(first, fleet.end_s + 1, BLOCK_S))
+    if jobs <= 1:
+        return sum(_backfill_window(fleet, data_dir, t0, extra_metrics) for t0 in windows)
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    global _FORKED
+    _FORKED = fleet  # forked workers inherit it; passing it would pickle every sample
+    total = 0
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as pool:
+        futs = [pool.submit(_forked_window, data_dir, t0, extra_metrics) for t0 in windows]
+        for i, fut in enumerate(futs):
+            total += fut.result()
+            if progress and (i + 1) % 12 == 0:
+                print(f"  backfilled {i + 1}/{len(windows)} blocks", flush=True)
+    _FORKED = None
+    return total
 
 
 @contextlib.contextmanager

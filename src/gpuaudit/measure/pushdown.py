@@ -42,10 +42,18 @@ import numpy as np
 
 from gpuaudit.errors import InputError
 from gpuaudit.measure.dcgm import SeriesId, series_id
-from gpuaudit.measure.prometheus import PromClient, duration, fresh, selector, time_chunks
+from gpuaudit.measure.prometheus import (
+    PromClient,
+    duration,
+    escape_label_value,
+    fresh,
+    selector,
+    time_chunks,
+)
 from gpuaudit.schema import ImportNote
 
-__all__ = ["MAX_FIELDS", "PushdownData", "build_queries", "pull_aggregates"]
+__all__ = ["MAX_FIELDS", "PushdownData", "build_queries", "decode", "pack_base",
+           "pull_aggregates", "share_query", "unpack"]
 
 _GPU_KEY = "UUID, uuid, GPU_I_ID"
 _UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -75,7 +83,36 @@ def _with(sel: str, extra: str) -> str:
     return "{" + ",".join(x for x in (inner, extra) if x) + "}"
 
 
-def build_queries(sel: str, step_s: float, range_s: float, *, shared: bool, has_sm: bool,
+def pack_base(points: int) -> float:
+    """The power of two ``K`` that packs a count and a sum of utilization (0..100 %) of at
+    most ``points`` values into one number, ``count * K + sum`` (see :func:`unpack`):
+    ``K > 200 * points``, so the sum never reaches ``K`` even with readings up to 200 %
+    (which :func:`unpack` then rejects as bad data)."""
+    return float(2 ** int(np.ceil(np.log2(200 * max(points, 1) + 1))))
+
+
+def unpack(total: float, base: float, *, where: str) -> tuple[float, float]:
+    """``sum_over_time((U + K)[...])`` -> (count, sum of U). Exact for integer utilization
+    (DCGM_FI_DEV_GPU_UTIL is an integer percent): every partial sum is an integer below 2**53.
+    For fractional readings (100 x GR_ENGINE_ACTIVE) each addition rounds at the ulp of the
+    packed total (~1e-5 for a day at 15 s), far below a second. Every term is >= K and K is
+    a power of two, so rounding never drops the total below ``count * K``: the count is
+    exact. A sum outside 0..100 x count means utilization outside 0..100 %: an error."""
+    count = float(np.floor(total / base))
+    rest = total - count * base
+    if rest < -1e-6 or rest > 100.0 * count + 1e-6 * max(count, 1.0):
+        raise InputError(f"utilization outside 0..100 % (packed total {total!r}, "
+                         f"{count:g} points, sum {rest!r})", where=where,
+                         fix="check the exporter: DCGM_FI_DEV_GPU_UTIL is a percent, "
+                         "GR_ENGINE_ACTIVE a ratio")
+    return count, rest
+
+
+#: packed subqueries (name -> upper threshold; None: every point) and what they decode to
+_PACKED: dict[str, float | None] = {"p_all": None, "p10": 10.0, "p70": 70.0, "p90": 90.0}
+
+
+def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
                   family: str = "util", signals: bool = True) -> dict[str, str]:
     """The PromQL of one chunk: name -> expression, evaluated at the chunk's last step.
 
@@ -83,53 +120,52 @@ def build_queries(sel: str, step_s: float, range_s: float, *, shared: bool, has_
     :func:`gpuaudit.measure.prometheus.selector`). ``range_s`` is the chunk length
     (points ``end - range_s + step .. end``). ``family``: ``util`` reads
     ``DCGM_FI_DEV_GPU_UTIL``; ``mig`` reads ``100 * DCGM_FI_PROF_GR_ENGINE_ACTIVE`` of MIG
-    instances (``GPU_I_ID!=""``), which report no GPU_UTIL. Only scalar comparisons and
-    functions run per step (no vector matching, which costs a hash per series per step),
-    except the share weight of time-sliced GPUs, one query when the store shows sharing.
+    instances (``GPU_I_ID!=""``), which report no GPU_UTIL.
+
+    Cost is the subqueries (each evaluates ``last_over_time`` per series per step); raw
+    range functions cost ~10x less. So the phase figures come from four packed subqueries,
+    ``sum_over_time(((U < t) + K)[R:s])`` for t = 10, 70, 90 and every point (decoded by
+    :func:`unpack` into counts and sums below each threshold), the spread from raw
+    ``stddev_over_time``, and only ``changes``, the step change and first/last timestamps
+    need subqueries of their own. Only scalar comparisons and functions run per step (no
+    vector matching, which hashes every series' labels at every step); the share weight of
+    time-sliced GPUs (:func:`share_query`) runs only for GPUs whose series overlap.
     """
     s = duration(step_s)
     r = duration(range_s - 0.001)
+    rr = duration(range_s)
     w2 = duration(2 * step_s - 0.001)
+    base = pack_base(round(range_s / step_s))
     if family == "mig":
         msel = _with(sel, 'GPU_I_ID!=""')
         u = f"(100 * {fresh(_GR + msel, step_s)})"
+        raw = f"100 * stddev_over_time({_GR}{msel}[{rr}])"
         step_change = f"abs(100 * idelta({_GR}{msel}[{w2}]))"
     else:
         u = fresh(_UTIL + sel, step_s)
+        raw = f"stddev_over_time({_UTIL}{sel}[{rr}])"
         step_change = f"abs(idelta({_UTIL}{sel}[{w2}]))"
 
     def sub(agg: str, x: str) -> str:
         return f"{agg}(({x})[{r}:{s}])"
 
-    q: dict[str, str] = {
-        "idle": sub("count_over_time", f"{u} < 10"),
-        "under": sub("count_over_time", f"{u} >= 10 < 70"),
-        "prod": sub("count_over_time", f"{u} >= 70 < 90"),
-        "cb": sub("count_over_time", f"{u} >= 90"),
-        "busy": sub("sum_over_time", u),
-        "unused": sub("sum_over_time", f"100 - ({u} >= 10 < 70)"),
-        "headroom": sub("sum_over_time", f"100 - ({u} >= 70)"),
-        "n": sub("count_over_time", u),
-        "u2": sub("sum_over_time", f"{u} ^ 2"),
+    def packed(x: str, below: float | None) -> str:
+        cond = x if below is None else f"({x} < {below:g})"
+        return sub("sum_over_time", f"{cond} + {base:.0f}")
+
+    q: dict[str, str] = {name: packed(u, t) for name, t in _PACKED.items()}
+    q.update({
+        "std": raw,
         "changes": f"changes(({u} < bool 10)[{r}:{s}])",
         "absstep": sub("sum_over_time", step_change),
         "first": sub("min_over_time", f"timestamp({u})"),
         "last": sub("max_over_time", f"timestamp({u})"),
-    }
-    if shared:
-        key = f"count by ({_GPU_KEY}) ({u})"
-        q["wsum"] = sub("sum_over_time",
-                        f"({u} * 0 + 1) / on({_GPU_KEY}) group_left() {key}")
+    })
     if has_sm and family == "util":
         smu = f"(100 * {fresh(_SM + sel, step_s)})"
-        q["sm_idle"] = sub("count_over_time", f"{smu} < 10")
-        q["sm_under"] = sub("count_over_time", f"{smu} >= 10 < 70")
-        q["sm_prod"] = sub("count_over_time", f"{smu} >= 70 < 90")
-        q["sm_cb"] = sub("count_over_time", f"{smu} >= 90")
-        q["sm_busy"] = sub("sum_over_time", smu)
+        q.update({f"sm_{name}": packed(smu, t) for name, t in _PACKED.items()})
     if not signals:
         return q
-    rr = duration(range_s)
     for name, metric in _MEANS.items():
         q[f"sum_{name}"] = f"sum_over_time({metric}{sel}[{rr}])"
         q[f"cnt_{name}"] = f"count_over_time({metric}{sel}[{rr}])"
@@ -142,6 +178,48 @@ def build_queries(sel: str, step_s: float, range_s: float, *, shared: bool, has_
     q["mem_total_mib"] = (f"max_over_time(({fb[0]} + {fb[1]} + ({fb[2]} or {fb[0]} * 0))"
                           f"[{r}:1h])")
     return q
+
+
+def share_query(sel: str, step_s: float, range_s: float, *, family: str = "util") -> str:
+    """``wsum``: the sum over a chunk's steps of 1 / (series of the same GPU at that step),
+    per series; a time-sliced GPU's pods split its time by it. Vector matching per step
+    (``on(UUID, uuid, GPU_I_ID) group_left``), so it runs only on GPUs whose series overlap
+    in time (``sel`` narrows to them)."""
+    if family == "mig":
+        msel = _with(sel, 'GPU_I_ID!=""')
+        u = f"(100 * {fresh(_GR + msel, step_s)})"
+    else:
+        u = fresh(_UTIL + sel, step_s)
+    key = f"count by ({_GPU_KEY}) ({u})"
+    return (f"sum_over_time((({u} * 0 + 1) / on({_GPU_KEY}) group_left() {key})"
+            f"[{duration(range_s - 0.001)}:{duration(step_s)}])")
+
+
+def decode(v: dict[str, float], range_s: float, step_s: float, *, where: str) -> None:
+    """Turn one series-chunk's packed answers into the named figures (in place): ``n``,
+    ``idle``/``under``/``prod``/``cb`` (points per phase), ``busy`` (sum of U), ``unused``
+    (sum of 100 - U over underutilized points), ``headroom`` (the same over productive and
+    compute-bound points), ``u2`` (sum of squares, from the raw spread), and ``sm_*``."""
+    base = pack_base(round(range_s / step_s))
+    for pre in ("", "sm_"):
+        if f"{pre}p_all" not in v:
+            continue
+        n, total = unpack(v.pop(f"{pre}p_all"), base, where=where)
+        c10, s10 = unpack(v.pop(f"{pre}p10", 0.0) or 0.0, base, where=where)
+        c70, s70 = unpack(v.pop(f"{pre}p70", 0.0) or 0.0, base, where=where)
+        c90, _s90 = unpack(v.pop(f"{pre}p90", 0.0) or 0.0, base, where=where)
+        under, high = c70 - c10, n - c70
+        v.update({f"{pre}idle": c10, f"{pre}under": under, f"{pre}prod": c90 - c70,
+                  f"{pre}cb": n - c90, f"{pre}busy": total})
+        if pre:
+            continue
+        v.update({"n": n, "unused": 100.0 * under - (s70 - s10),
+                  "headroom": 100.0 * high - (total - s70)})
+        if n > 0:
+            mean = total / n
+            std = v.pop("std", 0.0)
+            v["u2"] = n * (std * std + mean * mean)
+    v.pop("std", None)
 
 
 @dataclass
@@ -171,8 +249,9 @@ def pull_aggregates(
     chunk_s: float = 86_400.0,
     workers: int = 4,
 ) -> PushdownData:
-    """Run the pushdown queries chunk by chunk (step-aligned, ``chunk_s`` long) and collect
-    the answers. A chunk the server refuses as too big is split in two and retried."""
+    """Run the pushdown queries chunk by chunk (step-aligned, ``chunk_s`` long, ``workers``
+    queries at a time) and collect the decoded answers; then the share weight of GPUs whose
+    series overlap in a chunk (time-sliced), on those GPUs only."""
     if step_s <= 0:
         raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
     sel = selector(matchers)
@@ -183,33 +262,83 @@ def pull_aggregates(
     whole = duration(end_s - start_s + step_s)
     mig_sel = _with(sel, 'GPU_I_ID!=""')
     probes = {
-        # more than one series per GPU in the range: pods changed or the GPU is time-sliced
-        "shared": f"max(count by ({_GPU_KEY}) (last_over_time({_UTIL}{sel}[{whole}]) or "
-                  f"last_over_time({_GR}{mig_sel}[{whole}])))",
         "sm": f"count(last_over_time({_SM}{sel}[{whole}]))",
         "mig": f"count(last_over_time({_GR}{mig_sel}[{whole}]))",
     }
     found = {k: client.query(q, float(end_s)) for k, q in probes.items()}
-    shared = bool(found["shared"]) and found["shared"][0][1] > 1
     has_sm = bool(found["sm"])
     families = ["util", "mig"] if found["mig"] else ["util"]
-    data = PushdownData(ids=[], chunks=[], step_s=step_s, values={},
+    data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, values={},
                         origin=f"Prometheus {client.url} (PromQL pushdown, step {step_s:g} s)",
-                        has_sm=has_sm, shared=shared)
+                        has_sm=has_sm)
     id_index: dict[SeriesId, int] = {}
-    data.chunks = list(chunks)
-    jobs: list[tuple[int, float, float, str, str]] = []
+    uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
+    jobs: list[tuple[int, str, str]] = []
     for i, (a, b) in enumerate(chunks):
         for fam in families:
-            qs = build_queries(sel, step_s, b - a + step_s, shared=shared, has_sm=has_sm,
-                               family=fam, signals=fam == "util")
-            jobs += [(i, a, b, name, expr) for name, expr in qs.items()]
-    advance = client.progress("pushdown", len(jobs)) if client.progress else None
+            qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
+                               signals=fam == "util")
+            jobs += [(i, name, expr) for name, expr in qs.items()]
+    _run(client, jobs, chunks, data, id_index, uuid_label, workers, "pushdown")
+    for (code, i), v in data.values.items():
+        a, b = chunks[i]
+        decode(v, b - a + step_s, step_s, where=f"{client.url}: pushdown, series "
+               f"{data.ids[code].gpu_uuid}, chunk starting {a:.0f}")
+    # time-sliced GPUs: series of one GPU whose [first, last] overlap within a chunk
+    share_jobs: list[tuple[int, str, str]] = []
+    for i, (a, b) in enumerate(chunks):
+        by_gpu: dict[str, list[tuple[float, float, int]]] = {}
+        for (code, j), v in data.values.items():
+            if j == i and "first" in v and "last" in v:
+                by_gpu.setdefault(data.ids[code].gpu_uuid, []).append(
+                    (v["first"], v["last"], code))
+        overlapping: dict[str, set[str]] = {}
+        for spans in by_gpu.values():
+            spans.sort()
+            if any(spans[k + 1][0] <= max(x[1] for x in spans[:k + 1])
+                   for k in range(len(spans) - 1)):
+                for _f, _l, code in spans:
+                    name, value = uuid_label[code]
+                    overlapping.setdefault(name, set()).add(value)
+        for name, values in sorted(overlapping.items()):
+            data.shared = True
+            for part in _batches(sorted(values), 200):
+                narrow = _with(sel, f'{name}=~"{escape_label_value(_regex(part))}"')
+                for fam in families:
+                    share_jobs.append((i, "wsum", share_query(narrow, step_s, b - a + step_s,
+                                                              family=fam)))
+    _run(client, share_jobs, chunks, data, id_index, uuid_label, workers, "time-sliced GPUs")
+    data.queries = len(jobs) + len(share_jobs) + len(probes)
+    for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
+        rng = duration(min(secs, end_s - start_s + step_s))
+        total = count = 0.0
+        for fam in families:
+            metric, scale = (f"{_GR}{mig_sel}", 100.0) if fam == "mig" else \
+                (f"{_UTIL}{sel}", 1.0)
+            for agg in ("sum_over_time", "count_over_time"):
+                res = client.query(f"sum({agg}({metric}[{rng}]))", float(end_s))
+                data.queries += 1
+                if res and res[0][1] == res[0][1]:
+                    if agg == "sum_over_time":
+                        total += scale * res[0][1]
+                    else:
+                        count += res[0][1]
+        data.fleet_util_pct[label] = total / count if count > 0 else None
+    return data
 
-    def run(job: tuple[int, float, float, str, str]) -> tuple[int, str,
-                                                             list[tuple[dict[str, str], float]]]:
-        i, _a, b, name, expr = job
-        rows = client.query(expr, b)
+
+def _run(client: PromClient, jobs: list[tuple[int, str, str]],
+         chunks: list[tuple[float, float]], data: PushdownData, id_index: dict[SeriesId, int],
+         uuid_label: dict[int, tuple[str, str]], workers: int, what: str) -> None:
+    """Evaluate ``jobs`` (chunk, name, PromQL) at their chunk's end, ``workers`` at a time,
+    into ``data.values``; NaN answers (nothing measured) are left out."""
+    if not jobs:
+        return
+    advance = client.progress(what, len(jobs)) if client.progress else None
+
+    def run(job: tuple[int, str, str]) -> tuple[int, str, list[tuple[dict[str, str], float]]]:
+        i, name, expr = job
+        rows = client.query(expr, chunks[i][1])
         if advance:
             advance(1)
         return i, name, rows
@@ -223,23 +352,17 @@ def pull_aggregates(
                 if code is None:
                     code = id_index[sid] = len(data.ids)
                     data.ids.append(sid)
+                    uuid_label[code] = ("UUID", labels["UUID"]) if labels.get("UUID") else \
+                        ("uuid", labels.get("uuid", ""))
                 if value == value:  # NaN: nothing measured
                     data.values.setdefault((code, i), {})[name] = value
-    data.queries = len(jobs) + len(probes)
-    for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
-        span = min(secs, end_s - start_s + step_s)
-        rng = f"[{duration(span - 0.001)}:{duration(step_s)}]"
-        total = count = 0.0
-        for fam in families:
-            u = f"(100 * {fresh(_GR + mig_sel, step_s)})" if fam == "mig" else \
-                fresh(_UTIL + sel, step_s)
-            for agg in ("sum_over_time", "count_over_time"):
-                res = client.query(f"sum({agg}({u}{rng}))", float(end_s))
-                data.queries += 1
-                if res and res[0][1] == res[0][1]:
-                    if agg == "sum_over_time":
-                        total += res[0][1]
-                    else:
-                        count += res[0][1]
-        data.fleet_util_pct[label] = total / count if count > 0 else None
-    return data
+
+
+def _batches(items: list[str], size: int) -> list[list[str]]:
+    return [items[k:k + size] for k in range(0, len(items), size)]
+
+
+def _regex(values: list[str]) -> str:
+    """An RE2 alternation matching exactly ``values`` (Prometheus anchors regex matchers)."""
+    special = set("\\.+*?()|[]{}^$")
+    return "|".join("".join("\\" + c if c in special else c for c in v) for v in values)
