@@ -8,8 +8,9 @@ excluded for both tools); ``wall_s`` is the whole process; ``rss_mb`` its peak R
 
     .venv/bin/python benchmarks/bench_traces.py [--reps 3] [--big]
 
-``--big`` also builds a ~500 MB SYNTHETIC trace (the V100 trace repeated in time) in
-benchmarks/_work and measures gpuaudit on it.
+``--big`` also builds a ~500 MB SYNTHETIC trace (the V100 trace repeated in time, plain JSON) in
+benchmarks/_work and measures gpuaudit on it (HTA is not run on it). The gpuaudit child checks
+that neither pyarrow, DuckDB nor pandas was imported on the trace path.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ tr = load_traces([sys.argv[1]])
 t2 = time.perf_counter()
 a = analyze(tr)
 t3 = time.perf_counter()
+heavy = [m for m in ("pyarrow", "duckdb", "pandas") if m in sys.modules]
+assert not heavy, f"the trace path imported {heavy}"
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "total_s": t3 - t1,
                   "events": sum(r.gpu.size for r in tr.ranks)}))
 """
