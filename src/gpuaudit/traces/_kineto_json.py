@@ -318,7 +318,11 @@ def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int
                   ) -> list[_Event]:
     chunk = b"".join((b"[", arr[lo:hi], b"]"))
     try:
-        return _SLICE_DECODER.decode(chunk)
+        try:
+            return _SLICE_DECODER.decode(chunk)
+        except UnicodeDecodeError:
+            # invalid UTF-8 inside a string: decode it as U+FFFD, as other trace viewers do
+            return _SLICE_DECODER.decode(chunk.decode("utf-8", errors="replace").encode())
     except msgspec.ValidationError as exc:
         m = _INDEX_AT.search(str(exc))
         at = f"traceEvents[{n_before + int(m.group(1))}]" if m else "traceEvents"
@@ -329,10 +333,6 @@ def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int
             fix="every trace event is an object whose ph, cat and name are strings and "
             "whose args is an object (Chrome Trace Event Format)",
         ) from exc
-    except UnicodeDecodeError:
-        # invalid UTF-8 inside a string: decode it as U+FFFD, as other trace viewers do
-        fixed = chunk.decode("utf-8", errors="replace").encode()
-        return _SLICE_DECODER.decode(fixed)
 
 
 def parse_raw(raws: list[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
