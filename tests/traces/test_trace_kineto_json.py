@@ -188,3 +188,24 @@ def test_numbers_decode_exactly(texts: list[str]) -> None:
             assert v == 0
         else:
             assert good and v == want, (t, v, want)
+
+
+def test_slices_bound_the_decoding_memory() -> None:
+    """Decoding in slices holds one slice's structs at a time: the peak Python allocation
+    beyond the document is far below decoding the whole array at once (tracemalloc)."""
+    import tracemalloc
+
+    evs = [kernel(f"void some::templated_kernel<{i % 50}>(float*, int)", 10 * i, 1, i)
+           if i % 3 else {"ph": "X", "cat": "cpu_op", "name": f"aten::op{i % 40}", "ts": i,
+                          "dur": 1, "args": {"External id": i}} for i in range(20_000)]
+    data = json.dumps({"traceEvents": evs}, indent=1).encode()
+    del evs
+    peaks = []
+    for size in (1 << 30, 1 << 16):
+        tracemalloc.start()
+        _, cols = _decode(data, size)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert cols.n_events == 20_000
+    whole, sliced = peaks
+    assert sliced < whole / 3, (whole, sliced)
