@@ -3,27 +3,31 @@ cross the wire, never raw samples.
 
 For every chunk of the range (one day by default) and every dcgm-exporter series (one per GPU,
 MIG instance, or GPU x pod when time-sliced), instant queries at the chunk's end compute,
-over a subquery at the scrape step ``s`` whose points are exactly the chunk's steps:
+over a subquery at the audit step ``s`` whose points are exactly the chunk's steps:
 
-- ``U`` = ``last_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[s-1ms]) or 100 *
-  last_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[s-1ms])`` (MIG has no GPU_UTIL), a
-  sample seen once per step (see :func:`gpuaudit.measure.prometheus.fresh`);
-- phase seconds: ``sum_over_time(((U >= bool 10) * (U < bool 70))[R:s]) * s`` and the like,
-  weighted by ``1 / count by (UUID, uuid, GPU_I_ID) (U)`` when a GPU is time-sliced between
-  pods (only when the store shows sharing), so a shared GPU is split, not billed twice;
-- effective seconds ``sum_over_time(U[R:s]) * s / 100``, the unused share of underutilized
-  time and the headroom of busy time the same way, the SM view on
-  ``DCGM_FI_PROF_SM_ACTIVE``;
-- per series for patterns: point count, sum of squares (std), idle-run starts
-  (``(U < bool 10) - (U offset s < bool 10)``), mean absolute change, first/last point
+- ``U`` = ``last_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[s-1ms])`` (MIG instances, which have no
+  GPU_UTIL: ``100 * last_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[s-1ms])``), a sample
+  seen once per step (see :func:`gpuaudit.measure.prometheus.fresh`);
+- four packed subqueries ``sum_over_time(((U < t) + K)[R:s])`` for t = 10, 70, 90 and for
+  every point: each answer is ``count * K + sum`` (:func:`unpack`), so the points and the
+  utilization sum below each threshold give the phase seconds, busy, unused and headroom
+  time (:func:`decode`); the SM view the same way on ``DCGM_FI_PROF_SM_ACTIVE``;
+- for patterns: the spread (raw ``stddev_over_time``), idle/not-idle transitions
+  (``changes``), the mean absolute step change (``idelta``), first/last point
   (``timestamp``), and raw ``sum_over_time``/``count_over_time``/``max_over_time`` of power,
-  temperature, framebuffer, tensor/DRAM/SM activity, PCIe, energy (max - min, mJ), ECC, XID.
+  temperature, framebuffer, tensor/DRAM/SM activity, PCIe, energy (max - min, mJ), ECC, XID;
+- for GPUs whose series overlap in time within a chunk (time-sliced between pods), the share
+  weight ``1 / count by (UUID, uuid, GPU_I_ID) (U)`` summed per series (:func:`share_query`),
+  so a shared GPU is split, not billed twice. It matches vectors at every step, so it runs on
+  those GPUs only (a regex on their UUIDs).
 
-Chunks are evaluated separately and summed (every figure is a sum or a max), so a month of a
-1,000-GPU fleet is ~40 queries per day of range, each answering one number per series.
-:func:`gpuaudit.classify.pushdown.usage_from_pushdown` builds from them the same
-:class:`~gpuaudit.classify.Usage` the local engine builds (it lives in the price stage
-because measure may not import classify).
+What costs is subqueries: each evaluates ``last_over_time`` for every series at every step,
+~10x a raw range function. Hence packing (4 subqueries instead of 9), raw forms wherever the
+step grid does not matter, and ``--step 1m`` (a quarter of the points; phases from the last
+sample of every minute). Chunks are evaluated separately and summed (every figure is a sum or
+a max), so a month of a 1,000-GPU fleet is ~30 queries per day of range, each answering one
+number per series. :func:`gpuaudit.classify.pushdown.usage_from_pushdown` builds from them
+the same :class:`~gpuaudit.classify.Usage` the local engine builds.
 
 Semantics against the local engine (``gpuaudit.classify.phases``): a sample stands for one
 step here; locally it stands until the next sample, capped at 3 intervals. On regular
@@ -140,10 +144,12 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
         msel = _with(sel, 'GPU_I_ID!=""')
         u = f"(100 * {fresh(_GR + msel, step_s)})"
         raw = f"100 * stddev_over_time({_GR}{msel}[{rr}])"
+        plain = f"(100 * {_GR}{msel})"
         step_change = f"abs(100 * idelta({_GR}{msel}[{w2}]))"
     else:
         u = fresh(_UTIL + sel, step_s)
         raw = f"stddev_over_time({_UTIL}{sel}[{rr}])"
+        plain = f"{_UTIL}{sel}"
         step_change = f"abs(idelta({_UTIL}{sel}[{w2}]))"
 
     def sub(agg: str, x: str) -> str:
@@ -156,7 +162,9 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     q: dict[str, str] = {name: packed(u, t) for name, t in _PACKED.items()}
     q.update({
         "std": raw,
-        "changes": f"changes(({u} < bool 10)[{r}:{s}])",
+        # the plain selector is ~3x cheaper than fresh(); a value held across a missed
+        # scrape (5-minute lookback) repeats itself, so it adds no change
+        "changes": f"changes(({plain} < bool 10)[{r}:{s}])",
         "absstep": sub("sum_over_time", step_change),
         "first": sub("min_over_time", f"timestamp({u})"),
         "last": sub("max_over_time", f"timestamp({u})"),
