@@ -45,7 +45,7 @@ def test_fractional_utilization_count_exact_sum_close(points, data):
 
 def test_readings_above_100_pct_are_an_error_not_a_wrong_count():
     base = pack_base(10)
-    with pytest.raises(InputError, match="outside 0..100"):
+    with pytest.raises(InputError, match=r"outside 0\.\.100"):
         unpack(_running_sum(np.array([150.0, 150.0]), base), base, where="series x")
 
 
