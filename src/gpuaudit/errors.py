@@ -31,6 +31,18 @@ class GpuauditError(Exception):
             text += f"\n  fix: {self.fix}"
         return text
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # keyword-only arguments defeat Exception's default pickling; a worker process
+        # (classify's parallel ranges) sends its error back whole
+        return (_restore, (type(self), str(self), dict(self.__dict__)))
+
+
+def _restore(cls: type[GpuauditError], message: str, state: dict[str, object]) -> GpuauditError:
+    err = cls.__new__(cls)
+    Exception.__init__(err, message)
+    err.__dict__.update(state)
+    return err
+
 
 class InputError(GpuauditError):
     """A file, URL or argument the user gave cannot be read as they meant it."""

@@ -19,7 +19,7 @@ batch size whatever the recording's length.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuaudit._heap import keep_freed_memory
 from gpuaudit.classify.patterns import detect_patterns
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
 from gpuaudit.errors import InputError, SampleTableError
@@ -36,6 +37,8 @@ __all__ = ["DEFAULT_CAP_INTERVALS", "classify", "group_key_names"]
 
 DEFAULT_CAP_INTERVALS = 3.0
 _NS = 1_000_000_000
+#: From this many rows on, classify tunes the allocator (see gpuaudit._heap).
+_LARGE_ROWS = 1_000_000
 _EDGES = np.array([10.0, 70.0, 90.0])
 
 # NVML clocks-event reason bits (nvml.h, nvmlClocksEventReason*).
@@ -129,6 +132,16 @@ class _Engine:
         self.energy_last = np.zeros(0)
         self.ecc_min = np.zeros(0)
         self.ecc_max = np.zeros(0)
+        # each series' head (first accumulated row) and leading idle stretch, so an engine
+        # that read a later range of the stream can be stitched onto this one (absorb)
+        self.first_ts = np.zeros(0, dtype=np.int64)
+        self.started = np.zeros(0, dtype=bool)
+        self.head_u = np.zeros(0)
+        self.head_idle = np.zeros(0, dtype=bool)
+        self.head_open = np.zeros(0, dtype=bool)
+        self.head_run = np.zeros(0)
+        self._dictionary: pa.Array | None = None
+        self._mapping = np.zeros(0, dtype=np.int64)
         self.xids: dict[int, set[int]] = {}
         self.pods: dict[int, set[str]] = {}
         self.pending: dict[str, np.ndarray] | None = None
@@ -137,29 +150,42 @@ class _Engine:
         self.has_sm = False
 
     # -- identity -------------------------------------------------------------------------
-    def _series_codes(self, batch: pa.RecordBatch) -> np.ndarray:
+    def _series_codes(self, batch: pa.RecordBatch, ts: np.ndarray) -> np.ndarray:
         col = batch.column("gpu_uuid")
         if not pa.types.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
-        dictionary = col.dictionary.to_pylist()
-        hosts = batch.column("host")
-        models = batch.column("gpu_model")
-        migs = batch.column("mig_profile")
         idx = col.indices.to_numpy(zero_copy_only=False)
-        mapping = np.full(len(dictionary), -1, dtype=np.int64)
-        # a sliced batch may carry dictionary entries none of its rows use
-        present, first_rows = np.unique(idx, return_index=True)
-        for j, row in zip(present.tolist(), first_rows.tolist()):
-            uuid = dictionary[j]
-            code = self.series_index.get(uuid)
-            if code is None:
-                code = len(self.series_index)
-                self.series_index[uuid] = code
-                self.series_meta.append(
-                    (str(hosts[row].as_py()), models[row].as_py(), migs[row].as_py())
-                )
-            mapping[j] = code
-        self._grow_series(len(self.series_index))
+        if self._dictionary is None or not col.dictionary.equals(self._dictionary):
+            self._dictionary = col.dictionary
+            self._mapping = np.array([self.series_index.get(u, -1)
+                                      for u in col.dictionary.to_pylist()], dtype=np.int64)
+        mapping = self._mapping
+        if (mapping < 0).any():
+            # a sliced batch may carry dictionary entries none of its rows use: only the
+            # entries some row uses become series, in order of first appearance
+            present = np.flatnonzero(np.bincount(idx, minlength=mapping.shape[0]))
+            new = present[mapping[present] < 0]
+            if new.size:
+                dictionary = col.dictionary.to_pylist()
+                hosts = batch.column("host")
+                models = batch.column("gpu_model")
+                migs = batch.column("mig_profile")
+                is_new = np.zeros(mapping.shape[0], dtype=bool)
+                is_new[new] = True
+                rows = np.flatnonzero(is_new[idx])
+                _, at = np.unique(idx[rows], return_index=True)
+                first_rows = np.sort(rows[at])
+                start = len(self.series_index)
+                for row in first_rows.tolist():
+                    j = int(idx[row])
+                    code = len(self.series_index)
+                    self.series_index[dictionary[j]] = code
+                    self.series_meta.append(
+                        (str(hosts[row].as_py()), models[row].as_py(), migs[row].as_py())
+                    )
+                    mapping[j] = code
+                self._grow_series(len(self.series_index))
+                self.first_ts[start:len(self.series_index)] = ts[first_rows]
         return np.asarray(mapping[idx])
 
     def _grow_series(self, n: int) -> None:
@@ -179,6 +205,12 @@ class _Engine:
             self.energy_last = grow(self.energy_last, np.nan)
             self.ecc_min = grow(self.ecc_min, np.nan)
             self.ecc_max = grow(self.ecc_max, np.nan)
+            self.first_ts = grow(self.first_ts, 0)
+            self.started = grow(self.started, False)
+            self.head_u = grow(self.head_u, np.nan)
+            self.head_idle = grow(self.head_idle, False)
+            self.head_open = grow(self.head_open, False)
+            self.head_run = grow(self.head_run, 0.0)
             for k in _MAX_SIGNALS:
                 self.series_max[k] = grow(self.series_max[k], np.nan)
 
@@ -231,10 +263,11 @@ class _Engine:
     # -- per batch ------------------------------------------------------------------------
     def _rows(self, batch: pa.RecordBatch) -> dict[str, np.ndarray]:
         n = batch.num_rows
-        codes = self._series_codes(batch)
+        ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        codes = self._series_codes(batch, ts)
         rows: dict[str, np.ndarray] = {
             "code": codes,
-            "ts": batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False),
+            "ts": ts,
             "cell": self._cell_ids(codes, batch),
         }
         u = _float(batch, "util_gpu_pct")
@@ -335,6 +368,11 @@ class _Engine:
             self._resolve_carried(pending, r, position)
         self._finish_rows(r, dt_ns, done)
 
+    def detach(self) -> None:
+        """Drop the per-file dictionary cache before the engine is sent to another process."""
+        self._dictionary = None
+        self._mapping = np.zeros(0, dtype=np.int64)
+
     def finish(self) -> None:
         pending, self.pending = self.pending, None
         if pending is not None and pending["code"].shape[0]:
@@ -380,6 +418,14 @@ class _Engine:
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             self._order_error(int(c[i]), int(t[i]), position)
+        if "share" not in r:
+            # no repeated timestamps: each row's successor is simply the next row
+            done = np.zeros(n, dtype=bool)
+            done[:-1] = same_series[1:]
+            dt_next = np.zeros(n, dtype=np.int64)
+            dt_next[:-1] = dt_prev[1:]
+            dt_next[~done] = 0
+            return r, dt_next, done
         new_group = ~same_series | (dt_prev != 0)
         gid = np.cumsum(new_group) - 1
         g_start = np.flatnonzero(new_group)
@@ -445,22 +491,25 @@ class _Engine:
         has_nr = bool(no_reading.any())
         u_ok = np.where(no_reading, 0.0, u) if has_nr else u
         read_w = np.where(no_reading, 0.0, obs_w) if has_nr else obs_w
-        phase = ((u_ok >= 10.0).astype(np.int64) + (u_ok >= 70.0) + (u_ok >= 90.0))
         cell = r["cell"]
         cells = self.cells
         n = cells.size
         d = cells.data
-        # one pass per quantity over (cell, phase) keys instead of one per phase
-        key = cell * 4 + phase
+        # one pass per quantity over (cell, phase) keys instead of one per phase; the phase
+        # is how many of the edges 10, 70, 90 the utilization reaches
+        key = cell * 4
+        for edge in _EDGES:
+            key += u_ok >= edge
         by_phase = np.bincount(key, weights=read_w, minlength=4 * n).reshape(n, 4)
-        util = u_ok * 0.01
-        busy_w = read_w * util
-        unused = np.bincount(key, weights=read_w - busy_w, minlength=4 * n).reshape(n, 4)
+        unused_w = u_ok * -0.01
+        unused_w += 1.0
+        unused_w *= read_w
+        unused = np.bincount(key, weights=unused_w, minlength=4 * n).reshape(n, 4)
         for k, name in enumerate(("idle_s", "underutilized_s", "productive_s", "compute_bound_s")):
             d[name][:n] += by_phase[:, k]
         d["underutilized_unused_s"][:n] += unused[:, 1]
         d["headroom_s"][:n] += unused[:, 2] + unused[:, 3]
-        cells.add("busy_s", cell, busy_w)
+        d["busy_s"][:n] += (by_phase - unused).sum(axis=1)
         if gap.any():
             cells.add("gap_s", cell, gap)
         if has_nr:
@@ -502,6 +551,7 @@ class _Engine:
         prev_idle = np.empty(c.shape[0], dtype=bool)
         prev_idle[1:] = idle[:-1]
         prev_idle[first] = self.last_idle[c[first]]
+        self._record_heads(c[first], np.flatnonzero(first), u, idle)
         step = np.abs(u - prev_u)
         ok = ~np.isnan(step)
         if ok.all():
@@ -543,23 +593,143 @@ class _Engine:
     def _idle_run_lengths(self, c: np.ndarray, idle: np.ndarray, prev_idle: np.ndarray,
                           run_start: np.ndarray, first: np.ndarray, last: np.ndarray,
                           w: np.ndarray) -> None:
-        """Longest idle stretch per series, carried across batches (rows sorted by series)."""
+        """Longest idle stretch per series, carried across batches (rows sorted by series).
+
+        A stretch here is a maximal run of idle rows of one series in this batch: it starts
+        where the series' previous row was not idle (or at its first row here) and ends where
+        the next row is not idle (or at its last row here). Its length is the difference of
+        the running sum of idle time at its two ends, plus the carried stretch it continues.
+        """
+        n = c.shape[0]
         idle_w = np.where(idle, w, 0.0)
-        seg_start = run_start | first
-        seg_id = np.cumsum(seg_start) - 1
         cs = np.cumsum(idle_w)
-        starts = np.flatnonzero(seg_start)
-        base = (cs - idle_w)[starts]
-        rel = cs - base[seg_id]
-        carry = np.zeros(starts.shape[0])
-        cont = first & idle & prev_idle
-        carry[seg_id[cont]] = self.cur_idle_run[c[cont]]
-        rel = np.where(idle, rel + carry[seg_id], 0.0)
+        next_busy = np.ones(n, dtype=bool)
+        next_busy[:-1] = ~idle[1:]
+        starts = np.flatnonzero(run_start | (first & idle))
+        ends = np.flatnonzero(idle & (last | next_busy))
+        length = cs[ends] - cs[starts] + idle_w[starts]
+        cont = first[starts] & prev_idle[starts]
+        length[cont] += self.cur_idle_run[c[starts[cont]]]
         series_starts = np.flatnonzero(first)
-        maxes = np.maximum.reduceat(rel, series_starts)
         cs_ = c[series_starts]
-        self.max_idle_run[cs_] = np.maximum(self.max_idle_run[cs_], maxes)
-        self.cur_idle_run[c[last]] = rel[last]
+        open_ = self.head_open[cs_]
+        if open_.any():
+            # a leading idle stretch ends at its series' first busy (or unread) row: at this
+            # batch's boundary, or at the end of the series' first stretch here
+            o, oc = series_starts[open_], cs_[open_]
+            at_edge = ~idle[o]
+            self.head_run[oc[at_edge]] = self.cur_idle_run[oc[at_edge]]
+            self.head_open[oc[at_edge]] = False
+            o, oc = o[~at_edge], oc[~at_edge]
+            k = np.searchsorted(starts, o)
+            closed = ~last[ends[k]]
+            self.head_run[oc[closed]] = length[k[closed]]
+            self.head_open[oc[closed]] = False
+        np.maximum.at(self.max_idle_run, c[starts], length)
+        self.cur_idle_run[cs_] = 0.0
+        tail = last[ends]
+        self.cur_idle_run[c[ends[tail]]] = length[tail]
+
+    def _record_heads(self, codes: np.ndarray, rows: np.ndarray, u: np.ndarray,
+                      idle: np.ndarray) -> None:
+        """Note the first accumulated row of series seen for the first time."""
+        new = ~self.started[codes]
+        if not new.any():
+            return
+        codes, rows = codes[new], rows[new]
+        self.started[codes] = True
+        self.head_u[codes] = u[rows]
+        self.head_idle[codes] = idle[rows]
+        self.head_open[codes] = idle[rows]
+
+    # -- stitching ranges -----------------------------------------------------------------
+    def absorb(self, other: _Engine, position: str) -> None:
+        """Continue this engine with ``other``, which read the rows that follow this engine's
+        (the next row-group range of the same file), exactly as if one engine read both.
+
+        ``other`` saw each series start cold: no previous value, no idle stretch to continue.
+        Stitching resolves this engine's carried rows at ``other``'s first sample of their
+        series, then corrects each series' first row in ``other``: the step from this
+        engine's last value, an idle run that merely continues, and the idle stretch that
+        spans the boundary. Time-sliced rows are never split (see FileSource.split).
+        """
+        if other.interval_s != self.interval_s:
+            raise InputError(
+                f"ranges of one stream disagree on the interval ({self.interval_s} vs "
+                f"{other.interval_s} s)", where=position,
+                fix="pass interval_s, or classify without workers")
+        n_other = len(other.series_index)
+        m = np.empty(n_other, dtype=np.int64)
+        for uuid, code in other.series_index.items():
+            mine = self.series_index.get(uuid)
+            if mine is None:
+                mine = len(self.series_index)
+                self.series_index[uuid] = mine
+                self.series_meta.append(other.series_meta[code])
+            m[code] = mine
+        self._grow_series(len(self.series_index))
+        # 1. this engine's carried rows end at the other's first sample of their series
+        if self.pending is not None:
+            pending, self.pending = self.pending, None
+            order = np.argsort(m)
+            self._resolve_carried(pending, {"code": m[order],
+                                            "ts": other.first_ts[:n_other][order]}, position)
+        # 2. cells and sums add up
+        cmap = np.empty(len(other.cell_index), dtype=np.int64)
+        for (code, key), cid in other.cell_index.items():
+            cmap[cid] = self._cell(int(m[code]), key)
+        for name in CELL_VALUE_COLUMNS:
+            self.cells.data[name][cmap] += other.cells.data[name][: cmap.shape[0]]
+        for name in _SERIES_SUMS:
+            self.series.data[name][m] += other.series.data[name][:n_other]
+        # 3. the other's first accumulated row of each series, seen with this engine's carry
+        sc = np.flatnonzero(other.started[:n_other])
+        ms = m[sc]
+        step = np.abs(other.head_u[sc] - self.last_u[ms])
+        ok = ~np.isnan(step)
+        self.series.data["abs_step"][ms[ok]] += step[ok]
+        self.series.data["steps"][ms[ok]] += 1.0
+        continued = other.head_idle[sc] & self.last_idle[ms]
+        self.series.data["idle_runs"][ms[continued]] -= 1.0
+        head_run = np.where(other.head_open[sc], other.cur_idle_run[sc], other.head_run[sc])
+        joined = np.where(continued, self.cur_idle_run[ms] + head_run, 0.0)
+        self.max_idle_run[ms] = np.maximum(
+            np.maximum(self.max_idle_run[ms], other.max_idle_run[sc]), joined)
+        self.cur_idle_run[ms] = np.where(other.head_open[sc] & continued,
+                                         self.cur_idle_run[ms] + other.cur_idle_run[sc],
+                                         other.cur_idle_run[sc])
+        self.last_u[ms] = other.last_u[sc]
+        self.last_idle[ms] = other.last_idle[sc]
+        newly = ~self.started[ms]
+        for name in ("head_u", "head_idle", "head_open", "head_run"):
+            getattr(self, name)[ms[newly]] = getattr(other, name)[sc[newly]]
+        self.started[ms] = True
+        # 4. point signals
+        seen_first = np.isnan(self.energy_first[m])
+        self.energy_first[m] = np.where(seen_first, other.energy_first[:n_other],
+                                        self.energy_first[m])
+        later = ~np.isnan(other.energy_last[:n_other])
+        self.energy_last[m[later]] = other.energy_last[:n_other][later]
+        self.ecc_min[m] = np.fmin(self.ecc_min[m], other.ecc_min[:n_other])
+        self.ecc_max[m] = np.fmax(self.ecc_max[m], other.ecc_max[:n_other])
+        for name in _MAX_SIGNALS:
+            self.series_max[name][m] = np.fmax(self.series_max[name][m],
+                                               other.series_max[name][:n_other])
+        for code, xs in other.xids.items():
+            self.xids.setdefault(int(m[code]), set()).update(xs)
+        for code, ps in other.pods.items():
+            self.pods.setdefault(int(m[code]), set()).update(ps)
+        self.has_sm = self.has_sm or other.has_sm
+        if other.t_min is not None:
+            self.t_min = other.t_min if self.t_min is None else min(self.t_min, other.t_min)
+        if other.t_end is not None:
+            self.t_end = other.t_end if self.t_end is None else max(self.t_end, other.t_end)
+        # 5. the other's carried rows are carried on
+        if other.pending is not None:
+            rest = dict(other.pending)
+            rest["code"] = m[rest["code"]]
+            rest["cell"] = cmap[rest["cell"]]
+            self.pending = rest if self.pending is None else _concat(self.pending, rest)
 
     # -- results --------------------------------------------------------------------------
     def cells_table(self) -> pa.Table:
@@ -706,6 +876,7 @@ def classify(
     interval_s: float | None = None,
     cap_intervals: float = DEFAULT_CAP_INTERVALS,
     findings: Iterable[object] = (),
+    workers: int | None = None,
 ) -> Usage:
     """Split every observed GPU-second into a phase, per GPU, per group and overall.
 
@@ -713,6 +884,9 @@ def classify(
     :class:`~gpuaudit.schema.Recording` or a bare sample table. ``by`` adds group keys: table
     columns (host, pod, namespace, container, gpu_model, mig_profile) or label keys.
     ``interval_s`` overrides the nominal interval (else the source's, else inferred).
+    ``workers``: how many processes share a large gpuaudit Parquet recording (row-group
+    ranges, see :mod:`gpuaudit.classify.parallel`); None picks one per available core with at
+    least 8M rows each; 1 reads it in this process. The result is the same either way.
     """
     if isinstance(samples, pa.Table):
         samples = Recording(table=samples, source="table", origin="an in-memory sample table")
@@ -722,10 +896,19 @@ def classify(
             fix="a sample must stand for at least one nominal interval",
         )
     keys = group_key_names(by)
-    engine = _Engine(keys, interval_s if interval_s is not None else samples.interval_s,
-                     cap_intervals)
-    for i, batch in enumerate(samples.batches()):
-        engine.feed(batch, position=f"{samples.origin} (batch {i})")
+    interval = interval_s if interval_s is not None else samples.interval_s
+    rows = getattr(samples, "num_rows", None)
+    if isinstance(rows, int) and rows >= _LARGE_ROWS:
+        keep_freed_memory()
+    recipes = _ranges(samples, workers, interval)
+    if recipes is not None and interval is not None:
+        from gpuaudit.classify.parallel import classify_ranges
+
+        engine = classify_ranges(recipes, keys, interval, cap_intervals)
+    else:
+        engine = _Engine(keys, interval, cap_intervals)
+        for i, batch in enumerate(samples.batches()):
+            engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish()
     series = engine.series_signals()
     start = _dt(engine.t_min)
@@ -745,6 +928,22 @@ def classify(
         events=tuple(samples.events),
         findings=tuple(findings),
     )
+
+
+def _ranges(samples: SampleSource | Recording, workers: int | None,
+            interval_s: float | None) -> list[Callable[[], SampleSource]] | None:
+    """Row-group range recipes when the source can be split and it is worth it."""
+    split = getattr(samples, "split", None)
+    if split is None or interval_s is None or workers == 1:
+        return None
+    from gpuaudit.classify.parallel import MIN_ROWS_PER_WORKER, available_cpus
+
+    if workers is None:
+        recipes: list[Callable[[], SampleSource]] | None = split(
+            min(available_cpus(), 8), min_rows_per_part=MIN_ROWS_PER_WORKER)
+    else:
+        recipes = split(workers)
+    return recipes if recipes is not None and len(recipes) > 1 else None
 
 
 def _dt(ns: int | None) -> datetime | None:

@@ -52,8 +52,10 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
+    from gpuaudit._heap import keep_freed_memory
     from gpuaudit.errors import GpuauditError
 
+    keep_freed_memory()  # this process is ours: see gpuaudit._heap
     try:
         rv = cli.main(args=argv, prog_name="gpuaudit", standalone_mode=False)
         if isinstance(rv, int) and not isinstance(rv, bool):

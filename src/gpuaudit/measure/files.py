@@ -11,6 +11,8 @@ located), JSON Lines through ``pyarrow.json.open_json``, Parquet by row group
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -124,6 +126,7 @@ class FileSource:
         gpu_model: str | None,
         tz: str,
         batch_rows: int,
+        row_groups: tuple[int, int] | None = None,
     ) -> None:
         if batch_rows < 1:
             raise InputError(f"batch_rows must be positive, got {batch_rows}",
@@ -142,6 +145,7 @@ class FileSource:
         self.tz = tz
         self.batch_rows = batch_rows
         self._chunk = min(batch_rows, _CHUNK_ROWS)
+        self.row_groups = row_groups
         self.interval_s = None
         self.meta: dict[str, str] = {"path": str(path), "format": self.fmt}
         self._events: tuple[str, ...] = ()
@@ -174,6 +178,42 @@ class FileSource:
             self._setup()
             yield from self._stream()
 
+    @property
+    def num_rows(self) -> int | None:
+        """Rows this source will yield, where the file says so up front (Parquet's footer)."""
+        if self.fmt != "parquet":
+            return None
+        md = pq.ParquetFile(self.path).metadata
+        groups = range(*self.row_groups) if self.row_groups else range(md.num_row_groups)
+        return int(sum(md.row_group(i).num_rows for i in groups))
+
+    def split(self, parts: int, *, min_rows_per_part: int = 1
+              ) -> list[Callable[[], FileSource]] | None:
+        """Recipes for ``parts`` sources over consecutive row-group ranges of this file.
+
+        Each recipe is picklable (a worker process opens its own range); read one after the
+        other, the ranges give exactly this source's stream. Offered only where a range
+        can be classified alone and stitched: a gpuaudit Parquet recording with a known
+        interval, several row groups and no time-sliced rows (``gpu_share`` null in every
+        row group per the footer statistics). Fewer parts when the file has fewer row groups
+        or fewer than ``min_rows_per_part`` rows per part; None when that leaves one.
+        """
+        if (self.fmt != "parquet" or not self._own or self.interval_s is None or parts < 2
+                or self.row_groups is not None or self._read_cols is None
+                or "gpu_share" in self._read_cols):
+            return None
+        md = pq.ParquetFile(self.path).metadata
+        rows = np.array([md.row_group(i).num_rows for i in range(md.num_row_groups)])
+        parts = min(parts, rows.shape[0], int(rows.sum()) // max(min_rows_per_part, 1))
+        if parts < 2:
+            return None
+        # cut where the running row count crosses each 1/parts of the total
+        cum = np.cumsum(rows)
+        cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
+        bounds = sorted({0, *(int(c) for c in cuts if 0 < c < rows.shape[0]), rows.shape[0]})
+        return [functools.partial(_open_part, self.path, self.gpu_model, self.batch_rows,
+                                  (a, b)) for a, b in itertools.pairwise(bounds)]
+
     def to_recording(self) -> Recording:
         batches = list(self.batches())
         table = pa.Table.from_batches(batches, schema=schema.SAMPLE_SCHEMA)
@@ -184,6 +224,7 @@ class FileSource:
     # -- setup per format ----------------------------------------------------------------
     def _setup(self) -> None:
         self._converter: BatchConverter | None = None
+        self._read_cols: list[str] | None = None
         if self.fmt == "parquet":
             self._setup_parquet()
         elif self.fmt == "jsonl":
@@ -304,16 +345,25 @@ class FileSource:
         # read at all: a recording of an nvidia-smi log carries a handful of measured columns
         # among the table's 33, and decoding the rest costs as much as the data.
         read_cols = _columns_with_data(pf) if own else None
+        self._read_cols = read_cols
         names = pf.schema_arrow.names
+        groups = None
+        first_row = 0
+        if self.row_groups is not None:
+            groups = list(range(*self.row_groups))
+            first_row = sum(pf.metadata.row_group(i).num_rows
+                            for i in range(self.row_groups[0]))
+        fill = _NullFill(names)
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
-            row = 0
+            row = first_row
             for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk,
-                                                           columns=read_cols):
+                                                           columns=read_cols,
+                                                           row_groups=groups):
                 base = row
                 row += batch.num_rows
                 if read_cols is not None and len(read_cols) < len(names):
-                    batch = _fill_null_columns(batch, names)
+                    batch = fill(batch)
                 yield batch, _at_row(path, base)
 
         self._raw = raw
@@ -393,12 +443,41 @@ def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
     return keep
 
 
-def _fill_null_columns(batch: pa.RecordBatch, names: Sequence[str]) -> pa.RecordBatch:
-    n = batch.num_rows
-    have = set(batch.schema.names)
-    arrays = [batch.column(name) if name in have
-              else pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type) for name in names]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema.SAMPLE_SCHEMA)
+class _NullFill:
+    """Puts back the all-null columns that were not read, as the table's full schema.
+
+    The null arrays are built once per batch length and reused (building ~25 of them per
+    batch cost as much as decoding the data).
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = list(names)
+        self._nulls: dict[tuple[int, str], pa.Array] = {}
+
+    def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        n = batch.num_rows
+        have = set(batch.schema.names)
+        arrays = []
+        for name in self.names:
+            if name in have:
+                arrays.append(batch.column(name))
+                continue
+            blank = self._nulls.get((n, name))
+            if blank is None:
+                if len(self._nulls) > 4 * len(self.names):
+                    self._nulls.clear()  # batch lengths vary (CSV blocks): keep it bounded
+                blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
+                self._nulls[(n, name)] = blank
+            arrays.append(blank)
+        return pa.RecordBatch.from_arrays(arrays, schema=schema.SAMPLE_SCHEMA)
+
+
+def _open_part(path: Path, gpu_model: str | None, batch_rows: int,
+               row_groups: tuple[int, int]) -> FileSource:
+    """One row-group range of a gpuaudit Parquet recording (see :meth:`FileSource.split`)."""
+    return FileSource(path, fmt="parquet", mapping=None, fields=None, host=None,
+                      gpu_model=gpu_model, tz="UTC", batch_rows=batch_rows,
+                      row_groups=row_groups)
 
 
 def infer_interval_s(table: pa.Table) -> float | None:

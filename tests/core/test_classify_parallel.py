@@ -1,0 +1,214 @@
+"""Row-group ranges classified apart and stitched give exactly what one pass gives."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import os
+import pickle
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from coretables import NS, recording, series_table
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuaudit.classify import classify, parallel
+from gpuaudit.classify.usage import Usage
+from gpuaudit.errors import SampleTableError
+from gpuaudit.measure.files import open_samples
+from gpuaudit.measure.parquet_io import write_recording
+
+UTILS = [0.0, 3.0, 9.0, 10.0, 42.0, 69.0, 70.0, 89.0, 90.0, 100.0]
+
+
+def assert_same_usage(a: Usage, b: Usage) -> None:
+    assert a.window_start == b.window_start and a.window_end == b.window_end
+    assert a.interval_s == b.interval_s
+    # cells come in the order batches first met them: compare them by key
+    keys = [(name, "ascending") for name in ("gpu_uuid", *a.by)]
+    ca = a.cells.sort_by(keys).to_pydict()
+    cb = b.cells.sort_by(keys).to_pydict()
+    assert list(ca) == list(cb)
+    for name in ca:
+        if ca[name] and isinstance(ca[name][0], float):
+            np.testing.assert_allclose(ca[name], cb[name], rtol=1e-9, atol=1e-9, err_msg=name)
+        else:
+            assert ca[name] == cb[name], name
+    assert [s.gpu_uuid for s in a.series] == [s.gpu_uuid for s in b.series]
+    for sa, sb in zip(a.series, b.series):
+        for f in dataclasses.fields(sa):
+            x, y = getattr(sa, f.name), getattr(sb, f.name)
+            if isinstance(x, float) and isinstance(y, float):
+                # a standard deviation is sqrt(E[u^2] - E[u]^2): near zero, rounding in the
+                # two sums shows as ~1e-7 whatever order they were added in
+                tol = 1e-5 if f.name.startswith("std_") else 1e-9
+                assert x == pytest.approx(y, rel=1e-9, abs=tol), (sa.gpu_uuid, f.name)
+            else:
+                assert x == y, (sa.gpu_uuid, f.name)
+    assert a.patterns == b.patterns
+
+
+@st.composite
+def recordings(draw):
+    """A few GPUs with utilization runs (idle stretches that span row groups), missing
+    readings, gaps, late starts and early ends, plus power, energy, SM activity and pods."""
+    n_gpus = draw(st.integers(1, 5))
+    length = draw(st.integers(2, 60))
+    util, sm, power, energy, pod = {}, {}, {}, {}, {}
+    for g in range(n_gpus):
+        runs = draw(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from(UTILS)),
+                                       st.integers(1, 12)), min_size=1, max_size=8))
+        vals = [v for v, k in runs for _ in range(k)][:length]
+        name = f"GPU-{g}"
+        util[name] = vals
+        sm[name] = [None if v is None else v / 100.0 for v in vals]
+        power[name] = [None if v is None else 60.0 + 6.0 * v for v in vals]
+        energy[name] = list(np.cumsum([100.0] * len(vals)))
+        pod[name] = [f"pod-{(i // 7 + g) % 3}" for i in range(len(vals))]
+    extra = {"sm_active": sm, "power_w": power, "energy_j": energy, "pod": pod}
+    table = series_table(util, extra=extra)
+    keep = draw(st.lists(st.booleans(), min_size=table.num_rows, max_size=table.num_rows))
+    if any(keep):
+        table = table.filter(pa.array(keep))
+    return table
+
+
+def write(table: pa.Table, path: Path, rows_per_group: int) -> Path:
+    write_recording(recording(table), path, row_group_rows=rows_per_group)
+    return path
+
+
+@pytest.fixture
+def no_worker_processes(monkeypatch):
+    """Every range runs in this process through the same stitching (no interpreter starts)."""
+    monkeypatch.setattr(parallel, "_start", lambda *a, **k: None)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(recordings(), st.integers(1, 9), st.integers(2, 6),
+       st.sampled_from([(), ("pod",), ("host",)]))
+def test_property_ranges_stitched_equal_one_pass(no_worker_processes, table, rows_per_group,
+                                                  parts, by):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write(table, Path(tmp) / "r.parquet", rows_per_group)
+        whole = classify(open_samples(path, batch_rows=5), by=by, workers=1)
+        src = open_samples(path, batch_rows=5)
+        stitched = classify(src, by=by, workers=parts)
+        assert_same_usage(whole, stitched)
+        n_groups = pq.ParquetFile(path).metadata.num_row_groups
+        recipes = open_samples(path).split(parts)
+        assert (recipes is None) == (n_groups < 2)
+
+
+def _ramp_table(n_gpus: int = 3, ticks: int = 300) -> pa.Table:
+    rng = np.random.default_rng(7)
+    util = {f"GPU-{g}": [float(v) for v in rng.choice(UTILS, ticks)] for g in range(n_gpus)}
+    for g in range(n_gpus):  # long idle stretches crossing row-group boundaries
+        util[f"GPU-{g}"][50 + g * 40: 170 + g * 40] = [0.0] * 120
+    return series_table(util)
+
+
+def test_worker_processes_give_the_same_usage(tmp_path):
+    path = write(_ramp_table(), tmp_path / "r.parquet", 100)
+    whole = classify(open_samples(path), workers=1)
+    recipes = open_samples(path).split(4)
+    assert recipes is not None and len(recipes) == 4
+    assert_same_usage(whole, classify(open_samples(path), workers=4))
+
+
+def test_worker_that_cannot_start_leaves_its_range_to_this_process(tmp_path, monkeypatch):
+    path = write(_ramp_table(), tmp_path / "r.parquet", 100)
+    whole = classify(open_samples(path), workers=1)
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    assert_same_usage(whole, classify(open_samples(path), workers=3))
+
+
+def _backwards(table: pa.Table, row: int) -> pa.Table:
+    ts = table.column("ts").cast(pa.int64()).to_numpy().copy()
+    ts[row] -= 10 * NS
+    return table.set_column(0, "ts", pa.array(ts).cast(pa.timestamp("ns", "UTC")))
+
+
+def test_backwards_time_inside_a_worker_range_names_the_file_row(tmp_path):
+    table = _ramp_table()
+    bad_row = 3 * 250 + 1  # well inside the last of four ranges
+    path = tmp_path / "r.parquet"
+    pq.write_table(pa.Table.from_batches(recording(_backwards(table, bad_row)).table.to_batches()),
+                   tmp_path / "plain.parquet")
+    # a gpuaudit recording written directly (write_recording would itself refuse it)
+    write(table, path, 100)
+    meta = pq.ParquetFile(path).schema_arrow.metadata
+    pq.write_table(_backwards(table, bad_row).replace_schema_metadata(meta), path,
+                   row_group_size=100)
+    with pytest.raises(SampleTableError) as err:
+        classify(open_samples(path), workers=4)
+    assert f"row {bad_row + 1}" in str(err.value) and err.value.column == "ts"
+
+
+def test_backwards_time_across_a_range_boundary_is_caught(tmp_path):
+    table = _ramp_table()
+    path = tmp_path / "r.parquet"
+    write(table, path, 100)
+    meta = pq.ParquetFile(path).schema_arrow.metadata
+    # GPU-0's first sample of the second range (row 450 = tick 150) goes back before its last
+    # sample of the first range
+    pq.write_table(_backwards(table, 450).replace_schema_metadata(meta), path,
+                   row_group_size=450)
+    with pytest.raises(SampleTableError, match="runs backwards for GPU GPU-0"):
+        classify(open_samples(path), workers=2)
+    with pytest.raises(SampleTableError, match="runs backwards for GPU GPU-0"):
+        classify(open_samples(path), workers=1)
+
+
+def test_only_untimesliced_gpuaudit_parquet_is_split(tmp_path):
+    table = _ramp_table()
+    csv = tmp_path / "r.csv"
+    csv.write_text("timestamp,index,utilization.gpu [%]\n"
+                   + "".join(f"2025/01/01 00:00:{i:02d}.000,0,{i} %\n" for i in range(50)))
+    assert open_samples(csv).split(2) is None
+    one_group = write(table, tmp_path / "one.parquet", 10_000)
+    assert open_samples(one_group).split(2) is None
+    shared = table.set_column(table.schema.get_field_index("gpu_share"), "gpu_share",
+                              pa.array([0.5] * table.num_rows, pa.float64()))
+    sliced = write(shared, tmp_path / "sliced.parquet", 100)
+    assert open_samples(sliced).split(2) is None
+    # with few rows per part, fewer parts
+    path = write(table, tmp_path / "r.parquet", 100)
+    ranges = [r.args[3] for r in open_samples(path).split(8)]  # 9 row groups of 100 rows
+    assert len(ranges) == 8 and ranges[0][0] == 0 and ranges[-1][1] == 9
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(ranges))
+    assert len(open_samples(path).split(20)) == 9
+    assert open_samples(path).split(8, min_rows_per_part=400) is not None
+    assert len(open_samples(path).split(8, min_rows_per_part=400)) == 2
+    assert open_samples(path).split(8, min_rows_per_part=10_000) is None
+
+
+def test_errors_cross_process_boundaries_whole():
+    err = SampleTableError("bad", column="ts", row=3, value="x", where="f: row 4", fix="sort")
+    back = pickle.loads(pickle.dumps(err))
+    assert type(back) is SampleTableError and str(back) == str(err)
+    assert (back.column, back.row, back.value, back.where, back.fix) == ("ts", 3, "x",
+                                                                         "f: row 4", "sort")
+
+
+def test_allocator_tuning_applies_once_and_can_be_refused():
+    code = ("from gpuaudit._heap import keep_freed_memory as k; "
+            "print(k(), k())")
+    env = {k: v for k, v in os.environ.items() if k != "GPUAUDIT_NO_MALLOPT"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    import platform
+
+    expected = str(sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc")
+    assert out == [expected, expected]
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "GPUAUDIT_NO_MALLOPT": "1"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "False"]
