@@ -96,7 +96,10 @@ cost = price_usage(usage, rates)
 plan = recommend(usage, cost, diagnose(usage.series, usage.patterns))
 wall = time.perf_counter() - t
 pt = usage.overall()
-print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"wall_s": wall, "rss_mib": me.ru_maxrss / 1024,
+                  "child_rss_mib": kids.ru_maxrss / 1024,
+                  "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
                   "samples": pt.samples, "shares": pt.phase_shares_pct(),
                   "cost": str(cost.total.observed_cost.quantize(1)), "recs": len(plan.recommendations)}))
 """
@@ -138,7 +141,8 @@ def median_of(code: str, path: Path, repeat: int) -> dict[str, object]:
     walls = [float(r["wall_s"]) for r in runs]
     best = runs[walls.index(statistics.median(walls))] if repeat % 2 else runs[0]
     return {**best, "wall_s": statistics.median(walls),
-            "rss_mib": max(float(r["rss_mib"]) for r in runs)}
+            "rss_mib": max(float(r["rss_mib"]) for r in runs),
+            "child_rss_mib": max(float(r.get("child_rss_mib", 0.0)) for r in runs)}
 
 
 def main() -> None:
@@ -148,6 +152,8 @@ def main() -> None:
     ap.add_argument("--hz", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pandas", action="store_true", help="also run the pandas implementation")
+    ap.add_argument("--cli", action="store_true",
+                    help="also time the whole `gpuaudit report ... --format json` command once")
     args = ap.parse_args()
     path = WORK / f"fleet_{args.gpus}gpu_{args.hours:g}h_{args.hz:g}hz.parquet"
     if not path.exists():
@@ -158,9 +164,19 @@ def main() -> None:
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), platform.processor())
     print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
     g = median_of(GPUAUDIT_CHILD, path, args.repeat)
+    kids = float(g["child_rss_mib"])
     print(f"gpuaudit: {g['samples']:,} samples  {g['wall_s']:.2f} s  peak RSS {g['rss_mib']:.0f} MiB"
+          + (f" + worker {kids:.0f} MiB = {float(g['rss_mib']) + kids:.0f} MiB" if kids else "")
+          + f"  cpu {float(g['cpu_s']):.1f} s"
           f"  ({int(g['samples']) / float(g['wall_s']) / 1e6:.1f} M samples/s)  shares {g['shares']}")
+    if args.cli:
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "gpuaudit", "report", str(path), "--provider",
+                        "aws", "--format", "json", "-o", os.devnull], check=True)
+        print(f"gpuaudit report (CLI, whole command incl. timeline and JSON): "
+              f"{time.perf_counter() - t:.2f} s")
     if args.pandas:
         p = median_of(PANDAS_CHILD, path, args.repeat)
         print(f"pandas:   {p['samples']:,} samples  {p['wall_s']:.2f} s  peak RSS "

@@ -20,7 +20,7 @@ LAYERS: dict[str, int] = {
     "result": 5,
     "report": 6,
     "api": 7, "monitor": 8, "integrate": 8,
-    "cli": 9,
+    "cli": 9, "__main__": 10,
 }
 
 

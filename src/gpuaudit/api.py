@@ -123,6 +123,8 @@ def _timeline(samples: object, source: SampleSource | Recording, usage: Usage,
     """
     from gpuaudit.classify.timeline import timeline_for
 
+    if usage.timeline is not None:  # built in classify's pass
+        return usage.timeline.to_dict()
     if isinstance(samples, (str, Path)):
         again = open_source(samples, **open_kw)
     elif isinstance(source, Recording) or getattr(source, "rereadable", False):

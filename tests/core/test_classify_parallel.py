@@ -212,3 +212,43 @@ def test_allocator_tuning_applies_once_and_can_be_refused():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "GPUAUDIT_NO_MALLOPT": "1"},
                          capture_output=True, text=True, check=True).stdout.split()
     assert out == ["False", "False"]
+
+
+def assert_same_timeline(a, b) -> None:
+    assert a.start == b.start and a.bucket_s == b.bucket_s and a.gpu_uuids == b.gpu_uuids
+    assert a.hosts == b.hosts and a.truncated_gpus == b.truncated_gpus
+    np.testing.assert_allclose(a.observed_s, b.observed_s, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.util_pct, b.util_pct, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(a.hist_s, b.hist_s, rtol=1e-9, atol=1e-9)
+    assert (a.phase == b.phase).all()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(recordings(), st.integers(1, 9), st.integers(1, 4))
+def test_property_timeline_folded_into_the_pass_equals_a_second_pass(
+        no_worker_processes, table, rows_per_group, parts):
+    from gpuaudit.classify.timeline import timeline_for
+
+    rec = recording(table)
+    usage = classify(rec)
+    assert usage.timeline is not None
+    assert_same_timeline(usage.timeline, timeline_for(rec, usage))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write(table, Path(tmp) / "r.parquet", rows_per_group)
+        from_file = classify(open_samples(path, batch_rows=4), workers=parts)
+        assert from_file.timeline is not None
+        assert_same_timeline(from_file.timeline, timeline_for(open_samples(path), from_file))
+
+
+def test_no_timeline_in_the_pass_when_the_window_is_unknown_up_front():
+    table = _ramp_table(2, 20)
+
+    class Live:
+        source, origin, interval_s, notes, events = "live", "a live stream", 1.0, (), ()
+
+        def batches(self):
+            yield from table.to_batches(max_chunksize=7)
+
+    assert classify(Live()).timeline is None
+    assert classify(recording(table, interval_s=None)).timeline is None

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from gpuaudit.classify.phases import _Engine
+    from gpuaudit.classify.timeline import Grid
     from gpuaudit.schema import SampleSource
 
 __all__ = ["MIN_ROWS_PER_WORKER", "available_cpus", "classify_ranges", "run_range"]
@@ -45,14 +46,14 @@ def available_cpus() -> int:
 
 
 def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,
-              cap_intervals: float) -> _Engine:
+              cap_intervals: float, grid: Grid | None = None) -> _Engine:
     """One range through a phase engine, not finished: its carried rows stay pending."""
     from gpuaudit._heap import keep_freed_memory
     from gpuaudit.classify.phases import _Engine
 
     keep_freed_memory()
     source = recipe()
-    engine = _Engine(by, interval_s, cap_intervals)
+    engine = _Engine(by, interval_s, cap_intervals, grid)
     for i, batch in enumerate(source.batches()):
         engine.feed(batch, position=f"{source.origin} (batch {i})")
     engine.detach()
@@ -60,20 +61,21 @@ def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,
 
 
 def classify_ranges(recipes: Sequence[Recipe], by: tuple[str, ...], interval_s: float,
-                    cap_intervals: float, *, processes: bool = True) -> _Engine:
+                    cap_intervals: float, *, grid: Grid | None = None,
+                    processes: bool = True) -> _Engine:
     """Every range through its own engine (ranges after the first in worker processes when
     ``processes``), stitched in order into one engine, not yet finished."""
     workers: list[subprocess.Popen[bytes] | None] = []
     if processes:
         for recipe in recipes[1:]:
-            workers.append(_start(recipe, by, interval_s, cap_intervals))
+            workers.append(_start(recipe, by, interval_s, cap_intervals, grid))
     try:
-        engine = run_range(recipes[0], by, interval_s, cap_intervals)
+        engine = run_range(recipes[0], by, interval_s, cap_intervals, grid)
         for k, recipe in enumerate(recipes[1:]):
             proc = workers[k] if processes else None
             other = _collect(proc) if proc is not None else None
             if other is None:
-                other = run_range(recipe, by, interval_s, cap_intervals)
+                other = run_range(recipe, by, interval_s, cap_intervals, grid)
             engine.absorb(other, position=f"the start of range {k + 2} of {len(recipes)}")
         return engine
     finally:
@@ -83,9 +85,9 @@ def classify_ranges(recipes: Sequence[Recipe], by: tuple[str, ...], interval_s: 
                 proc.wait()
 
 
-def _start(recipe: Recipe, by: tuple[str, ...], interval_s: float,
-           cap_intervals: float) -> subprocess.Popen[bytes] | None:
-    task = pickle.dumps((recipe, by, interval_s, cap_intervals), pickle.HIGHEST_PROTOCOL)
+def _start(recipe: Recipe, by: tuple[str, ...], interval_s: float, cap_intervals: float,
+           grid: Grid | None) -> subprocess.Popen[bytes] | None:
+    task = pickle.dumps((recipe, by, interval_s, cap_intervals, grid), pickle.HIGHEST_PROTOCOL)
     env = dict(os.environ)
     # the worker imports this very copy of gpuaudit, wherever it was imported from
     here = str(Path(__file__).resolve().parents[2])
@@ -120,10 +122,10 @@ def _collect(proc: subprocess.Popen[bytes]) -> _Engine | None:
 
 
 def _main() -> int:
-    recipe, by, interval_s, cap_intervals = pickle.loads(sys.stdin.buffer.read())
+    recipe, by, interval_s, cap_intervals, grid = pickle.loads(sys.stdin.buffer.read())
     out: tuple[str, Any]
     try:
-        out = ("ok", run_range(recipe, by, interval_s, cap_intervals))
+        out = ("ok", run_range(recipe, by, interval_s, cap_intervals, grid))
     except Exception as exc:  # sent back whole, raised in the caller
         out = ("error", exc)
     sys.stdout.buffer.write(pickle.dumps(out, pickle.HIGHEST_PROTOCOL))

@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from gpuaudit._heap import keep_freed_memory
 from gpuaudit.classify.patterns import detect_patterns
+from gpuaudit.classify.timeline import Grid, TimelineAcc, timeline_grid
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
 from gpuaudit.errors import InputError, SampleTableError
 from gpuaudit.schema import Recording, SampleSource, series_order
@@ -39,6 +40,10 @@ DEFAULT_CAP_INTERVALS = 3.0
 _NS = 1_000_000_000
 #: From this many rows on, classify tunes the allocator (see gpuaudit._heap).
 _LARGE_ROWS = 1_000_000
+#: The timeline folded into the pass holds GPUs x buckets x 6 floats; wider fleets get it from
+#: a second pass that keeps only the first GPUs.
+_TIMELINE_MAX_SERIES = 4096
+TIMELINE_BUCKETS = 240
 _EDGES = np.array([10.0, 70.0, 90.0])
 
 # NVML clocks-event reason bits (nvml.h, nvmlClocksEventReason*).
@@ -114,8 +119,11 @@ _SERIES_SUMS = (
 
 
 class _Engine:
-    def __init__(self, by: tuple[str, ...], interval_s: float | None, cap_intervals: float):
+    def __init__(self, by: tuple[str, ...], interval_s: float | None, cap_intervals: float,
+                 grid: Grid | None = None):
         self.by = by
+        # the report's timeline, folded into this pass when its buckets are known up front
+        self.timeline = TimelineAcc(grid) if grid is not None else None
         self.interval_s = interval_s
         self.cap_intervals = cap_intervals
         self.series_index: dict[str, int] = {}
@@ -529,6 +537,11 @@ class _Engine:
                 ):
                     d[name][:n] += sm_by[:, k]
                 cells.add("sm_busy_s", cell, sm_w * sm_pct / 100.0)
+        if self.timeline is not None:
+            if len(self.series_index) > _TIMELINE_MAX_SERIES:
+                self.timeline = None  # too wide to hold here: the caller makes a second pass
+            else:
+                self.timeline.add(r["code"], r["ts"], u_ok, read_w, len(self.series_index))
         self._series_stats(r, obs, u, no_reading if has_nr else None, u_ok, read_w)
 
     def _series_stats(
@@ -720,6 +733,10 @@ class _Engine:
         for code, ps in other.pods.items():
             self.pods.setdefault(int(m[code]), set()).update(ps)
         self.has_sm = self.has_sm or other.has_sm
+        if self.timeline is not None and other.timeline is not None:
+            self.timeline.absorb(other.timeline, m, len(self.series_index))
+        else:
+            self.timeline = None
         if other.t_min is not None:
             self.t_min = other.t_min if self.t_min is None else min(self.t_min, other.t_min)
         if other.t_end is not None:
@@ -900,19 +917,26 @@ def classify(
     rows = getattr(samples, "num_rows", None)
     if isinstance(rows, int) and rows >= _LARGE_ROWS:
         keep_freed_memory()
+    grid = _grid_up_front(samples, interval)
     recipes = _ranges(samples, workers, interval)
     if recipes is not None and interval is not None:
         from gpuaudit.classify.parallel import classify_ranges
 
-        engine = classify_ranges(recipes, keys, interval, cap_intervals)
+        engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid)
     else:
-        engine = _Engine(keys, interval, cap_intervals)
+        engine = _Engine(keys, interval, cap_intervals, grid)
         for i, batch in enumerate(samples.batches()):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish()
     series = engine.series_signals()
     start = _dt(engine.t_min)
     end = _dt(engine.t_end)
+    timeline = None
+    if engine.timeline is not None and start is not None and end is not None and (
+            timeline_grid(start, end, engine.interval_s or 1.0, TIMELINE_BUCKETS)
+            == engine.timeline.grid):  # the footer told the truth about the window
+        timeline = engine.timeline.timeline(list(engine.series_index),
+                                            [m[0] for m in engine.series_meta])
     return Usage(
         cells=engine.cells_table(),
         by=keys,
@@ -927,7 +951,29 @@ def classify(
         notes=tuple(samples.notes),
         events=tuple(samples.events),
         findings=tuple(findings),
+        timeline=timeline,
     )
+
+
+def _grid_up_front(samples: SampleSource | Recording, interval_s: float | None) -> Grid | None:
+    """The timeline's buckets where the window is known before reading: a recording in
+    memory, or a file whose footer gives the first and last timestamp."""
+    if interval_s is None:
+        return None
+    if isinstance(samples, Recording):
+        if samples.table.num_rows == 0:
+            return None
+        ts = samples.table.column("ts").cast(pa.int64())
+        span: object = (pc.min(ts).as_py(), pc.max(ts).as_py())
+    else:
+        span = getattr(samples, "ts_range_ns", None)
+    if not isinstance(span, tuple):
+        return None
+    lo, hi = span
+    start, end = _dt(int(lo)), _dt(int(hi) + round(interval_s * _NS))
+    if start is None or end is None:
+        return None
+    return timeline_grid(start, end, interval_s, TIMELINE_BUCKETS)
 
 
 def _ranges(samples: SampleSource | Recording, workers: int | None,

@@ -31,7 +31,8 @@ import pyarrow.compute as pc
 from gpuaudit.classify.usage import PHASES, Usage
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["HIST_EDGES_PCT", "Timeline", "build_timeline", "resample_mean", "timeline_for"]
+__all__ = ["HIST_EDGES_PCT", "Grid", "Timeline", "TimelineAcc", "build_timeline", "resample_mean",
+           "timeline_for", "timeline_grid"]
 
 _NS = 1_000_000_000
 _PHASE_EDGES = np.array([10.0, 70.0, 90.0])
@@ -111,6 +112,90 @@ class _Acc:
         self.rows = new
 
 
+@dataclass(frozen=True)
+class Grid:
+    """The buckets of a timeline: ``nb`` buckets of ``width_ns`` from ``start_ns``."""
+
+    start: datetime
+    start_ns: int
+    width_ns: int
+    nb: int
+
+
+def timeline_grid(start: datetime, end: datetime, interval_s: float,
+                  max_buckets: int = 240) -> Grid:
+    """At most ``max_buckets`` equal buckets over ``[start, end)``, none shorter than the
+    nominal interval."""
+    if max_buckets < 1:
+        raise ValueError(f"max_buckets must be >= 1, got {max_buckets}")
+    start_ns = _ns(start)
+    wall_ns = max(_ns(end) - start_ns, 1)
+    interval_ns = max(round(interval_s * _NS), 1)
+    width_ns = max(math.ceil(wall_ns / max_buckets), interval_ns)
+    return Grid(start, start_ns, width_ns, max(1, math.ceil(wall_ns / width_ns)))
+
+
+class TimelineAcc:
+    """Per (series, bucket) time, utilization-weighted time and phase time, plus the
+    histogram; fed with rows whose durations are known (by the phase engine, or by
+    :func:`build_timeline`'s own pass)."""
+
+    def __init__(self, grid: Grid) -> None:
+        self.grid = grid
+        self.acc = _Acc(grid.nb)
+        self.hist = np.zeros(_N_HIST)
+
+    def add(self, code: np.ndarray, ts_ns: np.ndarray, u_pct: np.ndarray, w_s: np.ndarray,
+            n_series: int) -> None:
+        """Rows of series ``code`` at ``ts_ns`` with utilization ``u_pct`` standing for
+        ``w_s`` observed seconds (0 for rows without a reading, whose ``u_pct`` is ignored)."""
+        acc, g = self.acc, self.grid
+        acc.ensure(n_series)
+        bucket = (ts_ns - g.start_ns) // g.width_ns
+        np.clip(bucket, 0, g.nb - 1, out=bucket)
+        cell = code * g.nb
+        cell += bucket
+        size = acc.rows * g.nb
+        u = np.where(w_s > 0, u_pct, 0.0)
+        acc.w += np.bincount(cell, weights=w_s, minlength=size).reshape(acc.rows, g.nb)
+        acc.uw += np.bincount(cell, weights=w_s * u, minlength=size).reshape(acc.rows, g.nb)
+        k = len(PHASES)
+        cell *= k
+        for edge in _PHASE_EDGES:
+            cell += u >= edge
+        acc.ph += np.bincount(cell, weights=w_s, minlength=size * k).reshape(acc.rows, g.nb, k)
+        hb = (u // 5.0).astype(np.int64)
+        np.clip(hb, 0, _N_HIST - 1, out=hb)
+        self.hist += np.bincount(hb, weights=w_s, minlength=_N_HIST)
+
+    def absorb(self, other: TimelineAcc, codes: np.ndarray, n_series: int) -> None:
+        """Add another accumulator over the same grid whose series ``i`` is ``codes[i]`` here."""
+        self.acc.ensure(n_series)
+        n = codes.shape[0]
+        other.acc.ensure(n)
+        self.acc.w[codes] += other.acc.w[:n]
+        self.acc.uw[codes] += other.acc.uw[:n]
+        self.acc.ph[codes] += other.acc.ph[:n]
+        self.hist += other.hist
+
+    def timeline(self, uuids: Sequence[str], hosts: Sequence[str], max_gpus: int = 512
+                 ) -> Timeline:
+        """The finished timeline; series are ``uuids`` in code order."""
+        acc, g = self.acc, self.grid
+        n_gpus = len(uuids)
+        keep = min(n_gpus, max_gpus)
+        acc.ensure(n_gpus)
+        w = acc.w[:keep]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            util = np.where(w > 0, acc.uw[:keep] / np.where(w > 0, w, 1.0), np.nan)
+        phase = np.where(w > 0, np.argmax(acc.ph[:keep], axis=2), -1).astype(np.int8)
+        return Timeline(
+            start=g.start, bucket_s=g.width_ns / _NS, gpu_uuids=tuple(uuids[:keep]),
+            hosts=tuple(hosts[:keep]), util_pct=util, phase=phase, observed_s=w.copy(),
+            hist_s=self.hist.copy(), truncated_gpus=n_gpus - keep,
+        )
+
+
 def build_timeline(
     source: SampleSource | Recording,
     *,
@@ -127,18 +212,12 @@ def build_timeline(
     recording's length. GPUs past ``max_gpus`` (in order of first appearance) are counted in
     ``truncated_gpus`` and left out of the per-GPU arrays but not out of the histogram.
     """
-    if max_buckets < 1:
-        raise ValueError(f"max_buckets must be >= 1, got {max_buckets}")
-    start_ns = _ns(start)
-    wall_ns = max(_ns(end) - start_ns, 1)
+    grid = timeline_grid(start, end, interval_s, max_buckets)
     interval_ns = max(round(interval_s * _NS), 1)
-    width_ns = max(math.ceil(wall_ns / max_buckets), interval_ns)
-    nb = max(1, math.ceil(wall_ns / width_ns))
     cap_ns = max(round(cap_s * _NS), 1)
     index: dict[str, int] = {}
     hosts: list[str] = []
-    acc = _Acc(nb)
-    hist = np.zeros(_N_HIST)
+    tl = TimelineAcc(grid)
     pending: dict[str, np.ndarray] | None = None
 
     def consume(rows: dict[str, np.ndarray], final: bool) -> dict[str, np.ndarray] | None:
@@ -167,55 +246,22 @@ def build_timeline(
             dt = np.where(done, g_next[gid] - t, 0)
             left = {k: v[~done] for k, v in r.items()}
         if done.any():
-            _accumulate(acc, hist, {k: v[done] for k, v in r.items()},
-                        np.minimum(dt[done], cap_ns), start_ns, width_ns, nb)
+            w_s = np.minimum(dt[done], cap_ns) / _NS * r["share"][done]
+            u = r["u"][done]
+            tl.add(r["code"][done], r["ts"][done], np.nan_to_num(u), np.where(np.isnan(u), 0.0, w_s),
+                   len(index))
         return left
 
     for batch in source.batches():
         if batch.num_rows == 0:
             continue
         rows = _rows(batch, index, hosts)
-        acc.ensure(len(index))
         if pending is not None and pending["code"].shape[0]:
             rows = {k: np.concatenate([pending[k], rows[k]]) for k in rows}
         pending = consume(rows, final=False)
     if pending is not None and pending["code"].shape[0]:
         consume(pending, final=True)
-
-    n_gpus = len(index)
-    keep = min(n_gpus, max_gpus)
-    acc.ensure(n_gpus)
-    w = acc.w[:keep]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        util = np.where(w > 0, acc.uw[:keep] / np.where(w > 0, w, 1.0), np.nan)
-    phase = np.where(w > 0, np.argmax(acc.ph[:keep], axis=2), -1).astype(np.int8)
-    return Timeline(
-        start=start, bucket_s=width_ns / _NS, gpu_uuids=tuple(list(index)[:keep]),
-        hosts=tuple(hosts[:keep]), util_pct=util, phase=phase, observed_s=w.copy(),
-        hist_s=hist, truncated_gpus=n_gpus - keep,
-    )
-
-
-def _accumulate(acc: _Acc, hist: np.ndarray, r: dict[str, np.ndarray], dt_ns: np.ndarray,
-                start_ns: int, width_ns: int, nb: int) -> None:
-    u = r["u"]
-    ok = ~np.isnan(u)
-    if not ok.any():
-        return
-    u = u[ok]
-    w = dt_ns[ok] / _NS * r["share"][ok]
-    code = r["code"][ok]
-    bucket = np.clip((r["ts"][ok] - start_ns) // width_ns, 0, nb - 1)
-    cell = code * nb + bucket
-    size = acc.rows * nb
-    acc.w += np.bincount(cell, weights=w, minlength=size).reshape(acc.rows, nb)
-    acc.uw += np.bincount(cell, weights=w * u, minlength=size).reshape(acc.rows, nb)
-    phase = np.searchsorted(_PHASE_EDGES, u, side="right")
-    k = len(PHASES)
-    acc.ph += np.bincount(cell * k + phase, weights=w, minlength=size * k).reshape(
-        acc.rows, nb, k)
-    hb = np.clip((u // 5.0).astype(np.int64), 0, _N_HIST - 1)
-    hist += np.bincount(hb, weights=w, minlength=_N_HIST)
+    return tl.timeline(list(index), hosts, max_gpus)
 
 
 def _rows(batch: pa.RecordBatch, index: dict[str, int], hosts: list[str]) -> dict[str, np.ndarray]:
@@ -224,13 +270,17 @@ def _rows(batch: pa.RecordBatch, index: dict[str, int], hosts: list[str]) -> dic
         col = pc.dictionary_encode(col)
     idx = col.indices.to_numpy(zero_copy_only=False)
     host_col = batch.column("host")
-    mapping = np.empty(len(col.dictionary), dtype=np.int64)
-    for j, uuid in enumerate(col.dictionary.to_pylist()):
+    mapping = np.full(len(col.dictionary), -1, dtype=np.int64)
+    dictionary = col.dictionary.to_pylist()
+    # only entries some row uses are GPUs (a sliced batch keeps its whole dictionary), in
+    # order of first appearance, as in the phase engine
+    present, first_rows = np.unique(idx, return_index=True)
+    for j, row in sorted(zip(present.tolist(), first_rows.tolist()), key=lambda x: x[1]):
+        uuid = dictionary[j]
         code = index.get(uuid)
         if code is None:
             code = index[uuid] = len(index)
-            where = np.flatnonzero(idx == j)
-            hosts.append(str(host_col[int(where[0])].as_py()) if where.size else "")
+            hosts.append(str(host_col[row].as_py()))
         mapping[j] = code
     n = batch.num_rows
     u = _float(batch, "util_gpu_pct", n)

@@ -11,12 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit.schema import ImportNote
+
+if TYPE_CHECKING:
+    from gpuaudit.classify.timeline import Timeline
 
 __all__ = [
     "PHASES",
@@ -205,6 +208,8 @@ class Usage:
     notes: tuple[ImportNote, ...] = ()
     events: tuple[str, ...] = ()
     findings: tuple[object, ...] = field(default=())
+    #: the per-GPU timeline, built in the same pass where the window was known up front
+    timeline: Timeline | None = None
 
     @property
     def wall_s(self) -> float:

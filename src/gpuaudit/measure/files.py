@@ -187,6 +187,27 @@ class FileSource:
         groups = range(*self.row_groups) if self.row_groups else range(md.num_row_groups)
         return int(sum(md.row_group(i).num_rows for i in groups))
 
+    @property
+    def ts_range_ns(self) -> tuple[int, int] | None:
+        """First and last timestamp (ns) from a gpuaudit recording's footer statistics, so
+        the report's timeline buckets are known before the first row is read; None where
+        the file does not say."""
+        if self.fmt != "parquet" or not getattr(self, "_own", False):
+            return None
+        md = pq.ParquetFile(self.path).metadata
+        groups = range(*self.row_groups) if self.row_groups else range(md.num_row_groups)
+        lo: int | None = None
+        hi: int | None = None
+        ts_col = schema.SAMPLE_SCHEMA.get_field_index("ts")
+        for i in groups:
+            st = md.row_group(i).column(ts_col).statistics
+            if st is None or not st.has_min_max:
+                return None
+            a, b = int(st.min_raw), int(st.max_raw)
+            lo = a if lo is None else min(lo, a)
+            hi = b if hi is None else max(hi, b)
+        return None if lo is None or hi is None else (lo, hi)
+
     def split(self, parts: int, *, min_rows_per_part: int = 1
               ) -> list[Callable[[], FileSource]] | None:
         """Recipes for ``parts`` sources over consecutive row-group ranges of this file.
