@@ -151,19 +151,28 @@ class TimelineAcc:
         ``w_s`` observed seconds (0 for rows without a reading, whose ``u_pct`` is ignored)."""
         acc, g = self.acc, self.grid
         acc.ensure(n_series)
+        if code.shape[0] == 0:
+            return
         bucket = (ts_ns - g.start_ns) // g.width_ns
         np.clip(bucket, 0, g.nb - 1, out=bucket)
-        cell = code * g.nb
+        # a batch spans a few buckets: count over those only, not the whole grid
+        lo, hi = int(bucket.min()), int(bucket.max()) + 1
+        span = hi - lo
+        cell = code * span
         cell += bucket
-        size = acc.rows * g.nb
+        cell -= lo
+        rows = int(code.max()) + 1
+        size = rows * span
         u = np.where(w_s > 0, u_pct, 0.0)
-        acc.w += np.bincount(cell, weights=w_s, minlength=size).reshape(acc.rows, g.nb)
-        acc.uw += np.bincount(cell, weights=w_s * u, minlength=size).reshape(acc.rows, g.nb)
+        acc.w[:rows, lo:hi] += np.bincount(cell, weights=w_s, minlength=size).reshape(rows, span)
+        acc.uw[:rows, lo:hi] += np.bincount(cell, weights=w_s * u,
+                                            minlength=size).reshape(rows, span)
         k = len(PHASES)
         cell *= k
         for edge in _PHASE_EDGES:
             cell += u >= edge
-        acc.ph += np.bincount(cell, weights=w_s, minlength=size * k).reshape(acc.rows, g.nb, k)
+        acc.ph[:rows, lo:hi] += np.bincount(cell, weights=w_s,
+                                            minlength=size * k).reshape(rows, span, k)
         hb = (u // 5.0).astype(np.int64)
         np.clip(hb, 0, _N_HIST - 1, out=hb)
         self.hist += np.bincount(hb, weights=w_s, minlength=_N_HIST)

@@ -44,14 +44,19 @@ def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[st
         fields=[f.strip() for f in fields.split(",")] if fields else None,
         host=host, gpu_model=pricing["gpu_model"], tz=tz,
     )
-    with progress(f"auditing {path.name}", unit="rows") as advance:
+    with progress(f"auditing {path.name}", total=source.num_rows, unit="rows") as advance:
         result = audit(_Counting(source, advance), by=groups, interval_s=interval_s,
                        extra={"source_path": str(path)}, **pricing)
     emit(result, fmt, output)
 
 
 class _Counting:
-    """The file's sample source, advancing a progress bar by each batch's rows (first pass)."""
+    """The file's sample source, advancing a progress bar by each batch's rows (first pass).
+
+    Everything classify asks of a file source passes through: the footer's row count and time
+    span, and ``split`` for worker ranges. Ranges run side by side and hold equal rows, so the
+    first range (read in this process) advances the bar by its rows times the number of ranges.
+    """
 
     rereadable = True
 
@@ -71,10 +76,45 @@ class _Counting:
     def events(self) -> Any:
         return self._source.events
 
+    @property
+    def num_rows(self) -> int | None:
+        return self._source.num_rows  # type: ignore[no-any-return]
+
+    @property
+    def ts_range_ns(self) -> tuple[int, int] | None:
+        return self._source.ts_range_ns  # type: ignore[no-any-return]
+
+    def split(self, parts: int, **kw: Any) -> list[Any] | None:
+        recipes: list[Any] | None = self._source.split(parts, **kw)
+        if recipes:
+            self._passes += 1  # the ranges are the first pass
+            first, scale = recipes[0], len(recipes)
+            recipes[0] = lambda: _CountedRange(first(), self._advance, scale)
+        return recipes
+
     def batches(self) -> Any:
         self._passes += 1
         count = self._passes == 1
         for batch in self._source.batches():
             if count:
                 self._advance(batch.num_rows)
+            yield batch
+
+
+class _CountedRange:
+    """A range read in this process, advancing the bar for all ranges (see _Counting)."""
+
+    def __init__(self, source: Any, advance: Any, scale: int) -> None:
+        self._source = source
+        self._advance = advance
+        self._scale = scale
+        self.source = source.source
+        self.origin = source.origin
+        self.interval_s = source.interval_s
+        self.notes = source.notes
+        self.events = source.events
+
+    def batches(self) -> Any:
+        for batch in self._source.batches():
+            self._advance(batch.num_rows * self._scale)
             yield batch
