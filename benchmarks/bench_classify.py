@@ -90,7 +90,7 @@ from gpuaudit.classify import classify, diagnose
 from gpuaudit.price import price_usage, resolve_rates
 from gpuaudit.recommend import recommend
 src = open_samples(sys.argv[1])
-usage = classify(src)
+usage = classify(src, workers=int(sys.argv[2]) if len(sys.argv) > 2 else None)
 rates = resolve_rates({s.gpu_model for s in usage.series}, provider="aws")
 cost = price_usage(usage, rates)
 plan = recommend(usage, cost, diagnose(usage.series, usage.patterns))
@@ -130,14 +130,14 @@ print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_
 """
 
 
-def run_child(code: str, path: Path) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                         check=True)
+def run_child(code: str, path: Path, *extra: str) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", code, str(path), *extra], capture_output=True,
+                         text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def median_of(code: str, path: Path, repeat: int) -> dict[str, object]:
-    runs = [run_child(code, path) for _ in range(repeat)]
+def median_of(code: str, path: Path, repeat: int, *extra: str) -> dict[str, object]:
+    runs = [run_child(code, path, *extra) for _ in range(repeat)]
     walls = [float(r["wall_s"]) for r in runs]
     best = runs[walls.index(statistics.median(walls))] if repeat % 2 else runs[0]
     return {**best, "wall_s": statistics.median(walls),
@@ -152,6 +152,8 @@ def main() -> None:
     ap.add_argument("--hz", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pandas", action="store_true", help="also run the pandas implementation")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="classify(workers=N); default: one per core for large files")
     ap.add_argument("--cli", action="store_true",
                     help="also time the whole `gpuaudit report ... --format json` command once")
     args = ap.parse_args()
@@ -165,7 +167,8 @@ def main() -> None:
                 if ln.startswith("model name")), platform.processor())
     print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
     print(f"load average before: {os.getloadavg()[0]:.2f}")
-    g = median_of(GPUAUDIT_CHILD, path, args.repeat)
+    g = median_of(GPUAUDIT_CHILD, path, args.repeat,
+                  *([str(args.workers)] if args.workers is not None else []))
     kids = float(g["child_rss_mib"])
     print(f"gpuaudit: {g['samples']:,} samples  {g['wall_s']:.2f} s  peak RSS {g['rss_mib']:.0f} MiB"
           + (f" + worker {kids:.0f} MiB = {float(g['rss_mib']) + kids:.0f} MiB" if kids else "")
