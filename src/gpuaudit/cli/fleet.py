@@ -324,9 +324,9 @@ def fleet_cmd(prometheus: str | None, recording: Path | None, since: str, start:
         client_kwargs["basic_auth"] = (user, password)
     stop = None
     if progress or (progress is None and sys.stderr.isatty()):
-        from gpuaudit.measure.prometheus import rich_progress
+        from gpuaudit.report.progress import progress_bars
 
-        hook, stop = rich_progress()
+        hook, stop = progress_bars()
         client_kwargs["progress"] = hook
     try:
         result = audit_fleet(

@@ -13,7 +13,8 @@ never hits a URL length limit). What a fleet pull needs and this module does:
   until it fits;
 - bytes moved counted (``wire_bytes``: as downloaded; ``body_bytes``: decoded), requests
   counted, for the benchmark and the report;
-- a rich progress bar on stderr, when asked.
+- progress reported through a hook (``ProgressHook``); the CLI draws it
+  (``gpuaudit.report.progress.progress_bars``).
 
 :class:`PrometheusSource` is the raw-pull path: ``query_range`` of the dcgm-exporter series at
 ``step`` into sample-table batches (chunk by chunk, each GPU's rows in time order), for the
@@ -89,26 +90,6 @@ class RangeResult:
 
 
 ProgressHook = Callable[[str, int], Callable[[int], None]]
-
-
-def rich_progress() -> tuple[ProgressHook, Callable[[], None]]:
-    """A progress hook drawing rich bars on stderr, and the function that closes them."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True), transient=False)
-    prog.start()
-
-    def hook(desc: str, total: int) -> Callable[[int], None]:
-        task = prog.add_task(desc, total=total)
-
-        def advance(n: int) -> None:
-            prog.advance(task, n)
-
-        return advance
-
-    return hook, prog.stop
 
 
 @dataclass

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-__all__ = ["progress"]
+__all__ = ["progress", "progress_bars"]
 
 
 @contextmanager
@@ -51,3 +51,25 @@ def progress(description: str, total: float | None = None, *, unit: str = "",
                   transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda amount: bar.advance(task, amount)
+
+
+def progress_bars() -> tuple[Callable[[str, int], Callable[[int], None]], Callable[[], None]]:
+    """Several labelled bars on stderr: ``hook(description, total)`` adds one and returns its
+    ``advance(n)``; the second function closes them. The Prometheus client
+    (``gpuaudit.measure.prometheus.ProgressHook``) reports each query chunk through it."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    prog = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+    prog.start()
+
+    def hook(desc: str, total: int) -> Callable[[int], None]:
+        task = prog.add_task(desc, total=total)
+
+        def advance(n: int) -> None:
+            prog.advance(task, n)
+
+        return advance
+
+    return hook, prog.stop
