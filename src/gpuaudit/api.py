@@ -81,6 +81,7 @@ def audit(
     host: str | None = None,
     tz: str = "UTC",
     extra: Mapping[str, Any] | None = None,
+    workers: int | None = None,
 ) -> Report:
     """Classify, price and recommend in one call.
 
@@ -88,7 +89,8 @@ def audit(
     table. Pricing: ``price`` (USD per GPU-hour) > ``catalog`` (TOML) > the embedded catalog
     for ``gpu_model`` (or the model the samples name) at ``provider`` (default aws) and
     ``purchase`` (on-demand, spot, committed). ``by``: group keys (pod, namespace, team, ...).
-    ``counts``: units of work for unit costs (``{"tokens": 2e9}``).
+    ``counts``: units of work for unit costs (``{"tokens": 2e9}``). ``workers``: processes
+    for a large gpuaudit recording (None: one per core; see :func:`gpuaudit.classify.classify`).
     """
     source = open_source(samples, mapping=mapping, fields=fields, host=host,
                          gpu_model=gpu_model, tz=tz)
@@ -96,7 +98,8 @@ def audit(
     kwargs: dict[str, Any] = {}
     if cap_intervals is not None:
         kwargs["cap_intervals"] = cap_intervals
-    usage = classify(source, by=by, interval_s=interval_s, findings=finding_list, **kwargs)
+    usage = classify(source, by=by, interval_s=interval_s, findings=finding_list,
+                     workers=workers, **kwargs)
     models = {s.gpu_model for s in usage.series} or {None}
     rates = resolve_rates(models, gpu_model=gpu_model, price=price, provider=provider,
                           purchase=purchase, catalog=catalog)

@@ -57,3 +57,24 @@ def test_report_json_carries_the_timeline_from_the_single_pass(tmp_path):
     tl = json.loads(out.read_text())["extra"]["timeline"]
     assert [g["gpu_uuid"] for g in tl["gpus"]] == [f"GPU-{g}" for g in range(4)]
     assert sum(tl["histogram"]["seconds"]) == 1600.0
+
+
+def test_report_workers_flag_gives_the_same_report(tmp_path):
+    from click.testing import CliRunner
+
+    from gpuaudit.cli import cli
+
+    path = _recording(tmp_path)
+    outs = []
+    for workers in ("1", "3"):
+        out = tmp_path / f"r{workers}.json"
+        res = CliRunner().invoke(cli, ["report", str(path), "--price", "2.00", "--workers",
+                                       workers, "--format", "json", "-o", str(out)])
+        assert res.exit_code == 0, res.output
+        doc = json.loads(out.read_text())
+        doc.pop("generated_at")
+        outs.append(doc)
+    assert outs[0]["phases"] == outs[1]["phases"] and outs[0]["cost"] == outs[1]["cost"]
+    assert outs[0]["extra"]["timeline"] == outs[1]["extra"]["timeline"]
+    bad = CliRunner().invoke(cli, ["report", str(path), "--workers", "0"])
+    assert bad.exit_code != 0 and "--workers" in bad.output

@@ -26,11 +26,14 @@ from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_o
               help="Time zone of timestamps written without one (nvidia-smi local time).")
 @click.option("--interval", "interval_s", type=float, default=None,
               help="Nominal sample interval in seconds (default: from the file).")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Processes for a large gpuaudit recording (row-group ranges, stitched "
+              "exactly). Default: one per available core, from 8M rows per process.")
 @pricing_options
 @output_options
 def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[str, ...],
-               host: str | None, tz: str, interval_s: float | None, fmt: str,
-               output: Path | None, **kw: Any) -> None:
+               host: str | None, tz: str, interval_s: float | None, workers: int | None,
+               fmt: str, output: Path | None, **kw: Any) -> None:
     """Audit PATH: a gpuaudit Parquet recording, an nvidia-smi CSV log, or any CSV/JSONL."""
     from gpuaudit.api import audit
     from gpuaudit.measure.files import open_samples, parse_mapping
@@ -46,7 +49,7 @@ def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[st
     )
     with progress(f"auditing {path.name}", total=source.num_rows, unit="rows") as advance:
         result = audit(_Counting(source, advance), by=groups, interval_s=interval_s,
-                       extra={"source_path": str(path)}, **pricing)
+                       extra={"source_path": str(path)}, workers=workers, **pricing)
     emit(result, fmt, output)
 
 
