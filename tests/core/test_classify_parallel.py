@@ -131,6 +131,21 @@ def test_worker_that_cannot_start_leaves_its_range_to_this_process(tmp_path, mon
     assert_same_usage(whole, classify(open_samples(path), workers=3))
 
 
+def test_worker_answering_garbage_leaves_its_range_to_this_process(tmp_path, monkeypatch):
+    path = write(_ramp_table(), tmp_path / "r.parquet", 100)
+    whole = classify(open_samples(path), workers=1)
+    code = "import sys; sys.stdin.buffer.read(); print('not a pickle')"
+
+    def chatty(*_args, **_kw):
+        proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE)
+        proc.stdin.close()
+        return proc
+
+    monkeypatch.setattr(parallel, "_start", chatty)
+    assert_same_usage(whole, classify(open_samples(path), workers=3))
+
+
 def _backwards(table: pa.Table, row: int) -> pa.Table:
     ts = table.column("ts").cast(pa.int64()).to_numpy().copy()
     ts[row] -= 10 * NS

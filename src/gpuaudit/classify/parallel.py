@@ -115,7 +115,10 @@ def _collect(proc: subprocess.Popen[bytes]) -> _Engine | None:
     proc.wait()
     if proc.returncode != 0 or not data:
         return None
-    kind, payload = pickle.loads(data)
+    try:
+        kind, payload = pickle.loads(data)
+    except Exception:  # something else wrote to its stdout (a sitecustomize, say)
+        return None
     if kind == "error":
         raise payload
     return payload  # type: ignore[no-any-return]
