@@ -23,18 +23,26 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit.errors import SampleTableError
+
 if TYPE_CHECKING:
     from gpuaudit.classify.phases import _Engine
     from gpuaudit.classify.timeline import Grid
     from gpuaudit.schema import SampleSource
 
-__all__ = ["MIN_ROWS_PER_WORKER", "available_cpus", "classify_ranges", "run_range"]
+__all__ = ["MIN_ROWS_PER_WORKER", "BoundaryOrderError", "available_cpus", "classify_ranges",
+           "run_range"]
 
 #: A range smaller than this is not worth a worker: starting one costs ~0.3 s (an interpreter
 #: plus numpy and pyarrow), about what the engine needs for 3M rows on one core.
 MIN_ROWS_PER_WORKER = 8_000_000
 
 Recipe = Callable[[], "SampleSource"]
+
+
+class BoundaryOrderError(Exception):
+    """A series runs backwards exactly where one range ends and the next begins. The caller
+    reads the file once more in one pass, so the reader can name the file row."""
 
 
 def available_cpus() -> int:
@@ -76,7 +84,10 @@ def classify_ranges(recipes: Sequence[Recipe], by: tuple[str, ...], interval_s: 
             other = _collect(proc) if proc is not None else None
             if other is None:
                 other = run_range(recipe, by, interval_s, cap_intervals, grid)
-            engine.absorb(other, position=f"the start of range {k + 2} of {len(recipes)}")
+            try:
+                engine.absorb(other, position=f"the start of range {k + 2} of {len(recipes)}")
+            except SampleTableError as exc:
+                raise BoundaryOrderError(str(exc)) from exc
         return engine
     finally:
         for proc in workers:

@@ -919,11 +919,15 @@ def classify(
         keep_freed_memory()
     grid = _grid_up_front(samples, interval)
     recipes = _ranges(samples, workers, interval)
+    engine: _Engine | None = None
     if recipes is not None and interval is not None:
-        from gpuaudit.classify.parallel import classify_ranges
+        from gpuaudit.classify.parallel import BoundaryOrderError, classify_ranges
 
-        engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid)
-    else:
+        try:
+            engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid)
+        except BoundaryOrderError:
+            engine = None  # one pass again: the reader names the file row of the bad sample
+    if engine is None:
         engine = _Engine(keys, interval, cap_intervals, grid)
         for i, batch in enumerate(samples.batches()):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
