@@ -58,14 +58,16 @@ class _Counting:
 
     Everything classify asks of a file source passes through: the footer's row count and time
     span, and ``split`` for worker ranges. Ranges run side by side and hold equal rows, so the
-    first range (read in this process) advances the bar by its rows times the number of ranges.
+    first range (read in this process) is wrapped with ``scale`` = the number of ranges and
+    advances the bar by its rows times that.
     """
 
     rereadable = True
 
-    def __init__(self, source: Any, advance: Any) -> None:
+    def __init__(self, source: Any, advance: Any, scale: int = 1) -> None:
         self._source = source
         self._advance = advance
+        self._scale = scale
         self._passes = 0
         self.source = source.source
         self.origin = source.origin
@@ -92,7 +94,7 @@ class _Counting:
         if recipes:
             self._passes += 1  # the ranges are the first pass
             first, scale = recipes[0], len(recipes)
-            recipes[0] = lambda: _CountedRange(first(), self._advance, scale)
+            recipes[0] = lambda: _Counting(first(), self._advance, scale)
         return recipes
 
     def batches(self) -> Any:
@@ -100,24 +102,5 @@ class _Counting:
         count = self._passes == 1
         for batch in self._source.batches():
             if count:
-                self._advance(batch.num_rows)
-            yield batch
-
-
-class _CountedRange:
-    """A range read in this process, advancing the bar for all ranges (see _Counting)."""
-
-    def __init__(self, source: Any, advance: Any, scale: int) -> None:
-        self._source = source
-        self._advance = advance
-        self._scale = scale
-        self.source = source.source
-        self.origin = source.origin
-        self.interval_s = source.interval_s
-        self.notes = source.notes
-        self.events = source.events
-
-    def batches(self) -> Any:
-        for batch in self._source.batches():
-            self._advance(batch.num_rows * self._scale)
+                self._advance(batch.num_rows * self._scale)
             yield batch

@@ -183,23 +183,21 @@ class FileSource:
         """Rows this source will yield, where the file says so up front (Parquet's footer)."""
         if self.fmt != "parquet":
             return None
-        md = pq.ParquetFile(self.path).metadata
-        groups = range(*self.row_groups) if self.row_groups else range(md.num_row_groups)
-        return int(sum(md.row_group(i).num_rows for i in groups))
+        md = self._footer
+        return int(sum(md.row_group(i).num_rows for i in self._groups()))
 
     @property
     def ts_range_ns(self) -> tuple[int, int] | None:
         """First and last timestamp (ns) from a gpuaudit recording's footer statistics, so
         the report's timeline buckets are known before the first row is read; None where
         the file does not say."""
-        if self.fmt != "parquet" or not getattr(self, "_own", False):
+        if self.fmt != "parquet" or not self._own:
             return None
-        md = pq.ParquetFile(self.path).metadata
-        groups = range(*self.row_groups) if self.row_groups else range(md.num_row_groups)
+        md = self._footer
         lo: int | None = None
         hi: int | None = None
         ts_col = schema.SAMPLE_SCHEMA.get_field_index("ts")
-        for i in groups:
+        for i in self._groups():
             st = md.row_group(i).column(ts_col).statistics
             if st is None or not st.has_min_max:
                 return None
@@ -223,7 +221,7 @@ class FileSource:
                 or self.row_groups is not None or self._read_cols is None
                 or "gpu_share" in self._read_cols):
             return None
-        md = pq.ParquetFile(self.path).metadata
+        md = self._footer
         rows = np.array([md.row_group(i).num_rows for i in range(md.num_row_groups)])
         parts = min(parts, rows.shape[0], int(rows.sum()) // max(min_rows_per_part, 1))
         if parts < 2:
@@ -234,6 +232,12 @@ class FileSource:
         bounds = sorted({0, *(int(c) for c in cuts if 0 < c < rows.shape[0]), rows.shape[0]})
         return [functools.partial(_open_part, self.path, self.gpu_model, self.batch_rows,
                                   (a, b)) for a, b in itertools.pairwise(bounds)]
+
+    def _groups(self) -> range:
+        """The row groups this source reads (a Parquet file's footer)."""
+        if self.row_groups is not None:
+            return range(*self.row_groups)
+        return range(self._footer.num_row_groups)
 
     def to_recording(self) -> Recording:
         batches = list(self.batches())
@@ -367,11 +371,12 @@ class FileSource:
         # among the table's 33, and decoding the rest costs as much as the data.
         read_cols = _columns_with_data(pf) if own else None
         self._read_cols = read_cols
+        self._footer = pf.metadata
         names = pf.schema_arrow.names
         groups = None
         first_row = 0
         if self.row_groups is not None:
-            groups = list(range(*self.row_groups))
+            groups = list(self._groups())
             first_row = sum(pf.metadata.row_group(i).num_rows
                             for i in range(self.row_groups[0]))
         fill = _NullFill(names)
@@ -486,7 +491,7 @@ class _NullFill:
             blank = self._nulls.get((n, name))
             if blank is None:
                 if len(self._nulls) > 4 * len(self.names):
-                    self._nulls.clear()  # batch lengths vary (CSV blocks): keep it bounded
+                    self._nulls.clear()  # many distinct batch lengths: keep it bounded
                 blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
                 self._nulls[(n, name)] = blank
             arrays.append(blank)
