@@ -30,7 +30,7 @@ import pyarrow.compute as pc
 from gpuaudit._heap import keep_freed_memory
 from gpuaudit.classify.patterns import detect_patterns
 from gpuaudit.classify.timeline import Grid, TimelineAcc, timeline_grid
-from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
+from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage, add_phase_index
 from gpuaudit.errors import InputError, SampleTableError
 from gpuaudit.schema import Recording, SampleSource, series_order
 
@@ -44,7 +44,6 @@ _LARGE_ROWS = 1_000_000
 #: a second pass that keeps only the first GPUs.
 _TIMELINE_MAX_SERIES = 4096
 TIMELINE_BUCKETS = 240
-_EDGES = np.array([10.0, 70.0, 90.0])
 
 # NVML clocks-event reason bits (nvml.h, nvmlClocksEventReason*).
 _THERMAL_BITS = 0x8 | 0x20 | 0x40  # HW slowdown, SW thermal, HW thermal
@@ -505,9 +504,7 @@ class _Engine:
         d = cells.data
         # one pass per quantity over (cell, phase) keys instead of one per phase; the phase
         # is how many of the edges 10, 70, 90 the utilization reaches
-        key = cell * 4
-        for edge in _EDGES:
-            key += u_ok >= edge
+        key = add_phase_index(cell * 4, u_ok)
         by_phase = np.bincount(key, weights=read_w, minlength=4 * n).reshape(n, 4)
         unused_w = u_ok * -0.01
         unused_w += 1.0
@@ -529,8 +526,7 @@ class _Engine:
             if sm_ok.any():
                 sm_w = np.where(sm_ok, obs_w, 0.0)
                 sm_pct = np.where(sm_ok, sm * 100.0, 0.0)
-                sm_phase = (sm_pct >= 10.0).astype(np.int64) + (sm_pct >= 70.0) + (sm_pct >= 90.0)
-                sm_by = np.bincount(cell * 4 + sm_phase, weights=sm_w,
+                sm_by = np.bincount(add_phase_index(cell * 4, sm_pct), weights=sm_w,
                                     minlength=4 * n).reshape(n, 4)
                 for k, name in enumerate(
                     ("sm_idle_s", "sm_underutilized_s", "sm_productive_s", "sm_compute_bound_s")

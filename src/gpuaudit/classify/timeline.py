@@ -28,14 +28,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuaudit.classify.usage import PHASES, Usage
+from gpuaudit.classify.usage import PHASES, Usage, add_phase_index
 from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["HIST_EDGES_PCT", "Grid", "Timeline", "TimelineAcc", "build_timeline", "resample_mean",
            "timeline_for", "timeline_grid"]
 
 _NS = 1_000_000_000
-_PHASE_EDGES = np.array([10.0, 70.0, 90.0])
 #: Histogram bin edges, percent: 0, 5, ..., 100 (the last bin includes 100).
 HIST_EDGES_PCT: tuple[float, ...] = tuple(float(x) for x in range(0, 101, 5))
 _N_HIST = len(HIST_EDGES_PCT) - 1
@@ -169,8 +168,7 @@ class TimelineAcc:
                                             minlength=size).reshape(rows, span)
         k = len(PHASES)
         cell *= k
-        for edge in _PHASE_EDGES:
-            cell += u >= edge
+        add_phase_index(cell, u)
         acc.ph[:rows, lo:hi] += np.bincount(cell, weights=w_s,
                                             minlength=size * k).reshape(rows, span, k)
         hb = (u // 5.0).astype(np.int64)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -28,12 +29,22 @@ __all__ = [
     "PhaseTime",
     "SeriesSignals",
     "Usage",
+    "add_phase_index",
     "largest_remainder",
 ]
 
 #: The four phases of observed time, and the utilization (percent) at which each begins.
 PHASES: tuple[str, ...] = ("idle", "underutilized", "productive", "compute_bound")
 PHASE_LOWER_PCT: tuple[float, ...] = (0.0, 10.0, 70.0, 90.0)
+
+
+def add_phase_index(key: np.ndarray, u_pct: np.ndarray) -> np.ndarray:
+    """Add each row's phase index (how many of the edges 10, 70, 90 % its utilization
+    reaches) to the integer array ``key`` in place; returns ``key``. Callers start ``key``
+    at ``cell * len(PHASES)`` to get (cell, phase) keys for one ``bincount``."""
+    for edge in PHASE_LOWER_PCT[1:]:
+        key += u_pct >= edge
+    return key
 
 
 def largest_remainder(values: Sequence[float], total: int = 100) -> list[int]:

@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.classify.usage import PHASES, PhaseTime
+from gpuaudit.classify.usage import PHASE_LOWER_PCT, PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import allocate_cents, cents
 from gpuaudit.result import AuditResult
@@ -322,7 +322,7 @@ def _histogram(tl: Mapping[str, Any]) -> str:
     for i, s in enumerate(secs):
         bh = plot_h * s / top
         lo = edges[i]
-        name = PHASES[sum(lo >= e for e in (10.0, 70.0, 90.0))]
+        name = PHASES[sum(lo >= e for e in PHASE_LOWER_PCT[1:])]
         parts.append(f'<rect x="{pad_l + i * bw + 1:.1f}" y="{8 + plot_h - bh:.1f}" '
                      f'width="{bw - 2:.1f}" height="{bh:.1f}" fill="{PHASE_COLOR[name]}">'
                      f"<title>{lo:g}-{edges[i + 1]:g}%: {esc(_hours(s))}</title></rect>")
