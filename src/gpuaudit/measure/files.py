@@ -32,6 +32,7 @@ from gpuaudit.measure.mapping import BatchConverter, NoteBook, parse_mapping, re
 from gpuaudit.measure.parquet_io import (
     META_EVENTS,
     META_NOTES,
+    batch_groups,
     decode_meta,
     notes_from_json,
     read_metadata,
@@ -707,7 +708,8 @@ def _csv_batches(
     """Raw text batches of about ``batch_rows`` rows with each row's line number (blank
     lines and repeated headers from appended logs are dropped and counted)."""
     seen = 0
-    for batch in _regroup(_csv_blocks(path, names, header_lines, block), batch_rows):
+    for group in batch_groups(_csv_blocks(path, names, header_lines, block), batch_rows):
+        batch = _one_batch(group)
         base = header_lines + seen
         seen += batch.num_rows
         blank = pc.is_null(batch.column(0))
@@ -730,20 +732,6 @@ def _csv_batches(
             book.add("repeated header lines skipped (appended logs)", int(n_repeat),
                      f"{path}:{first}")
         yield batch.take(pa.array(keep)), _at_lines(path, keep + base + 1)
-
-
-def _regroup(blocks: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.RecordBatch]:
-    """Concatenate small parser blocks into batches of at least ``rows`` rows."""
-    pending: list[pa.RecordBatch] = []
-    count = 0
-    for b in blocks:
-        pending.append(b)
-        count += b.num_rows
-        if count >= rows:
-            yield _one_batch(pending)
-            pending, count = [], 0
-    if pending:
-        yield _one_batch(pending)
 
 
 def _one_batch(parts: list[pa.RecordBatch]) -> pa.RecordBatch:

@@ -115,3 +115,18 @@ def decode_meta(meta: Mapping[bytes, bytes]) -> dict[str, str]:
         if k.startswith(b"gpuaudit."):
             out[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
     return out
+
+
+def batch_groups(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """Consecutive batches gathered into groups of at least ``rows`` rows (the last group may
+    hold fewer): CSV parser blocks into import batches, journal batches into row groups."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for b in batches:
+        pending.append(b)
+        count += b.num_rows
+        if count >= rows:
+            yield pending
+            pending, count = [], 0
+    if pending:
+        yield pending

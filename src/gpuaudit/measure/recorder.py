@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from gpuaudit import __version__
 from gpuaudit.errors import InputError
+from gpuaudit.measure.parquet_io import batch_groups
 from gpuaudit.schema import (
     META_HOST,
     META_INTERVAL_S,
@@ -232,18 +233,10 @@ def finalize_journal(journal: Path, out: Path, meta: Mapping[bytes, bytes]) -> i
     rows = 0
     with pq.ParquetWriter(str(tmp), SAMPLE_SCHEMA.with_metadata(dict(meta)),
                           compression="zstd") as writer:
-        pending: list[pa.RecordBatch] = []
-        n = 0
-        for b in batches:
-            pending.append(b)
-            n += b.num_rows
-            if n >= ROW_GROUP_ROWS:
-                writer.write_table(pa.Table.from_batches(pending, SAMPLE_SCHEMA))
-                rows += n
-                pending, n = [], 0
-        if pending:
-            writer.write_table(pa.Table.from_batches(pending, SAMPLE_SCHEMA))
-            rows += n
+        for group in batch_groups(batches, ROW_GROUP_ROWS):
+            table = pa.Table.from_batches(group, SAMPLE_SCHEMA)
+            writer.write_table(table)
+            rows += table.num_rows
     os.replace(tmp, out)
     with contextlib.suppress(FileNotFoundError):
         journal.unlink()
