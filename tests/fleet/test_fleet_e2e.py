@@ -58,6 +58,29 @@ def test_pushdown_equals_local_classify_per_gpu_and_per_pod(prom, fleet):
     assert diff <= 2 * fleet.step_s * len({s.uuid for s in fleet.series})
 
 
+def test_pushdown_patterns_bound_the_local_ones(prom, fleet):
+    """Idle runs from two-step windows are never fewer than the engine's (one more at most
+    per series start or end), so the mean idle run stays a lower bound of the longest; the
+    step change differs only by the pairs across pod switches and gaps (at most 100 each)."""
+    local = classify(fleet.sample_table(), by=["pod"], cap_intervals=1.0,
+                     interval_s=fleet.step_s)
+    usage, _, _, data = _pushdown(prom, fleet)
+    theirs = {s.gpu_uuid: s for s in local.series}
+    shared = {s.uuid for s in fleet.series if s.share is not None}
+    checked = 0
+    for mine in usage.series:
+        if mine.gpu_uuid in shared:
+            continue  # the engine reads a time-sliced GPU's pods as one interleaved sequence
+        ref = theirs[mine.gpu_uuid]
+        bounds = len(mine.pods) + 2 * len(data.chunks)
+        assert ref.idle_runs <= mine.idle_runs <= ref.idle_runs + bounds, mine.gpu_uuid
+        assert mine.max_idle_run_s <= ref.max_idle_run_s
+        assert mine.mean_abs_step_pct == pytest.approx(ref.mean_abs_step_pct,
+                                                       abs=100.0 * bounds / mine.samples)
+        checked += 1
+    assert checked >= 10
+
+
 def test_raw_pull_equals_pushdown_and_moves_more_bytes(prom, fleet):
     usage, _, c_push, _ = _pushdown(prom, fleet)
     c = PromClient(prom)

@@ -1,5 +1,6 @@
 """The packed subqueries: ``sum_over_time((U + K)[...])`` decodes into an exact count and the
-sum of U (what Prometheus computes is a plain float64 running sum, replayed here)."""
+sum of U (what Prometheus computes is a plain float64 running sum, replayed here); the
+two-step window answers decode into idle runs, step change and first/last point."""
 
 from __future__ import annotations
 
@@ -52,19 +53,88 @@ def test_readings_above_100_pct_are_an_error_not_a_wrong_count():
         unpack(_running_sum(np.array([150.0, 150.0]), base), base, where="series x")
 
 
+def _answers(u: list[float | None], step: float = 15.0) -> dict[str, float]:
+    """What the pushdown queries of one chunk answer for one series, computed the way
+    Prometheus evaluates them. ``u[0]`` is the step before the chunk (its window reaches
+    back there), ``u[1:]`` the chunk's steps; None: no sample at that step. Samples sit
+    on the steps, so a two-step window ``[2s-1ms]`` holds this step's and the previous."""
+    pts = [x for x in u[1:] if x is not None]
+    base = pack_base(len(u) - 1)
+    a = {"n": float(len(pts)), "sum": float(sum(pts)),
+         "lo": _running_sum(np.array([x for x in pts if x < 10]), base),
+         "hi": _running_sum(np.array([x for x in pts if x >= 70]), base),
+         "top": float(sum(x >= 90 for x in pts)), "std": float(np.std(pts)) if pts else 0.0,
+         "idle_pairs": 0.0, "edges": 0.0, "absstep": 0.0}
+    flagged = []
+    for i in range(1, len(u)):
+        w = [x for x in (u[i - 1], u[i]) if x is not None]
+        if not w:
+            continue
+        a["idle_pairs"] += max(w) < 10
+        a["absstep"] += max(w) - min(w)
+        if len(w) == 1:
+            a["edges"] += 1
+            flagged.append(i)
+    if u[1] is not None:
+        a["first"] = 1.0
+    elif [i for i in flagged if i > 1]:
+        a["first"] = float(min(i for i in flagged if i > 1))
+    if u[-1] is not None:
+        a["last"] = float(len(u) - 1)
+    elif flagged:
+        a["last"] = float(max(flagged) - 1)
+    return {k: v for k, v in a.items() if not (k in ("lo", "hi") and v == 0.0)}
+
+
 def test_decode_phases_from_thresholds():
-    step, points = 15.0, 8
-    u = np.array([0, 5, 10, 69, 70, 89, 90, 100], float)
-    base = pack_base(points)
-    v = {"p_all": _running_sum(u, base), "std": float(u.std()),
-         "p10": _running_sum(u[u < 10], base), "p70": _running_sum(u[u < 70], base),
-         "p90": _running_sum(u[u < 90], base)}
-    decode(v, points * step, step, where="test")
+    step = 15.0
+    u = [None, 0, 5, 10, 69, 70, 89, 90, 100]
+    v = _answers(u)
+    decode(v, 8 * step, step, where="test")
     assert (v["idle"], v["under"], v["prod"], v["cb"], v["n"]) == (2, 2, 2, 2, 8)
-    assert v["busy"] == u.sum()
+    x = np.array(u[1:], float)
+    assert v["busy"] == x.sum()
     assert v["unused"] == (100 - 10) + (100 - 69)
     assert v["headroom"] == (100 - 70) + (100 - 89) + (100 - 90) + 0
-    assert v["u2"] == pytest.approx(float((u**2).sum()))
+    assert v["u2"] == pytest.approx(float((x**2).sum()))
+    assert v["runs"] == 1
+    assert v["absstep"] == np.abs(np.diff(x)).sum()
+
+
+def _true_runs(u: list[float | None]) -> int:
+    """Idle runs of the chunk's points as the local engine counts them (an idle point after
+    a non-idle or missing one starts a run; the step before the chunk continues one)."""
+    runs = 0
+    for i in range(1, len(u)):
+        if u[i] is not None and u[i] < 10 and (u[i - 1] is None or u[i - 1] >= 10):
+            runs += 1
+    return runs
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 100).map(float),
+                          st.sampled_from([0.0, 3.0, 100.0])), min_size=2, max_size=60))
+def test_window_answers_decode_to_the_series_truth(u):
+    """Idle runs are never undercounted (exact when the series is present at every step and
+    the one before), the step change is the sum of |u - previous u| over consecutive steps,
+    and first/last are the first and last steps with a point."""
+    v = _answers(u)
+    first, last = v.pop("first", None), v.pop("last", None)
+    if "n" in v and v["n"] == 0:
+        v.pop("n")
+    decode(v, (len(u) - 1) * 15.0, 15.0, where="test")
+    pts = [i for i in range(1, len(u)) if u[i] is not None]
+    if not pts:
+        return
+    assert (first, last) == (pts[0], pts[-1])
+    truth = _true_runs(u)
+    assert truth <= v["runs"] <= v["idle"]
+    if all(x is not None for x in u):
+        assert v["runs"] == truth
+    pairs = [abs(u[i] - u[i - 1]) for i in range(1, len(u))
+             if u[i] is not None and u[i - 1] is not None]
+    assert v["absstep"] == sum(pairs)
+    assert v["idle"] + v["under"] + v["prod"] + v["cb"] == v["n"] == len(pts)
 
 
 @given(st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=5, unique=True))

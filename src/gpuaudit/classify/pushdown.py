@@ -209,10 +209,9 @@ def _signals(uuid: str, sid: SeriesId, g: Mapping[str, Any], step_s: float) -> S
     p_std = None
     if p_mean is not None and "sumsq_power" in sig:
         p_std = float(np.sqrt(max(sig["sumsq_power"] / sig["cnt_power"] - p_mean**2, 0.0)))
-    # idle runs from the number of idle/not-idle transitions (PromQL changes()): about half
-    runs = float(np.ceil(sig.get("changes", 0.0) / 2.0)) if sig.get("idle_s", 0.0) > 0 else 0.0
-    if sig.get("idle_s", 0.0) > 0:
-        runs = max(runs, 1.0)
+    # idle runs: at least as many as there are (measure.pushdown.decode), so the mean idle
+    # run below is a lower bound of the longest
+    runs = max(sig.get("runs", 0.0), 1.0) if sig.get("idle_s", 0.0) > 0 else 0.0
     idle_s = sig.get("idle_s", 0.0)
     steps = sig.get("n", 0.0)
     energy = sig.get("energy_mj")

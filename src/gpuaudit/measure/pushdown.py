@@ -8,26 +8,34 @@ over a subquery at the audit step ``s`` whose points are exactly the chunk's ste
 - ``U`` = ``last_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[s-1ms])`` (MIG instances, which have no
   GPU_UTIL: ``100 * last_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[s-1ms])``), a sample
   seen once per step (see :func:`gpuaudit.measure.prometheus.fresh`);
-- four packed subqueries ``sum_over_time(((U < t) + K)[R:s])`` for t = 10, 70, 90 and for
-  every point: each answer is ``count * K + sum`` (:func:`unpack`), so the points and the
-  utilization sum below each threshold give the phase seconds, busy, unused and headroom
-  time (:func:`decode`); the SM view the same way on ``DCGM_FI_PROF_SM_ACTIVE``;
-- for patterns: the spread (raw ``stddev_over_time``), idle/not-idle transitions
-  (``changes``), the mean absolute step change (``idelta``), first/last point
-  (``timestamp``), and raw ``sum_over_time``/``count_over_time``/``max_over_time`` of power,
-  temperature, framebuffer, tensor/DRAM/SM activity, PCIe, energy (max - min, mJ), ECC, XID;
+- phases: the points (``count_over_time``) and their sum, and three threshold filters,
+  ``U < 10`` and ``U >= 70`` packed (``sum_over_time(((U < 10) + K)[R:s])`` answers
+  ``count * K + sum``, :func:`unpack`) and ``U >= 90`` counted, give the phase seconds, busy,
+  unused and headroom time (:func:`decode`); the SM view the same way on
+  ``DCGM_FI_PROF_SM_ACTIVE``;
+- for patterns, from two-step windows ``W = X[2s-1ms]`` whose range functions need no
+  per-point operator: the step change ``sum(max_over_time(W)) - sum(min_over_time(W))``,
+  idle runs (idle points whose window is not all idle), first/last point (the first/last
+  step whose window holds one sample, or the chunk's edge); the spread (raw
+  ``stddev_over_time``), and raw ``sum_over_time``/``count_over_time``/``max_over_time`` of
+  power, temperature, framebuffer, tensor/DRAM/SM activity, PCIe, energy (max - min, mJ),
+  ECC, XID;
 - for GPUs whose series overlap in time within a chunk (time-sliced between pods), the share
   weight ``1 / count by (UUID, uuid, GPU_I_ID) (U)`` summed per series (:func:`share_query`),
   so a shared GPU is split, not billed twice. It matches vectors at every step, so it runs on
   those GPUs only (a regex on their UUIDs).
 
-What costs is subqueries: each evaluates ``last_over_time`` for every series at every step,
-~10x a raw range function. Hence packing (4 subqueries instead of 9), raw forms wherever the
-step grid does not matter, and ``--step 1m`` (a quarter of the points; phases from the last
-sample of every minute). Chunks are evaluated separately and summed (every figure is a sum or
-a max), so a month of a 1,000-GPU fleet is ~30 queries per day of range, each answering one
-number per series. :func:`gpuaudit.classify.pushdown.usage_from_pushdown` builds from them
-the same :class:`~gpuaudit.classify.Usage` the local engine builds.
+What costs is the per-point work of subqueries: the selector at every step, and every
+operator applied per point, since Prometheus hashes each output point's labels (arithmetic
+twice: it also drops the metric name). Raw range functions cost ~20x less. Hence: no
+per-point arithmetic except the packing constant on filtered points, comparisons that keep
+the smaller side, window functions instead of ``changes``/``idelta``/``timestamp`` over every
+point, raw forms wherever the step grid does not matter, and ``--step 1m`` (a quarter of the
+points; phases from the last sample of every minute). Chunks are evaluated separately and
+summed (every figure is a sum or a max), so a month of a 1,000-GPU fleet is ~30 queries per
+day of range, each answering one number per series.
+:func:`gpuaudit.classify.pushdown.usage_from_pushdown` builds from them the same
+:class:`~gpuaudit.classify.Usage` the local engine builds.
 
 Semantics against the local engine (``gpuaudit.classify.phases``): a sample stands for one
 step here; locally it stands until the next sample, capped at 3 intervals. On regular
@@ -95,25 +103,49 @@ def pack_base(points: int) -> float:
     return float(2 ** int(np.ceil(np.log2(200 * max(points, 1) + 1))))
 
 
-def unpack(total: float, base: float, *, where: str) -> tuple[float, float]:
+def unpack(total: float, base: float, *, where: str, top: float = 100.0
+           ) -> tuple[float, float]:
     """``sum_over_time((U + K)[...])`` -> (count, sum of U). Exact for integer utilization
     (DCGM_FI_DEV_GPU_UTIL is an integer percent): every partial sum is an integer below 2**53.
-    For fractional readings (100 x GR_ENGINE_ACTIVE) each addition rounds at the ulp of the
-    packed total (~1e-5 for a day at 15 s), far below a second. Every term is >= K and K is
-    a power of two, so rounding never drops the total below ``count * K``: the count is
-    exact. A sum outside 0..100 x count means utilization outside 0..100 %: an error."""
+    For fractional readings (100 x GR_ENGINE_ACTIVE, SM_ACTIVE ratios) each addition rounds at
+    the ulp of the packed total (~1e-5 for a day at 15 s), far below a second. Every term is
+    >= K and K is a power of two, so rounding never drops the total below ``count * K``: the
+    count is exact. A sum outside 0..``top`` x count (``top``: 100 for a percent, 1 for a
+    ratio) is a reading outside 0..100 %: an error."""
     count = float(np.floor(total / base))
     rest = total - count * base
-    if rest < -1e-6 or rest > 100.0 * count + 1e-6 * max(count, 1.0):
+    if rest < -1e-6 or rest > top * count + 1e-6 * max(count, 1.0):
         raise InputError(f"utilization outside 0..100 % (packed total {total!r}, "
                          f"{count:g} points, sum {rest!r})", where=where,
                          fix="check the exporter: DCGM_FI_DEV_GPU_UTIL is a percent, "
-                         "GR_ENGINE_ACTIVE a ratio")
+                         "GR_ENGINE_ACTIVE and SM_ACTIVE are ratios")
     return count, rest
 
 
-#: packed subqueries (name -> upper threshold; None: every point) and what they decode to
-_PACKED: dict[str, float | None] = {"p_all": None, "p10": 10.0, "p70": 70.0, "p90": 90.0}
+#: phase thresholds (idle below the first, productive from the second, compute-bound from
+#: the third), in percent; ratio views (SM_ACTIVE) compare against a hundredth of them
+_LOWER_PCT = (10.0, 70.0, 90.0)
+
+
+def _phase_view(point: str, compared: str, *, r: str, s: str, base: float,
+                thresholds: tuple[float, float, float], scale: str) -> dict[str, str]:
+    """The five phase subqueries of one utilization view. ``point`` is the fresh-sample
+    expression (one point per step with a sample), ``compared`` what the thresholds test
+    (``point`` itself, or ``100 * point`` for MIG). ``scale`` (``"100 * "`` or empty) turns a
+    ratio sum into percent outside the subquery, where it costs one operation per series,
+    not one per point."""
+    lo, hi, top = thresholds
+
+    def sub(agg: str, x: str) -> str:
+        return f"{agg}(({x})[{r}:{s}])"
+
+    return {
+        "n": sub("count_over_time", point),
+        "sum": scale + sub("sum_over_time", point),
+        "lo": sub("sum_over_time", f"({compared} < {lo:g}) + {base:.0f}"),
+        "hi": sub("sum_over_time", f"({compared} >= {hi:g}) + {base:.0f}"),
+        "top": sub("count_over_time", f"{compared} >= {top:g}"),
+    }
 
 
 def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
@@ -126,14 +158,25 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     ``DCGM_FI_DEV_GPU_UTIL``; ``mig`` reads ``100 * DCGM_FI_PROF_GR_ENGINE_ACTIVE`` of MIG
     instances (``GPU_I_ID!=""``), which report no GPU_UTIL.
 
-    Cost is the subqueries (each evaluates ``last_over_time`` per series per step); raw
-    range functions cost ~10x less. So the phase figures come from four packed subqueries,
-    ``sum_over_time(((U < t) + K)[R:s])`` for t = 10, 70, 90 and every point (decoded by
-    :func:`unpack` into counts and sums below each threshold), the spread from raw
-    ``stddev_over_time``, and only ``changes``, the step change and first/last timestamps
-    need subqueries of their own. Only scalar comparisons and functions run per step (no
-    vector matching, which hashes every series' labels at every step); the share weight of
-    time-sliced GPUs (:func:`share_query`) runs only for GPUs whose series overlap.
+    What a subquery costs in Prometheus is its per-point work: the selector at every step,
+    and every operator applied per point (an arithmetic operator hashes each point's labels
+    twice, a comparison filter once per point it keeps). Raw range functions cost ~20x less
+    than either. So (figures per 1,000 GPU-days at 15 s in docs/benchmarks.md):
+
+    - phases: points and sum with no per-point operator; below 10 % and from 70 % one packed
+      filter each (``sum_over_time(((U < 10) + K)[R:s])``: count x K + sum, see
+      :func:`unpack`); from 90 % a count;
+    - the step change and idle runs from two-step windows ``W = X[2s-1ms]``, whose range
+      functions need no operator: ``sum(max_over_time(W)) - sum(min_over_time(W))`` is the
+      sum of ``|u - previous u|`` over consecutive points; idle points whose window is all
+      idle (``max_over_time(W) < 10``) continue a run;
+    - first and last point: a series present at the chunk's first (last) step starts
+      (ends) there; otherwise at the first (last) step whose window holds one sample
+      (``count_over_time(W) == 1``: a start, or the step after an end), a filter that keeps
+      few points;
+    - the spread and every other signal from raw range functions.
+    The share weight of time-sliced GPUs (:func:`share_query`) matches vectors at every step,
+    so it runs only for GPUs whose series overlap.
     """
     s = duration(step_s)
     r = duration(range_s - 0.001)
@@ -141,37 +184,43 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     w2 = duration(2 * step_s - 0.001)
     base = pack_base(round(range_s / step_s))
     if family == "mig":
-        msel = _with(sel, 'GPU_I_ID!=""')
-        u = f"(100 * {fresh(_GR + msel, step_s)})"
-        raw = f"100 * stddev_over_time({_GR}{msel}[{rr}])"
-        plain = f"(100 * {_GR}{msel})"
-        step_change = f"abs(100 * idelta({_GR}{msel}[{w2}]))"
+        metric = _GR + _with(sel, 'GPU_I_ID!=""')
+        point = fresh(metric, step_s)
+        q = _phase_view(point, f"(100 * {point})", r=r, s=s, base=base,
+                        thresholds=_LOWER_PCT, scale="100 * ")
+        scale, idle_below = "100 * ", _LOWER_PCT[0] / 100.0
     else:
-        u = fresh(_UTIL + sel, step_s)
-        raw = f"stddev_over_time({_UTIL}{sel}[{rr}])"
-        plain = f"{_UTIL}{sel}"
-        step_change = f"abs(idelta({_UTIL}{sel}[{w2}]))"
-
-    def sub(agg: str, x: str) -> str:
-        return f"{agg}(({x})[{r}:{s}])"
-
-    def packed(x: str, below: float | None) -> str:
-        cond = x if below is None else f"({x} < {below:g})"
-        return sub("sum_over_time", f"{cond} + {base:.0f}")
-
-    q: dict[str, str] = {name: packed(u, t) for name, t in _PACKED.items()}
+        metric = _UTIL + sel
+        point = fresh(metric, step_s)
+        q = _phase_view(point, point, r=r, s=s, base=base, thresholds=_LOWER_PCT, scale="")
+        scale, idle_below = "", _LOWER_PCT[0]
+    # a step whose two-step window holds one sample: a series' first point, or the step
+    # after its last
+    edge = f"count_over_time({metric}[{w2}]) == 1"
+    offset = range_s - step_s
+    first = f"count_over_time({metric}[{duration(step_s - 0.001)}]"
+    if offset > 0:
+        first = (f"({first} offset {duration(offset)}) * 0 + time() - {offset:g}) or "
+                 f"min_over_time(timestamp({edge})[{duration(offset - 0.001)}:{s}])")
+    else:
+        first = f"{first}) * 0 + time()"
     q.update({
-        "std": raw,
-        # the plain selector is ~3x cheaper than fresh(); a value held across a missed
-        # scrape (5-minute lookback) repeats itself, so it adds no change
-        "changes": f"changes(({plain} < bool 10)[{r}:{s}])",
-        "absstep": sub("sum_over_time", step_change),
-        "first": sub("min_over_time", f"timestamp({u})"),
-        "last": sub("max_over_time", f"timestamp({u})"),
+        "std": f"{scale}stddev_over_time({metric}[{rr}])",
+        "idle_pairs": f"count_over_time((max_over_time({metric}[{w2}]) < {idle_below:g})"
+                      f"[{r}:{s}])",
+        "edges": f"count_over_time(({edge})[{r}:{s}])",
+        "absstep": f"{scale}(sum_over_time(max_over_time({metric}[{w2}])[{r}:{s}]) - "
+                   f"sum_over_time(min_over_time({metric}[{w2}])[{r}:{s}]))",
+        "first": first,
+        "last": (f"(count_over_time({metric}[{duration(step_s - 0.001)}]) * 0 + time()) or "
+                 f"(max_over_time(timestamp({edge})[{r}:{s}]) - {step_s:g})"),
     })
     if has_sm and family == "util":
-        smu = f"(100 * {fresh(_SM + sel, step_s)})"
-        q.update({f"sm_{name}": packed(smu, t) for name, t in _PACKED.items()})
+        sm = fresh(_SM + sel, step_s)
+        view = _phase_view(sm, sm, r=r, s=s, base=base, scale="100 * ",
+                           thresholds=(_LOWER_PCT[0] / 100, _LOWER_PCT[1] / 100,
+                                       _LOWER_PCT[2] / 100))
+        q.update({f"sm_{name}": expr for name, expr in view.items()})
     if not signals:
         return q
     for name, metric in _MEANS.items():
@@ -204,30 +253,43 @@ def share_query(sel: str, step_s: float, range_s: float, *, family: str = "util"
 
 
 def decode(v: dict[str, float], range_s: float, step_s: float, *, where: str) -> None:
-    """Turn one series-chunk's packed answers into the named figures (in place): ``n``,
+    """Turn one series-chunk's answers into the named figures (in place): ``n``,
     ``idle``/``under``/``prod``/``cb`` (points per phase), ``busy`` (sum of U), ``unused``
     (sum of 100 - U over underutilized points), ``headroom`` (the same over productive and
-    compute-bound points), ``u2`` (sum of squares, from the raw spread), and ``sm_*``."""
+    compute-bound points), ``u2`` (sum of squares, from the raw spread), ``runs`` (idle runs,
+    at least as many as there are: see below), and the SM view's ``sm_*``.
+
+    Idle runs: idle points less those whose two-step window is all idle, plus the chunk's
+    edge steps (series starts and the steps after series ends). On a series that neither
+    starts nor ends in the chunk that is exact; otherwise each edge can add one run, so the
+    mean idle run (idle time / runs) stays a lower bound of the longest one.
+    Answers of one chunk come from separate queries; on a store still ingesting the chunk's
+    last step they may disagree by a point, so derived counts are clamped at zero."""
     base = pack_base(round(range_s / step_s))
-    for pre in ("", "sm_"):
-        if f"{pre}p_all" not in v:
+    for pre, top in (("", 100.0), ("sm_", 1.0)):
+        if f"{pre}n" not in v:
             continue
-        n, total = unpack(v.pop(f"{pre}p_all"), base, where=where)
-        c10, s10 = unpack(v.pop(f"{pre}p10", 0.0) or 0.0, base, where=where)
-        c70, s70 = unpack(v.pop(f"{pre}p70", 0.0) or 0.0, base, where=where)
-        c90, _s90 = unpack(v.pop(f"{pre}p90", 0.0) or 0.0, base, where=where)
-        under, high = c70 - c10, n - c70
-        v.update({f"{pre}idle": c10, f"{pre}under": under, f"{pre}prod": c90 - c70,
-                  f"{pre}cb": n - c90, f"{pre}busy": total})
+        n = v.pop(f"{pre}n")
+        total = v.pop(f"{pre}sum", 0.0)
+        c_lo, s_lo = unpack(v.pop(f"{pre}lo", 0.0), base, where=where, top=top)
+        c_hi, s_hi = unpack(v.pop(f"{pre}hi", 0.0), base, where=where, top=top)
+        c_top = min(v.pop(f"{pre}top", 0.0), c_hi)
+        s_lo, s_hi = s_lo * 100.0 / top, s_hi * 100.0 / top  # percent
+        under = max(0.0, n - c_lo - c_hi)
+        v.update({f"{pre}idle": c_lo, f"{pre}under": under, f"{pre}prod": c_hi - c_top,
+                  f"{pre}cb": c_top, f"{pre}busy": total})
         if pre:
             continue
-        v.update({"n": n, "unused": 100.0 * under - (s70 - s10),
-                  "headroom": 100.0 * high - (total - s70)})
+        v.update({"n": n, "unused": max(0.0, 100.0 * under - (total - s_lo - s_hi)),
+                  "headroom": 100.0 * c_hi - s_hi,
+                  "runs": min(c_lo, max(0.0, c_lo - v.pop("idle_pairs", 0.0)
+                                        + v.pop("edges", 0.0)))})
         if n > 0:
             mean = total / n
             std = v.pop("std", 0.0)
             v["u2"] = n * (std * std + mean * mean)
-    v.pop("std", None)
+    for name in ("std", "idle_pairs", "edges"):
+        v.pop(name, None)
 
 
 @dataclass
