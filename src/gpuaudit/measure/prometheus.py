@@ -219,6 +219,13 @@ class PromClient:
             return [({}, float(data["result"][1]))]
         return [(dict(r.get("metric", {})), float(r["value"][1])) for r in data.get("result", [])]
 
+    def label_names(self, match: str, start_s: float, end_s: float) -> list[str]:
+        """``/api/v1/labels`` of the series ``match`` selects in [start, end]: an index
+        lookup that reads no samples (an empty list: no such series)."""
+        data = self._post("/api/v1/labels", {"match[]": match, "start": _fmt_time(start_s),
+                                            "end": _fmt_time(end_s)})
+        return [str(x) for x in data or []]
+
     def query_range_once(self, expr: str, start_s: float, end_s: float,
                          step_s: float) -> list[RangeResult]:
         """One ``/api/v1/query_range`` call (no chunking)."""

@@ -47,6 +47,7 @@ computable in PromQL; the mean idle run is reported as its lower bound.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -68,6 +69,7 @@ __all__ = ["MAX_FIELDS", "PushdownData", "build_queries", "decode", "pack_base",
            "pull_aggregates", "share_query", "unpack"]
 
 _GPU_KEY = "UUID, uuid, GPU_I_ID"
+_SUBQUERY = re.compile(r"\[\d+ms:\d+(?:ms|h)\]")
 _UTIL = "DCGM_FI_DEV_GPU_UTIL"
 _GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 _SM = "DCGM_FI_PROF_SM_ACTIVE"
@@ -329,27 +331,40 @@ def pull_aggregates(
     end_s = np.floor(end_s / step_s) * step_s
     points = max(1, round(chunk_s / step_s))
     chunks = time_chunks(float(start_s), float(end_s), step_s, points)
-    whole = duration(end_s - start_s + step_s)
     mig_sel = _with(sel, 'GPU_I_ID!=""')
-    probes = {
-        "sm": f"count(last_over_time({_SM}{sel}[{whole}]))",
-        "mig": f"count(last_over_time({_GR}{mig_sel}[{whole}]))",
-    }
-    found = {k: client.query(q, float(end_s)) for k, q in probes.items()}
-    has_sm = bool(found["sm"])
-    families = ["util", "mig"] if found["mig"] else ["util"]
+    # which series families exist: index lookups, no samples read
+    has_sm = bool(client.label_names(_SM + sel, float(start_s), float(end_s)))
+    has_mig = bool(client.label_names(_GR + mig_sel, float(start_s), float(end_s)))
+    families = ["util", "mig"] if has_mig else ["util"]
     data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, values={},
                         origin=f"Prometheus {client.url} (PromQL pushdown, step {step_s:g} s)",
                         has_sm=has_sm)
-    id_index: dict[SeriesId, int] = {}
-    uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
+    ids = _SeriesCodes(data, client.url)
     jobs: list[tuple[int, str, str]] = []
     for i, (a, b) in enumerate(chunks):
         for fam in families:
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
                                signals=fam == "util")
             jobs += [(i, name, expr) for name, expr in qs.items()]
-    _run(client, jobs, chunks, data, id_index, uuid_label, workers, "pushdown")
+    # fleet mean utilization over the last hour and day: raw sums, run with the rest
+    fleet_jobs: list[tuple[int, str, str]] = []
+    for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
+        rng = duration(min(secs, end_s - start_s + step_s))
+        for fam in families:
+            metric, scale = (f"{_GR}{mig_sel}", "100 * ") if fam == "mig" else \
+                (f"{_UTIL}{sel}", "")
+            fleet_jobs += [(-1, f"{label} sum {fam}",
+                            f"{scale}sum(sum_over_time({metric}[{rng}]))"),
+                           (-1, f"{label} count {fam}", f"sum(count_over_time({metric}[{rng}]))")]
+    # the costliest first (subqueries, then raw range functions), so that the last queries
+    # in flight are short ones and the server's cores stay busy to the end
+    jobs.sort(key=lambda j: _SUBQUERY.search(j[2]) is None)
+    fleet = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
+                 end_s=float(end_s))
+    for label in ("1h", "24h"):
+        total = sum(fleet.get(f"{label} sum {fam}", 0.0) for fam in families)
+        count = sum(fleet.get(f"{label} count {fam}", 0.0) for fam in families)
+        data.fleet_util_pct[label] = total / count if count > 0 else None
     for (code, i), v in data.values.items():
         a, b = chunks[i]
         decode(v, b - a + step_s, step_s, where=f"{client.url}: pushdown, series "
@@ -368,7 +383,7 @@ def pull_aggregates(
             if any(spans[k + 1][0] <= max(x[1] for x in spans[:k + 1])
                    for k in range(len(spans) - 1)):
                 for _f, _l, code in spans:
-                    name, value = uuid_label[code]
+                    name, value = ids.uuid_label[code]
                     overlapping.setdefault(name, set()).add(value)
         for name, values in sorted(overlapping.items()):
             data.shared = True
@@ -377,55 +392,70 @@ def pull_aggregates(
                 for fam in families:
                     share_jobs.append((i, "wsum", share_query(narrow, step_s, b - a + step_s,
                                                               family=fam)))
-    _run(client, share_jobs, chunks, data, id_index, uuid_label, workers, "time-sliced GPUs")
-    data.queries = len(jobs) + len(share_jobs) + len(probes)
-    for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
-        rng = duration(min(secs, end_s - start_s + step_s))
-        total = count = 0.0
-        for fam in families:
-            metric, scale = (f"{_GR}{mig_sel}", 100.0) if fam == "mig" else \
-                (f"{_UTIL}{sel}", 1.0)
-            for agg in ("sum_over_time", "count_over_time"):
-                res = client.query(f"sum({agg}({metric}[{rng}]))", float(end_s))
-                data.queries += 1
-                if res and res[0][1] == res[0][1]:
-                    if agg == "sum_over_time":
-                        total += scale * res[0][1]
-                    else:
-                        count += res[0][1]
-        data.fleet_util_pct[label] = total / count if count > 0 else None
+    _run(client, share_jobs, chunks, data, ids, workers, "time-sliced GPUs")
+    data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + 2
     return data
 
 
+class _SeriesCodes:
+    """Series identity of query answers -> code in ``data.ids``. Prometheus lists each
+    series' labels in the same order in every answer, so the label items key a cache and
+    :func:`series_id` runs once per series, not once per answer row."""
+
+    def __init__(self, data: PushdownData, url: str) -> None:
+        self.data = data
+        self.url = url
+        self.by_labels: dict[tuple[tuple[str, str], ...], int] = {}
+        self.by_id: dict[SeriesId, int] = {}
+        self.uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
+
+    def code(self, labels: dict[str, str], query: str) -> int:
+        key = tuple(labels.items())
+        code = self.by_labels.get(key)
+        if code is not None:
+            return code
+        sid = series_id(labels, default_host="unknown", where=f"{self.url}: pushdown {query}")
+        code = self.by_id.get(sid)
+        if code is None:
+            code = self.by_id[sid] = len(self.data.ids)
+            self.data.ids.append(sid)
+            self.uuid_label[code] = ("UUID", labels["UUID"]) if labels.get("UUID") else \
+                ("uuid", labels.get("uuid", ""))
+        self.by_labels[key] = code
+        return code
+
+
 def _run(client: PromClient, jobs: list[tuple[int, str, str]],
-         chunks: list[tuple[float, float]], data: PushdownData, id_index: dict[SeriesId, int],
-         uuid_label: dict[int, tuple[str, str]], workers: int, what: str) -> None:
+         chunks: list[tuple[float, float]], data: PushdownData, ids: _SeriesCodes,
+         workers: int, what: str, *, end_s: float | None = None) -> dict[str, float]:
     """Evaluate ``jobs`` (chunk, name, PromQL) at their chunk's end, ``workers`` at a time,
-    into ``data.values``; NaN answers (nothing measured) are left out."""
+    into ``data.values``; NaN answers (nothing measured) are left out. Jobs of chunk -1 are
+    fleet-wide aggregates evaluated at ``end_s``: returned by name, not stored per series."""
+    out: dict[str, float] = {}
     if not jobs:
-        return
+        return out
     advance = client.progress(what, len(jobs)) if client.progress else None
 
     def run(job: tuple[int, str, str]) -> tuple[int, str, list[tuple[dict[str, str], float]]]:
         i, name, expr = job
-        rows = client.query(expr, chunks[i][1])
+        at = chunks[i][1] if i >= 0 else end_s
+        assert at is not None
+        rows = client.query(expr, at)
         if advance:
             advance(1)
         return i, name, rows
 
     with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         for i, name, rows in pool.map(run, jobs):
+            if i < 0:
+                if rows and rows[0][1] == rows[0][1]:
+                    out[name] = rows[0][1]
+                continue
             for labels, value in rows:
-                sid = series_id(labels, default_host="unknown",
-                                where=f"{client.url}: pushdown {name}")
-                code = id_index.get(sid)
-                if code is None:
-                    code = id_index[sid] = len(data.ids)
-                    data.ids.append(sid)
-                    uuid_label[code] = ("UUID", labels["UUID"]) if labels.get("UUID") else \
-                        ("uuid", labels.get("uuid", ""))
+                code = ids.code(labels, name)
                 if value == value:  # NaN: nothing measured
                     data.values.setdefault((code, i), {})[name] = value
+    return out
 
 
 def _batches(items: list[str], size: int) -> list[list[str]]:
