@@ -207,7 +207,7 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     else:
         first = f"{first}) * 0 + time()"
     q.update({
-        "std": f"{scale}stddev_over_time({metric}[{rr}])",
+        "std": f"{scale}stddev_over_time({metric}[{r}])",
         "idle_pairs": f"count_over_time((max_over_time({metric}[{w2}]) < {idle_below:g})"
                       f"[{r}:{s}])",
         "edges": f"count_over_time(({edge})[{r}:{s}])",
@@ -226,12 +226,13 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     if not signals:
         return q
     for name, metric in _MEANS.items():
-        q[f"sum_{name}"] = f"sum_over_time({metric}{sel}[{rr}])"
-        q[f"cnt_{name}"] = f"count_over_time({metric}{sel}[{rr}])"
-    q["std_power"] = f"stddev_over_time(DCGM_FI_DEV_POWER_USAGE{sel}[{rr}])"
+        # (start - step, end]: a sample on the chunk edge belongs to one chunk only
+        q[f"sum_{name}"] = f"sum_over_time({metric}{sel}[{r}])"
+        q[f"cnt_{name}"] = f"count_over_time({metric}{sel}[{r}])"
+    q["std_power"] = f"stddev_over_time(DCGM_FI_DEV_POWER_USAGE{sel}[{r}])"
     for name, metric in _MAXES.items():
         q[name] = f"max_over_time({metric}{sel}[{rr}])"
-    for name, metric in _DELTAS.items():
+    for name, metric in _DELTAS.items():  # [start - step, end]: chunk deltas add up
         q[name] = f"max_over_time({metric}{sel}[{rr}]) - min_over_time({metric}{sel}[{rr}])"
     fb = [fresh(f"DCGM_FI_DEV_FB_{k}{sel}", step_s) for k in ("FREE", "USED", "RESERVED")]
     q["mem_total_mib"] = (f"max_over_time(({fb[0]} + {fb[1]} + ({fb[2]} or {fb[0]} * 0))"
