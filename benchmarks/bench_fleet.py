@@ -38,10 +38,26 @@ r = audit_fleet(prometheus=url, start_s=start, end_s=end, step_s=step, by=("team
                 pricing={"price": "1.00"})
 wall = time.perf_counter() - t
 f = r.extra["fleet"]
-print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": wall, "rss_mib": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "transfer": f["transfer"], "gpu_hours": f["total"]["gpu_hours"],
                   "idle_h": f["total"]["phase_hours"]["idle"]}))
 """
+
+
+def server_cpu_s(data: Path) -> float:
+    """CPU seconds used so far by the Prometheus process serving ``data`` (user + system)."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if cmd[0].endswith(b"prometheus") and any(str(data).encode() in c for c in cmd):
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError):
+            continue
+    return float("nan")
 
 
 def settle(data: Path) -> int:
@@ -109,15 +125,18 @@ def main() -> None:
     with run_prometheus(tmp / "data") as url:
         for mode, st in runs:
             load = os.getloadavg()[0]
+            cpu0 = server_cpu_s(tmp / "data")
             out = subprocess.run(
                 [sys.executable, "-c", CHILD, url, str(fleet.start_s), str(fleet.end_s),
                  str(st), "1" if mode == "raw" else "0"],
                 capture_output=True, text=True, check=True, timeout=3600)
             res = json.loads(out.stdout.strip().splitlines()[-1])
+            res["server_cpu_s"] = server_cpu_s(tmp / "data") - cpu0
             results[(mode, st)] = res
             tr = res["transfer"]
             print(f"{mode:9s} step {st:3.0f} s  wall {res['wall_s']:7.1f} s  peak RSS "
-                  f"{res['rss_mib']:7.0f} MiB  requests {tr['requests']:6d}  wire "
+                  f"{res['rss_mib']:7.0f} MiB  CPU client {res['cpu_s']:6.1f} s, Prometheus "
+                  f"{res['server_cpu_s']:6.1f} s  requests {tr['requests']:6d}  wire "
                   f"{tr['wire_bytes']:>13,} B  decoded {tr['body_bytes']:>13,} B  GPU-h "
                   f"{res['gpu_hours']:.1f} idle-h {res['idle_h']:.1f}  (load before "
                   f"{load:.2f}, after {os.getloadavg()[0]:.2f})", flush=True)

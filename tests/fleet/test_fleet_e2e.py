@@ -81,6 +81,22 @@ def test_pushdown_patterns_bound_the_local_ones(prom, fleet):
     assert checked >= 10
 
 
+def test_threshold_queries_for_straddling_gpus_only_give_the_same_answers(prom, fleet):
+    kw = {"start_s": fleet.start_s, "end_s": fleet.end_s, "step_s": fleet.step_s}
+    narrow = pull_aggregates(PromClient(prom), **kw)
+    every = pull_aggregates(PromClient(prom), narrow=False, **kw)
+    key = {sid: code for code, sid in enumerate(every.ids)}
+    assert set(narrow.ids) == set(every.ids)
+    assert len(narrow.values) == len(every.values)
+    for (code, chunk), v in narrow.values.items():
+        w = every.values[(key[narrow.ids[code]], chunk)]
+        assert v.keys() == w.keys()
+        for name in v:
+            assert v[name] == pytest.approx(w[name], rel=1e-12, abs=1e-9), name
+    skipped = {n: sum(1 for v in every.values.values() if n in v) for n in ("lo", "hi")}
+    assert narrow.queries < every.queries or not any(skipped.values())
+
+
 def test_raw_pull_equals_pushdown_and_moves_more_bytes(prom, fleet):
     usage, _, c_push, _ = _pushdown(prom, fleet)
     c = PromClient(prom)

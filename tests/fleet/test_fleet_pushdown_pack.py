@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.errors import InputError
-from gpuaudit.measure.pushdown import _regex, decode, pack_base, unpack
+from gpuaudit.measure.pushdown import NARROWED, _regex, decode, pack_base, straddles, unpack
 
 
 def _running_sum(values: np.ndarray, base: float) -> float:
@@ -83,7 +83,11 @@ def _answers(u: list[float | None], step: float = 15.0) -> dict[str, float]:
         a["last"] = float(len(u) - 1)
     elif flagged:
         a["last"] = float(max(flagged) - 1)
-    return {k: v for k, v in a.items() if not (k in ("lo", "hi") and v == 0.0)}
+    raw = [x for x in u if x is not None]  # the chunk and the step before it
+    if pts:
+        a["umin"], a["umax"] = float(min(raw)), float(max(raw))
+    return {k: v for k, v in a.items()
+            if not (k in ("lo", "hi", "top", "idle_pairs") and v == 0.0)}
 
 
 def test_decode_phases_from_thresholds():
@@ -145,3 +149,20 @@ def test_uuid_regex_matches_exactly_the_values(values):
     for v in values:
         assert pat.fullmatch(v)
     assert not pat.fullmatch("".join(values) + "x")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(0, 100).map(float),
+                          st.sampled_from([0.0, 5.0, 50.0, 95.0])), min_size=2, max_size=40))
+def test_skipped_threshold_queries_decode_the_same(u):
+    """A threshold query left out because the series' extremes are on one side of it gives
+    the same figures as asking it."""
+    full = _answers(u)
+    full.pop("first", None)
+    full.pop("last", None)
+    if not full.get("n"):
+        return
+    narrowed = {k: x for k, x in full.items() if k not in NARROWED or straddles(full, k)}
+    decode(full, (len(u) - 1) * 15.0, 15.0, where="test")
+    decode(narrowed, (len(u) - 1) * 15.0, 15.0, where="test")
+    assert narrowed == full

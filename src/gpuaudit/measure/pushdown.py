@@ -128,10 +128,37 @@ def unpack(total: float, base: float, *, where: str, top: float = 100.0
 #: the third), in percent; ratio views (SM_ACTIVE) compare against a hundredth of them
 _LOWER_PCT = (10.0, 70.0, 90.0)
 
+#: threshold queries run only for series whose raw extremes straddle the threshold (name ->
+#: view prefix, threshold index): for the others every point is on one side, so the answer
+#: follows from the points and their sum (:func:`decode`)
+NARROWED: dict[str, tuple[str, int]] = {
+    "lo": ("", 0), "idle_pairs": ("", 0), "hi": ("", 1), "top": ("", 2),
+    "sm_lo": ("sm_", 0), "sm_hi": ("sm_", 1), "sm_top": ("sm_", 2),
+}
+_VIEW_TOP = {"": 100.0, "sm_": 1.0}  # full scale of a view's readings (percent, ratio)
 
-def _phase_view(point: str, compared: str, *, r: str, s: str, base: float,
-                thresholds: tuple[float, float, float], scale: str) -> dict[str, str]:
-    """The five phase subqueries of one utilization view. ``point`` is the fresh-sample
+
+def straddles(v: Mapping[str, float], name: str) -> bool:
+    """Whether series-chunk answers ``v`` need the threshold query ``name`` (see
+    :data:`NARROWED`): its raw minimum is below the threshold and its maximum at or above
+    it, or the extremes are unknown. The raw samples of the chunk and the step before it
+include every fresh point and every two-step window, so
+    otherwise all points (and all two-step windows) fall on one side."""
+    pre, k = NARROWED[name]
+    t = _LOWER_PCT[k] * _VIEW_TOP[pre] / 100.0
+    lo, hi = v.get(f"{pre}umin"), v.get(f"{pre}umax")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return True
+    return lo < t <= hi
+
+
+def _phase_view(metric: str, point: str, compared: str, *, r: str, r2: str, s: str,
+                base: float, thresholds: tuple[float, float, float], scale: str,
+                raw_scale: str) -> dict[str, str]:
+    """The phase queries of one utilization view of ``metric``: five subqueries and the raw
+    extremes (``umin``/``umax``, in the unit the thresholds compare, which tell whether a
+    threshold query can be skipped: :data:`NARROWED`; over ``r2``, the chunk and the step
+    before it, which the first step's two-step window reaches). ``point`` is the fresh-sample
     expression (one point per step with a sample), ``compared`` what the thresholds test
     (``point`` itself, or ``100 * point`` for MIG). ``scale`` (``"100 * "`` or empty) turns a
     ratio sum into percent outside the subquery, where it costs one operation per series,
@@ -144,6 +171,8 @@ def _phase_view(point: str, compared: str, *, r: str, s: str, base: float,
     return {
         "n": sub("count_over_time", point),
         "sum": scale + sub("sum_over_time", point),
+        "umin": f"{raw_scale}min_over_time({metric}[{r2}])",
+        "umax": f"{raw_scale}max_over_time({metric}[{r2}])",
         "lo": sub("sum_over_time", f"({compared} < {lo:g}) + {base:.0f}"),
         "hi": sub("sum_over_time", f"({compared} >= {hi:g}) + {base:.0f}"),
         "top": sub("count_over_time", f"{compared} >= {top:g}"),
@@ -184,18 +213,20 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     r = duration(range_s - 0.001)
     rr = duration(range_s)
     w2 = duration(2 * step_s - 0.001)
+    r2 = duration(range_s + step_s - 0.001)
     base = pack_base(round(range_s / step_s))
     if family == "mig":
         metric = _GR + _with(sel, 'GPU_I_ID!=""')
         point = fresh(metric, step_s)
-        q = _phase_view(point, f"(100 * {point})", r=r, s=s, base=base,
-                        thresholds=_LOWER_PCT, scale="100 * ")
-        scale, idle_below = "100 * ", _LOWER_PCT[0] / 100.0
+        q = _phase_view(metric, point, f"(100 * {point})", r=r, r2=r2, s=s, base=base,
+                        thresholds=_LOWER_PCT, scale="100 * ", raw_scale="100 * ")
+        scale = "100 * "
     else:
         metric = _UTIL + sel
         point = fresh(metric, step_s)
-        q = _phase_view(point, point, r=r, s=s, base=base, thresholds=_LOWER_PCT, scale="")
-        scale, idle_below = "", _LOWER_PCT[0]
+        q = _phase_view(metric, point, point, r=r, r2=r2, s=s, base=base,
+                        thresholds=_LOWER_PCT, scale="", raw_scale="")
+        scale = ""
     # a step whose two-step window holds one sample: a series' first point, or the step
     # after its last
     edge = f"count_over_time({metric}[{w2}]) == 1"
@@ -208,8 +239,8 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
         first = f"{first}) * 0 + time()"
     q.update({
         "std": f"{scale}stddev_over_time({metric}[{r}])",
-        "idle_pairs": f"count_over_time((max_over_time({metric}[{w2}]) < {idle_below:g})"
-                      f"[{r}:{s}])",
+        "idle_pairs": f"count_over_time(({scale}max_over_time({metric}[{w2}]) < "
+                      f"{_LOWER_PCT[0]:g})[{r}:{s}])",
         "edges": f"count_over_time(({edge})[{r}:{s}])",
         "absstep": f"{scale}(sum_over_time(max_over_time({metric}[{w2}])[{r}:{s}]) - "
                    f"sum_over_time(min_over_time({metric}[{w2}])[{r}:{s}]))",
@@ -219,9 +250,9 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     })
     if has_sm and family == "util":
         sm = fresh(_SM + sel, step_s)
-        view = _phase_view(sm, sm, r=r, s=s, base=base, scale="100 * ",
-                           thresholds=(_LOWER_PCT[0] / 100, _LOWER_PCT[1] / 100,
-                                       _LOWER_PCT[2] / 100))
+        view = _phase_view(_SM + sel, sm, sm, r=r, r2=r2, s=s, base=base, scale="100 * ",
+                           raw_scale="", thresholds=(_LOWER_PCT[0] / 100, _LOWER_PCT[1] / 100,
+                                                     _LOWER_PCT[2] / 100))
         q.update({f"sm_{name}": expr for name, expr in view.items()})
     if not signals:
         return q
@@ -255,6 +286,28 @@ def share_query(sel: str, step_s: float, range_s: float, *, family: str = "util"
             f"[{duration(range_s - 0.001)}:{duration(step_s)}])")
 
 
+def _threshold_answer(v: dict[str, float], name: str, base: float, *, where: str
+                      ) -> tuple[float, float]:
+    """(count, sum in the view's unit) of the threshold query ``name`` (:data:`NARROWED`)
+    for series-chunk answers ``v``. A series whose extremes straddle the threshold was
+    asked: its answer (popped), or none: no point. Otherwise all its points or none are on
+    the threshold's side, whether it was asked or not (the same figures either way; for
+    ``idle_pairs`` of an all-idle series that is its points, which leaves the idle runs an
+    upper bound: one more per series end in the chunk at most)."""
+    pre, k = NARROWED[name]
+    top = _VIEW_TOP[pre]
+    x = v.pop(name, None)
+    if straddles(v, name):
+        if x is None:
+            return 0.0, 0.0
+        return (x, 0.0) if name.endswith(("top", "pairs")) else \
+            unpack(x, base, where=where, top=top)
+    t = _LOWER_PCT[k] * top / 100.0
+    below = k == 0
+    inside = v[f"{pre}umax"] < t if below else v[f"{pre}umin"] >= t
+    return (v[f"{pre}n"], v.get(f"{pre}sum", 0.0) * top / 100.0) if inside else (0.0, 0.0)
+
+
 def decode(v: dict[str, float], range_s: float, step_s: float, *, where: str) -> None:
     """Turn one series-chunk's answers into the named figures (in place): ``n``,
     ``idle``/``under``/``prod``/``cb`` (points per phase), ``busy`` (sum of U), ``unused``
@@ -269,14 +322,18 @@ def decode(v: dict[str, float], range_s: float, step_s: float, *, where: str) ->
     Answers of one chunk come from separate queries; on a store still ingesting the chunk's
     last step they may disagree by a point, so derived counts are clamped at zero."""
     base = pack_base(round(range_s / step_s))
-    for pre, top in (("", 100.0), ("sm_", 1.0)):
+    for pre, top in _VIEW_TOP.items():
         if f"{pre}n" not in v:
             continue
-        n = v.pop(f"{pre}n")
-        total = v.pop(f"{pre}sum", 0.0)
-        c_lo, s_lo = unpack(v.pop(f"{pre}lo", 0.0), base, where=where, top=top)
-        c_hi, s_hi = unpack(v.pop(f"{pre}hi", 0.0), base, where=where, top=top)
-        c_top = min(v.pop(f"{pre}top", 0.0), c_hi)
+        n = v[f"{pre}n"]
+        total = v.get(f"{pre}sum", 0.0)  # percent
+
+        c_lo, s_lo = _threshold_answer(v, f"{pre}lo", base, where=where)
+        c_hi, s_hi = _threshold_answer(v, f"{pre}hi", base, where=where)
+        c_top = min(_threshold_answer(v, f"{pre}top", base, where=where)[0], c_hi)
+        pairs = 0.0 if pre else _threshold_answer(v, "idle_pairs", base, where=where)[0]
+        for name in ("n", "sum", "umin", "umax"):
+            v.pop(f"{pre}{name}", None)
         s_lo, s_hi = s_lo * 100.0 / top, s_hi * 100.0 / top  # percent
         under = max(0.0, n - c_lo - c_hi)
         v.update({f"{pre}idle": c_lo, f"{pre}under": under, f"{pre}prod": c_hi - c_top,
@@ -285,13 +342,12 @@ def decode(v: dict[str, float], range_s: float, step_s: float, *, where: str) ->
             continue
         v.update({"n": n, "unused": max(0.0, 100.0 * under - (total - s_lo - s_hi)),
                   "headroom": 100.0 * c_hi - s_hi,
-                  "runs": min(c_lo, max(0.0, c_lo - v.pop("idle_pairs", 0.0)
-                                        + v.pop("edges", 0.0)))})
+                  "runs": min(c_lo, max(0.0, c_lo - pairs + v.pop("edges", 0.0)))})
         if n > 0:
             mean = total / n
             std = v.pop("std", 0.0)
             v["u2"] = n * (std * std + mean * mean)
-    for name in ("std", "idle_pairs", "edges"):
+    for name in ("std", "idle_pairs", "edges", "umin", "umax", "sm_umin", "sm_umax"):
         v.pop(name, None)
 
 
@@ -321,9 +377,12 @@ def pull_aggregates(
     matchers: Mapping[str, str] | None = None,
     chunk_s: float = 86_400.0,
     workers: int = 4,
+    narrow: bool = True,
 ) -> PushdownData:
     """Run the pushdown queries chunk by chunk (step-aligned, ``chunk_s`` long, ``workers``
-    queries at a time) and collect the decoded answers; then the share weight of GPUs whose
+    queries at a time) and collect the decoded answers; then the threshold queries
+    (:data:`NARROWED`) for the GPUs whose series straddle a threshold in a chunk (all GPUs
+    with ``narrow=False``: the same answers, more work); then the share weight of GPUs whose
     series overlap in a chunk (time-sliced), on those GPUs only."""
     if step_s <= 0:
         raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
@@ -346,7 +405,8 @@ def pull_aggregates(
         for fam in families:
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
                                signals=fam == "util")
-            jobs += [(i, name, expr) for name, expr in qs.items()]
+            jobs += [(i, name, expr) for name, expr in qs.items()
+                     if not (narrow and name in NARROWED)]
     # fleet mean utilization over the last hour and day: raw sums, run with the rest
     fleet_jobs: list[tuple[int, str, str]] = []
     for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
@@ -366,6 +426,28 @@ def pull_aggregates(
         total = sum(fleet.get(f"{label} sum {fam}", 0.0) for fam in families)
         count = sum(fleet.get(f"{label} count {fam}", 0.0) for fam in families)
         data.fleet_util_pct[label] = total / count if count > 0 else None
+    if narrow:  # threshold queries only for the GPUs whose series straddle a threshold
+        jobs2: list[tuple[int, str, str]] = []
+        for i, (a, b) in enumerate(chunks):
+            wanted: dict[str, dict[str, set[str]]] = {}  # query -> UUID label -> values
+            for (code, j), v in data.values.items():
+                if j != i:
+                    continue
+                for nm in NARROWED:
+                    if f"{NARROWED[nm][0]}n" in v and straddles(v, nm):
+                        label, value = ids.uuid_label[code]
+                        wanted.setdefault(nm, {}).setdefault(label, set()).add(value)
+            for nm, by_label in wanted.items():
+                for label, values in sorted(by_label.items()):
+                    for part in _batches(sorted(values), 200):
+                        narrow_sel = _with(sel, f'{label}=~"{escape_label_value(_regex(part))}"')
+                        for fam in families:
+                            qs = build_queries(narrow_sel, step_s, b - a + step_s,
+                                               has_sm=has_sm, family=fam, signals=False)
+                            if nm in qs:
+                                jobs2.append((i, nm, qs[nm]))
+        _run(client, jobs2, chunks, data, ids, workers, "pushdown, threshold queries")
+        jobs += jobs2
     for (code, i), v in data.values.items():
         a, b = chunks[i]
         decode(v, b - a + step_s, step_s, where=f"{client.url}: pushdown, series "
@@ -389,9 +471,9 @@ def pull_aggregates(
         for name, values in sorted(overlapping.items()):
             data.shared = True
             for part in _batches(sorted(values), 200):
-                narrow = _with(sel, f'{name}=~"{escape_label_value(_regex(part))}"')
+                gpus = _with(sel, f'{name}=~"{escape_label_value(_regex(part))}"')
                 for fam in families:
-                    share_jobs.append((i, "wsum", share_query(narrow, step_s, b - a + step_s,
+                    share_jobs.append((i, "wsum", share_query(gpus, step_s, b - a + step_s,
                                                               family=fam)))
     _run(client, share_jobs, chunks, data, ids, workers, "time-sliced GPUs")
     data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + 2
