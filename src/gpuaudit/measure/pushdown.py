@@ -137,6 +137,13 @@ NARROWED: dict[str, tuple[str, int]] = {
 }
 _VIEW_TOP = {"": 100.0, "sm_": 1.0}  # full scale of a view's readings (percent, ratio)
 
+#: queries for series-chunks with more raw samples than points (a step longer than the
+#: scrape interval, e.g. ``--step 1m`` on 15 s scrapes, or jitter putting two samples in
+#: one step), where one-sample-per-step edges do not hold: first/last point from the
+#: timestamps of every point, idle runs from idle/not-idle transitions (``changes``, about
+#: half of them: an estimate, not a bound)
+MULTI_SAMPLE = ("first_ts", "last_ts", "changes")
+
 
 def straddles(v: Mapping[str, float], name: str) -> bool:
     """Whether series-chunk answers ``v`` need the threshold query ``name`` (see
@@ -247,6 +254,13 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
         "first": first,
         "last": (f"(count_over_time({metric}[{duration(step_s - 0.001)}]) * 0 + time()) or "
                  f"(max_over_time(timestamp({edge})[{r}:{s}]) - {step_s:g})"),
+        # the edges above assume at most one sample per step (the step is the scrape
+        # interval); where the raw samples outnumber the points they do not hold, and these
+        # (costlier: an operator on every point) take over (:data:`MULTI_SAMPLE`)
+        "raw_n": f"count_over_time({metric}[{r}])",
+        "first_ts": f"min_over_time(timestamp({point})[{r}:{s}])",
+        "last_ts": f"max_over_time(timestamp({point})[{r}:{s}])",
+        "changes": f"changes(({scale}{metric} < bool {_LOWER_PCT[0]:g})[{r}:{s}])",
     })
     if has_sm and family == "util":
         sm = fresh(_SM + sel, step_s)
@@ -340,14 +354,18 @@ def decode(v: dict[str, float], range_s: float, step_s: float, *, where: str) ->
                   f"{pre}cb": c_top, f"{pre}busy": total})
         if pre:
             continue
+        edges = v.pop("edges", 0.0)
+        runs = min(c_lo, max(0.0, c_lo - pairs + edges))
+        if "changes" in v:  # several samples per step (MULTI_SAMPLE): an estimate
+            runs = min(c_lo, float(np.ceil(v.pop("changes") / 2.0)))
         v.update({"n": n, "unused": max(0.0, 100.0 * under - (total - s_lo - s_hi)),
-                  "headroom": 100.0 * c_hi - s_hi,
-                  "runs": min(c_lo, max(0.0, c_lo - pairs + v.pop("edges", 0.0)))})
+                  "headroom": 100.0 * c_hi - s_hi, "runs": runs})
         if n > 0:
             mean = total / n
             std = v.pop("std", 0.0)
             v["u2"] = n * (std * std + mean * mean)
-    for name in ("std", "idle_pairs", "edges", "umin", "umax", "sm_umin", "sm_umax"):
+    for name in ("std", "idle_pairs", "edges", "umin", "umax", "sm_umin", "sm_umax", "raw_n",
+                 "changes"):
         v.pop(name, None)
 
 
@@ -406,7 +424,7 @@ def pull_aggregates(
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
                                signals=fam == "util")
             jobs += [(i, name, expr) for name, expr in qs.items()
-                     if not (narrow and name in NARROWED)]
+                     if name not in MULTI_SAMPLE and not (narrow and name in NARROWED)]
     # fleet mean utilization over the last hour and day: raw sums, run with the rest
     fleet_jobs: list[tuple[int, str, str]] = []
     for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
@@ -426,28 +444,38 @@ def pull_aggregates(
         total = sum(fleet.get(f"{label} sum {fam}", 0.0) for fam in families)
         count = sum(fleet.get(f"{label} count {fam}", 0.0) for fam in families)
         data.fleet_util_pct[label] = total / count if count > 0 else None
-    if narrow:  # threshold queries only for the GPUs whose series straddle a threshold
-        jobs2: list[tuple[int, str, str]] = []
-        for i, (a, b) in enumerate(chunks):
-            wanted: dict[str, dict[str, set[str]]] = {}  # query -> UUID label -> values
-            for (code, j), v in data.values.items():
-                if j != i:
-                    continue
-                for nm in NARROWED:
-                    if f"{NARROWED[nm][0]}n" in v and straddles(v, nm):
-                        label, value = ids.uuid_label[code]
-                        wanted.setdefault(nm, {}).setdefault(label, set()).add(value)
-            for nm, by_label in wanted.items():
-                for label, values in sorted(by_label.items()):
-                    for part in _batches(sorted(values), 200):
-                        narrow_sel = _with(sel, f'{label}=~"{escape_label_value(_regex(part))}"')
-                        for fam in families:
-                            qs = build_queries(narrow_sel, step_s, b - a + step_s,
-                                               has_sm=has_sm, family=fam, signals=False)
-                            if nm in qs:
-                                jobs2.append((i, nm, qs[nm]))
-        _run(client, jobs2, chunks, data, ids, workers, "pushdown, threshold queries")
-        jobs += jobs2
+    # threshold queries only for the GPUs whose series straddle a threshold; the
+    # several-samples-per-step forms for GPUs whose series have more samples than points
+    jobs2: list[tuple[int, str, str]] = []
+    for i, (a, b) in enumerate(chunks):
+        wanted: dict[str, dict[str, set[str]]] = {}  # query -> UUID label -> values
+        for (code, j), v in data.values.items():
+            if j != i:
+                continue
+            names = [nm for nm in NARROWED
+                     if narrow and f"{NARROWED[nm][0]}n" in v and straddles(v, nm)]
+            if "n" in v and v.get("raw_n", v["n"]) != v["n"]:
+                names += MULTI_SAMPLE
+            for nm in names:
+                label, value = ids.uuid_label[code]
+                wanted.setdefault(nm, {}).setdefault(label, set()).add(value)
+        for nm, by_label in wanted.items():
+            for label, values in sorted(by_label.items()):
+                for part in _batches(sorted(values), 200):
+                    gpus = _with(sel, f'{label}=~"{escape_label_value(_regex(part))}"')
+                    for fam in families:
+                        qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
+                                           family=fam, signals=False)
+                        if nm in qs:
+                            jobs2.append((i, nm, qs[nm]))
+    _run(client, jobs2, chunks, data, ids, workers, "pushdown, second pass")
+    jobs += jobs2
+    for v in data.values.values():
+        if "first_ts" in v:  # several samples per step: the timestamp forms hold
+            v["first"], v["last"] = v.pop("first_ts"), v.pop("last_ts", v.get("last", 0.0))
+        else:
+            v.pop("changes", None)
+            v.pop("last_ts", None)
     for (code, i), v in data.values.items():
         a, b = chunks[i]
         decode(v, b - a + step_s, step_s, where=f"{client.url}: pushdown, series "
