@@ -50,6 +50,7 @@ import concurrent.futures as cf
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import numpy as np
 
@@ -68,6 +69,7 @@ from gpuaudit.schema import ImportNote
 __all__ = ["MAX_FIELDS", "PushdownData", "build_queries", "decode", "pack_base",
            "pull_aggregates", "share_query", "unpack"]
 
+_T = TypeVar("_T")
 _GPU_KEY = "UUID, uuid, GPU_I_ID"
 _SUBQUERY = re.compile(r"\[\d+ms:\d+(?:ms|h)\]")
 _UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -157,6 +159,34 @@ include every fresh point and every two-step window, so
     if lo is None or hi is None or lo != lo or hi != hi:
         return True
     return lo < t <= hi
+
+
+def _needs(v: Mapping[str, float], name: str) -> bool:
+    """Whether series-chunk answers ``v`` (first pass) need the second-pass query ``name``:
+    a threshold query where the series straddles it (:func:`straddles`); first / last point
+    where it has none at the chunk's first / last step; edges (for idle runs) where it may
+    be idle; the step change where its readings vary."""
+    if name in NARROWED:
+        return f"{NARROWED[name][0]}n" in v and straddles(v, name)
+    if "n" not in v:
+        return False
+    lo, hi = v.get("umin", float("nan")), v.get("umax", float("nan"))
+    known = lo == lo and hi == hi
+    if name == "first":
+        return "at_start" not in v
+    if name == "last":
+        return "at_end" not in v
+    if name == "edges":
+        return not known or lo < _LOWER_PCT[0]
+    if name == "absstep":
+        return not known or lo < hi
+    raise KeyError(name)
+
+
+#: queries the second pass asks only of the series that need them (:func:`_needs`); a
+#: series not asked has its answer from the first pass (first / last: the chunk's edge;
+#: edges and step change: zero)
+SECOND_PASS = (*NARROWED, "first", "last", "edges", "absstep")
 
 
 def _phase_view(metric: str, point: str, compared: str, *, r: str, r2: str, s: str,
@@ -254,6 +284,10 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
         "first": first,
         "last": (f"(count_over_time({metric}[{duration(step_s - 0.001)}]) * 0 + time()) or "
                  f"(max_over_time(timestamp({edge})[{r}:{s}]) - {step_s:g})"),
+        # a point at the chunk's first / last step (then first / last need no subquery)
+        "at_start": f"count_over_time({metric}[{duration(step_s - 0.001)}]"
+                    + (f" offset {duration(offset)})" if offset > 0 else ")"),
+        "at_end": f"count_over_time({metric}[{duration(step_s - 0.001)}])",
         # the edges above assume at most one sample per step (the step is the scrape
         # interval); where the raw samples outnumber the points they do not hold, and these
         # (costlier: an operator on every point) take over (:data:`MULTI_SAMPLE`)
@@ -424,7 +458,7 @@ def pull_aggregates(
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
                                signals=fam == "util")
             jobs += [(i, name, expr) for name, expr in qs.items()
-                     if name not in MULTI_SAMPLE and not (narrow and name in NARROWED)]
+                     if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)]
     # fleet mean utilization over the last hour and day: raw sums, run with the rest
     fleet_jobs: list[tuple[int, str, str]] = []
     for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
@@ -444,25 +478,28 @@ def pull_aggregates(
         total = sum(fleet.get(f"{label} sum {fam}", 0.0) for fam in families)
         count = sum(fleet.get(f"{label} count {fam}", 0.0) for fam in families)
         data.fleet_util_pct[label] = total / count if count > 0 else None
-    # threshold queries only for the GPUs whose series straddle a threshold; the
-    # several-samples-per-step forms for GPUs whose series have more samples than points
+    # second pass: each SECOND_PASS query only for the series that need it, and the
+    # several-samples-per-step forms for series with more samples than points; selected by
+    # GPU and pod (a superset: answers of series that did not need one agree anyway)
     jobs2: list[tuple[int, str, str]] = []
     for i, (a, b) in enumerate(chunks):
-        wanted: dict[str, dict[str, set[str]]] = {}  # query -> UUID label -> values
+        wanted: dict[str, dict[tuple[str, str], set[tuple[str, str]]]] = {}
         for (code, j), v in data.values.items():
             if j != i:
                 continue
-            names = [nm for nm in NARROWED
-                     if narrow and f"{NARROWED[nm][0]}n" in v and straddles(v, nm)]
+            names = [nm for nm in SECOND_PASS if narrow and _needs(v, nm)]
             if "n" in v and v.get("raw_n", v["n"]) != v["n"]:
                 names += MULTI_SAMPLE
+            (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
             for nm in names:
-                label, value = ids.uuid_label[code]
-                wanted.setdefault(nm, {}).setdefault(label, set()).add(value)
-        for nm, by_label in wanted.items():
-            for label, values in sorted(by_label.items()):
-                for part in _batches(sorted(values), 200):
-                    gpus = _with(sel, f'{label}=~"{escape_label_value(_regex(part))}"')
+                wanted.setdefault(nm, {}).setdefault((ulabel, plabel), set()).add(
+                    (uvalue, pvalue))
+        for nm, groups in wanted.items():
+            for (ulabel, plabel), pairs in sorted(groups.items()):
+                for part in _batches(sorted(pairs), 200):
+                    gpus = _with(sel, f'{ulabel}=~"{_regex_of({u for u, _ in part})}"')
+                    if plabel:
+                        gpus = _with(gpus, f'{plabel}=~"{_regex_of({p for _, p in part})}"')
                     for fam in families:
                         qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
                                            family=fam, signals=False)
@@ -470,7 +507,11 @@ def pull_aggregates(
                             jobs2.append((i, nm, qs[nm]))
     _run(client, jobs2, chunks, data, ids, workers, "pushdown, second pass")
     jobs += jobs2
-    for v in data.values.values():
+    for (_code, i), v in data.values.items():
+        if v.pop("at_start", None) is not None and "first" not in v:
+            v["first"] = chunks[i][0]
+        if v.pop("at_end", None) is not None and "last" not in v:
+            v["last"] = chunks[i][1]
         if "first_ts" in v:  # several samples per step: the timestamp forms hold
             v["first"], v["last"] = v.pop("first_ts"), v.pop("last_ts", v.get("last", 0.0))
         else:
@@ -498,8 +539,8 @@ def pull_aggregates(
                     overlapping.setdefault(name, set()).add(value)
         for name, values in sorted(overlapping.items()):
             data.shared = True
-            for part in _batches(sorted(values), 200):
-                gpus = _with(sel, f'{name}=~"{escape_label_value(_regex(part))}"')
+            for uuids in _batches(sorted(values), 200):
+                gpus = _with(sel, f'{name}=~"{escape_label_value(_regex(uuids))}"')
                 for fam in families:
                     share_jobs.append((i, "wsum", share_query(gpus, step_s, b - a + step_s,
                                                               family=fam)))
@@ -519,6 +560,8 @@ class _SeriesCodes:
         self.by_labels: dict[tuple[tuple[str, str], ...], int] = {}
         self.by_id: dict[SeriesId, int] = {}
         self.uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
+        #: code -> the pod label that tells its series apart (exported_pod, else pod; "")
+        self.pod_label: dict[int, tuple[str, str]] = {}
 
     def code(self, labels: dict[str, str], query: str) -> int:
         key = tuple(labels.items())
@@ -532,6 +575,9 @@ class _SeriesCodes:
             self.data.ids.append(sid)
             self.uuid_label[code] = ("UUID", labels["UUID"]) if labels.get("UUID") else \
                 ("uuid", labels.get("uuid", ""))
+            pod = "exported_pod" if "exported_pod" in labels else \
+                "pod" if "pod" in labels else ""
+            self.pod_label[code] = (pod, labels.get(pod, "")) if pod else ("", "")
         self.by_labels[key] = code
         return code
 
@@ -569,8 +615,13 @@ def _run(client: PromClient, jobs: list[tuple[int, str, str]],
     return out
 
 
-def _batches(items: list[str], size: int) -> list[list[str]]:
+def _batches(items: list[_T], size: int) -> list[list[_T]]:
     return [items[k:k + size] for k in range(0, len(items), size)]
+
+
+def _regex_of(values: set[str]) -> str:
+    """An escaped RE2 alternation for a label matcher selecting exactly ``values``."""
+    return escape_label_value(_regex(sorted(values)))
 
 
 def _regex(values: list[str]) -> str:
