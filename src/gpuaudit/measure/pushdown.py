@@ -143,8 +143,9 @@ _VIEW_TOP = {"": 100.0, "sm_": 1.0}  # full scale of a view's readings (percent,
 #: scrape interval, e.g. ``--step 1m`` on 15 s scrapes, or jitter putting two samples in
 #: one step), where one-sample-per-step edges do not hold: first/last point from the
 #: timestamps of every point, idle runs from idle/not-idle transitions (``changes``, about
-#: half of them: an estimate, not a bound)
-MULTI_SAMPLE = ("first_ts", "last_ts", "changes")
+#: half of them: an estimate, not a bound), and the sum of the points by subquery (where each
+#: step holds one sample, the raw ``raw_sum`` is that sum)
+MULTI_SAMPLE = ("first_ts", "last_ts", "changes", "sum")
 
 
 def straddles(v: Mapping[str, float], name: str) -> bool:
@@ -292,6 +293,7 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
         # interval); where the raw samples outnumber the points they do not hold, and these
         # (costlier: an operator on every point) take over (:data:`MULTI_SAMPLE`)
         "raw_n": f"count_over_time({metric}[{r}])",
+        "raw_sum": f"{scale}sum_over_time({metric}[{r}])",  # = sum where raw_n = n
         "first_ts": f"min_over_time(timestamp({point})[{r}:{s}])",
         "last_ts": f"max_over_time(timestamp({point})[{r}:{s}])",
         "changes": f"changes(({scale}{metric} < bool {_LOWER_PCT[0]:g})[{r}:{s}])",
@@ -512,6 +514,9 @@ def pull_aggregates(
             v["first"] = chunks[i][0]
         if v.pop("at_end", None) is not None and "last" not in v:
             v["last"] = chunks[i][1]
+        raw_sum = v.pop("raw_sum", None)
+        if "n" in v and "sum" not in v and raw_sum is not None:
+            v["sum"] = raw_sum  # one sample per step: the raw sum is the points' sum
         if "first_ts" in v:  # several samples per step: the timestamp forms hold
             v["first"], v["last"] = v.pop("first_ts"), v.pop("last_ts", v.get("last", 0.0))
         else:
