@@ -134,8 +134,17 @@ class PhaseTime:
         return 100.0 * self.busy_s / self.observed_s if self.observed_s > 0 else None
 
     def __add__(self, other: PhaseTime) -> PhaseTime:
-        return PhaseTime(**{f.name: getattr(self, f.name) + getattr(other, f.name)
-                            for f in fields(self)})
+        return PhaseTime(**{n: getattr(self, n) + getattr(other, n)
+                            for n in CELL_VALUE_COLUMNS})
+
+    @staticmethod
+    def total(times: Sequence[PhaseTime]) -> PhaseTime:
+        """The field-wise sum of ``times`` (the same additions, in the same order, as
+        ``PhaseTime() + times[0] + times[1] + ...``, without the intermediate objects)."""
+        sums: dict[str, Any] = {n: sum((getattr(t, n) for t in times), 0.0)
+                                for n in CELL_VALUE_COLUMNS}
+        sums["samples"] = sum(t.samples for t in times)
+        return PhaseTime(**sums)
 
 
 #: Numeric columns of :attr:`Usage.cells`, in :class:`PhaseTime` field order.

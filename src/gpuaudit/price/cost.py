@@ -135,11 +135,8 @@ def _line(key: tuple[str | None, ...], t: PhaseTime, rate: Rate) -> CostLine:
 
 
 def _merge(key: tuple[str | None, ...], lines: Sequence[CostLine]) -> CostLine:
-    t = PhaseTime()
-    for ln in lines:
-        t = t + ln.time
     return CostLine(
-        key=key, time=t,
+        key=key, time=PhaseTime.total([ln.time for ln in lines]),
         phase_cost={p: sum((ln.phase_cost[p] for ln in lines), ZERO) for p in PHASES},
         unobserved_cost=sum((ln.unobserved_cost for ln in lines), ZERO),
         underutilized_waste=sum((ln.underutilized_waste for ln in lines), ZERO),
