@@ -20,6 +20,12 @@ over a subquery at the audit step ``s`` whose points are exactly the chunk's ste
   ``stddev_over_time``), and raw ``sum_over_time``/``count_over_time``/``max_over_time`` of
   power, temperature, framebuffer, tensor/DRAM/SM activity, PCIe, energy (max - min, mJ),
   ECC, XID;
+- a second pass asks the threshold queries, first/last point, idle edges and step change
+  only of the series that need them (:data:`SECOND_PASS`, :func:`_needs`), selected by GPU
+  and pod: a series whose raw extremes stay on one side of a threshold has its answer from
+  its points and sum, one present at the chunk's first/last step starts/ends there; series
+  with more raw samples than points (a step longer than the scrape interval) get the
+  timestamp forms instead (:data:`MULTI_SAMPLE`);
 - for GPUs whose series overlap in time within a chunk (time-sliced between pods), the share
   weight ``1 / count by (UUID, uuid, GPU_I_ID) (U)`` summed per series (:func:`share_query`),
   so a shared GPU is split, not billed twice. It matches vectors at every step, so it runs on
