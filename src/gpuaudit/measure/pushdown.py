@@ -152,6 +152,7 @@ _VIEW_TOP = {"": 100.0, "sm_": 1.0}  # full scale of a view's readings (percent,
 #: half of them: an estimate, not a bound), and the sum of the points by subquery (where each
 #: step holds one sample, the raw ``raw_sum`` is that sum)
 MULTI_SAMPLE = ("first_ts", "last_ts", "changes", "sum")
+_WINDOW_FORMS = ("first", "last", "edges", "idle_pairs")  # what MULTI_SAMPLE replaces
 
 
 def straddles(v: Mapping[str, float], name: str) -> bool:
@@ -496,8 +497,8 @@ def pull_aggregates(
             if j != i:
                 continue
             names = [nm for nm in SECOND_PASS if narrow and _needs(v, nm)]
-            if "n" in v and v.get("raw_n", v["n"]) != v["n"]:
-                names += MULTI_SAMPLE
+            if "n" in v and v.get("raw_n", v["n"]) != v["n"]:  # the window forms do not hold
+                names = [nm for nm in names if nm not in _WINDOW_FORMS] + list(MULTI_SAMPLE)
             (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
             for nm in names:
                 wanted.setdefault(nm, {}).setdefault((ulabel, plabel), set()).add(
