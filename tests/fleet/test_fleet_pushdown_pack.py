@@ -53,7 +53,7 @@ def test_readings_above_100_pct_are_an_error_not_a_wrong_count():
         unpack(_running_sum(np.array([150.0, 150.0]), base), base, where="series x")
 
 
-def _answers(u: list[float | None], step: float = 15.0) -> dict[str, float]:
+def _answers(u: list[float | None]) -> dict[str, float]:
     """What the pushdown queries of one chunk answer for one series, computed the way
     Prometheus evaluates them. ``u[0]`` is the step before the chunk (its window reaches
     back there), ``u[1:]`` the chunk's steps; None: no sample at that step. Samples sit

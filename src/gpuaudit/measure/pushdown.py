@@ -144,6 +144,7 @@ NARROWED: dict[str, tuple[str, int]] = {
     "sm_lo": ("sm_", 0), "sm_hi": ("sm_", 1), "sm_top": ("sm_", 2),
 }
 _VIEW_TOP = {"": 100.0, "sm_": 1.0}  # full scale of a view's readings (percent, ratio)
+_COUNT_ONLY = frozenset({"top", "sm_top", "idle_pairs"})  # answers a count, not count x K + sum
 
 #: queries for series-chunks with more raw samples than points (a step longer than the
 #: scrape interval, e.g. ``--step 1m`` on 15 s scrapes, or jitter putting two samples in
@@ -159,8 +160,8 @@ def straddles(v: Mapping[str, float], name: str) -> bool:
     """Whether series-chunk answers ``v`` need the threshold query ``name`` (see
     :data:`NARROWED`): its raw minimum is below the threshold and its maximum at or above
     it, or the extremes are unknown. The raw samples of the chunk and the step before it
-include every fresh point and every two-step window, so
-    otherwise all points (and all two-step windows) fall on one side."""
+    include every fresh point and every two-step window, so otherwise all points (and all
+    two-step windows) fall on one side."""
     pre, k = NARROWED[name]
     t = _LOWER_PCT[k] * _VIEW_TOP[pre] / 100.0
     lo, hi = v.get(f"{pre}umin"), v.get(f"{pre}umax")
@@ -275,13 +276,14 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     # a step whose two-step window holds one sample: a series' first point, or the step
     # after its last
     edge = f"count_over_time({metric}[{w2}]) == 1"
+    # a point at the chunk's last / first step (then it ends / starts there)
     offset = range_s - step_s
-    first = f"count_over_time({metric}[{duration(step_s - 0.001)}]"
+    window = f"{metric}[{duration(step_s - 0.001)}]"
+    at_end = f"count_over_time({window})"
+    at_start = f"count_over_time({window} offset {duration(offset)})" if offset > 0 else at_end
+    first = f"({at_start} * 0 + time() - {offset:g})"
     if offset > 0:
-        first = (f"({first} offset {duration(offset)}) * 0 + time() - {offset:g}) or "
-                 f"min_over_time(timestamp({edge})[{duration(offset - 0.001)}:{s}])")
-    else:
-        first = f"{first}) * 0 + time()"
+        first += f" or min_over_time(timestamp({edge})[{duration(offset - 0.001)}:{s}])"
     q.update({
         "std": f"{scale}stddev_over_time({metric}[{r}])",
         "idle_pairs": f"count_over_time(({scale}max_over_time({metric}[{w2}]) < "
@@ -290,12 +292,10 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
         "absstep": f"{scale}(sum_over_time(max_over_time({metric}[{w2}])[{r}:{s}]) - "
                    f"sum_over_time(min_over_time({metric}[{w2}])[{r}:{s}]))",
         "first": first,
-        "last": (f"(count_over_time({metric}[{duration(step_s - 0.001)}]) * 0 + time()) or "
+        "last": (f"({at_end} * 0 + time()) or "
                  f"(max_over_time(timestamp({edge})[{r}:{s}]) - {step_s:g})"),
-        # a point at the chunk's first / last step (then first / last need no subquery)
-        "at_start": f"count_over_time({metric}[{duration(step_s - 0.001)}]"
-                    + (f" offset {duration(offset)})" if offset > 0 else ")"),
-        "at_end": f"count_over_time({metric}[{duration(step_s - 0.001)}])",
+        "at_start": at_start,  # then first / last need no subquery
+        "at_end": at_end,
         # the edges above assume at most one sample per step (the step is the scrape
         # interval); where the raw samples outnumber the points they do not hold, and these
         # (costlier: an operator on every point) take over (:data:`MULTI_SAMPLE`)
@@ -357,8 +357,7 @@ def _threshold_answer(v: dict[str, float], name: str, base: float, *, where: str
     if straddles(v, name):
         if x is None:
             return 0.0, 0.0
-        return (x, 0.0) if name.endswith(("top", "pairs")) else \
-            unpack(x, base, where=where, top=top)
+        return (x, 0.0) if name in _COUNT_ONLY else unpack(x, base, where=where, top=top)
     t = _LOWER_PCT[k] * top / 100.0
     below = k == 0
     inside = v[f"{pre}umax"] < t if below else v[f"{pre}umin"] >= t
@@ -454,8 +453,9 @@ def pull_aggregates(
     chunks = time_chunks(float(start_s), float(end_s), step_s, points)
     mig_sel = _with(sel, 'GPU_I_ID!=""')
     # which series families exist: index lookups, no samples read
-    has_sm = bool(client.label_names(_SM + sel, float(start_s), float(end_s)))
-    has_mig = bool(client.label_names(_GR + mig_sel, float(start_s), float(end_s)))
+    probes = [client.label_names(m, float(start_s), float(end_s))
+              for m in (_SM + sel, _GR + mig_sel)]
+    has_sm, has_mig = bool(probes[0]), bool(probes[1])
     families = ["util", "mig"] if has_mig else ["util"]
     data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, values={},
                         origin=f"Prometheus {client.url} (PromQL pushdown, step {step_s:g} s)",
@@ -552,12 +552,12 @@ def pull_aggregates(
         for name, values in sorted(overlapping.items()):
             data.shared = True
             for uuids in _batches(sorted(values), 200):
-                gpus = _with(sel, f'{name}=~"{escape_label_value(_regex(uuids))}"')
+                gpus = _with(sel, f'{name}=~"{_regex_of(set(uuids))}"')
                 for fam in families:
                     share_jobs.append((i, "wsum", share_query(gpus, step_s, b - a + step_s,
                                                               family=fam)))
     _run(client, share_jobs, chunks, data, ids, workers, "time-sliced GPUs")
-    data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + 2
+    data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + len(probes)
     return data
 
 
