@@ -8,6 +8,7 @@ Each stage is also callable alone: :func:`gpuaudit.classify.classify`,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -103,36 +104,43 @@ def audit(
     models = {s.gpu_model for s in usage.series} or {None}
     rates = resolve_rates(models, gpu_model=gpu_model, price=price, provider=provider,
                           purchase=purchase, catalog=catalog)
+    extras = dict(extra or {})
+    if "timeline" not in extras:
+        # the run's phases (warm-up, steady, cool-down) are judged apart on the timeline
+        usage = _with_timeline(samples, source, usage, mapping=mapping, fields=fields,
+                               host=host, gpu_model=gpu_model, tz=tz)
+        if usage.timeline is not None:
+            extras["timeline"] = usage.timeline.to_dict()
     cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
     diagnoses = diagnose(usage.series, usage.patterns)
     plan = recommend(usage, cost, diagnoses, finding_list)
-    extras = dict(extra or {})
-    if "timeline" not in extras:
-        timeline = _timeline(samples, source, usage, mapping=mapping, fields=fields, host=host,
-                             gpu_model=gpu_model, tz=tz)
-        if timeline is not None:
-            extras["timeline"] = timeline
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
                        health=check_health(usage.series), extra=extras)
 
 
-def _timeline(samples: object, source: SampleSource | Recording, usage: Usage,
-              **open_kw: Any) -> dict[str, Any] | None:
-    """extra["timeline"]: a second streaming pass where the samples can be re-read.
+def _with_timeline(samples: object, source: SampleSource | Recording, usage: Usage,
+                   **open_kw: Any) -> Usage:
+    """``usage`` with its timeline (and the patterns judged on it), from a second streaming
+    pass where classify's own pass could not build it and the samples can be re-read.
 
     A Recording (or table) is read again from memory, a path is opened again, a source that
     says ``rereadable = True`` (a file) is iterated again; a one-shot stream (a live
-    SampleSource) cannot be re-read and gets no timeline.
+    SampleSource) cannot be re-read: its patterns stay judged on the whole run.
     """
+    from gpuaudit.classify.patterns import detect_patterns, job_patterns
     from gpuaudit.classify.timeline import timeline_for
 
     if usage.timeline is not None:  # built in classify's pass
-        return usage.timeline.to_dict()
+        return usage
     if isinstance(samples, (str, Path)):
         again = open_source(samples, **open_kw)
     elif isinstance(source, Recording) or getattr(source, "rereadable", False):
         again = source
     else:
-        return None
+        return usage
     tl = timeline_for(again, usage)
-    return None if tl is None else tl.to_dict()
+    if tl is None:
+        return usage
+    patterns = detect_patterns(usage.series, usage.interval_s, tl)
+    return replace(usage, timeline=tl, patterns=patterns,
+                   job_patterns=job_patterns(usage.series, patterns))

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit._heap import keep_freed_memory
-from gpuaudit.classify.patterns import detect_patterns
+from gpuaudit.classify.patterns import detect_patterns, job_patterns
 from gpuaudit.classify.timeline import Grid, TimelineAcc, timeline_grid
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage, add_phase_index
 from gpuaudit.errors import InputError, SampleTableError
@@ -537,7 +537,8 @@ class _Engine:
             if len(self.series_index) > _TIMELINE_MAX_SERIES:
                 self.timeline = None  # too wide to hold here: the caller makes a second pass
             else:
-                self.timeline.add(r["code"], r["ts"], u_ok, read_w, len(self.series_index))
+                self.timeline.add(r["code"], r["ts"], u_ok, read_w, len(self.series_index),
+                                  _timeline_signals(r))
         self._series_stats(r, obs, u, no_reading if has_nr else None, u_ok, read_w)
 
     def _series_stats(
@@ -835,6 +836,21 @@ class _Engine:
         return tuple(out)
 
 
+def _timeline_signals(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows' diagnostic signals under their timeline names (classify.timeline.SIGNALS)."""
+    out = {}
+    if "sm" in r:
+        out["sm_active"] = r["sm"]
+    for name in ("sm_occupancy", "tensor_active", "dram_active"):
+        if f"sig_{name}" in r:
+            out[name] = r[f"sig_{name}"]
+    for ours, theirs in (("pcie_bytes_per_s", "sig_pcie"), ("nvlink_bytes_per_s", "sig_nvlink"),
+                         ("power_w", "sig_power"), ("mem_used_mib", "max_mem_used_mib")):
+        if theirs in r:
+            out[ours] = r[theirs]
+    return out
+
+
 def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Row-wise concatenation of two row dicts whose optional signals may differ."""
     n_a, n_b = a["code"].shape[0], b["code"].shape[0]
@@ -937,11 +953,13 @@ def classify(
             == engine.timeline.grid):  # the footer told the truth about the window
         timeline = engine.timeline.timeline(list(engine.series_index),
                                             [m[0] for m in engine.series_meta])
+    patterns = detect_patterns(series, engine.interval_s or 1.0, timeline)
     return Usage(
         cells=engine.cells_table(),
         by=keys,
         series=series,
-        patterns=detect_patterns(series, engine.interval_s or 1.0),
+        patterns=patterns,
+        job_patterns=job_patterns(series, patterns),
         window_start=start,
         window_end=end,
         interval_s=engine.interval_s or 1.0,
