@@ -19,7 +19,7 @@ from gpuaudit.api import Report, audit
 from gpuaudit.cli.audit import demo_path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "core"))
-from coretables import recording, series_table  # noqa: E402
+from coretables import recording, series_table
 
 TRACES = Path(__file__).resolve().parents[1] / "data" / "traces"
 MONEY = r"\$([0-9][0-9,]*\.[0-9]{2})(?![0-9])"
