@@ -91,12 +91,50 @@ class Rate:
     committed_source: str | None = None
     currency: str = "USD"
 
-    def describe(self, source_chars: int = 90) -> str:
+    def describe(self, source_chars: int = 120) -> str:
+        """The price line every report prints. A long source is shortened at a segment
+        boundary (``; ``, ``, `` or `` + `` outside brackets), never mid-word, and its brackets
+        stay balanced; the JSON report carries the whole source."""
         what = " ".join(x for x in (self.provider, self.instance) if x) or "given price"
-        src = self.source if len(self.source) <= source_chars else (
-            self.source[: source_chars - 3].rstrip() + "...")
+        src = shorten_source(self.source, source_chars)
         return (f"${self.usd_per_gpu_hour}/GPU-h {self.purchase}"
                 f" ({what}; as of {self.as_of}; {src})")
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+_SEPARATORS = ("; ", " + ", ", ")
+
+
+def shorten_source(text: str, limit: int) -> str:
+    """``text`` whole if it fits in ``limit`` characters, else its longest prefix that ends at
+    a separator outside any bracket (``; ``, `` + ``, ``, ``), followed by `` ...``; the first
+    segment whole when even that is longer. Brackets in what is kept always balance."""
+    if len(text) <= limit:
+        return text
+    depth = 0
+    cut = None
+    first = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            sep = next((s for s in _SEPARATORS if text.startswith(s, i)), None)
+            if sep is not None:
+                if first is None:
+                    first = i
+                if i + 4 <= limit:
+                    cut = i
+                i += len(sep)
+                continue
+        i += 1
+    end = cut if cut is not None else first
+    if end is None:
+        return text  # one unbreakable segment: shown whole rather than cut mid-word
+    return text[:end].rstrip(" ;,+") + " ..."
 
 
 def _decimal(text: str, where: str, what: str) -> Decimal | None:
