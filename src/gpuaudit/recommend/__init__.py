@@ -32,4 +32,5 @@ def recommend(usage: Usage, cost: CostReport, diagnoses: Sequence[Diagnosis] = (
         notes.append(f"no cause could be decided for {len(open_)} GPU(s) from the fields "
                      f"present ({open_[0].gpu_uuid}{' and others' if len(open_) > 1 else ''}): "
                      f"{open_[0].decides}")
-    return combine(recs, waste_fraction=waste, monthly_cost_usd=cost.monthly_cost, notes=notes)
+    return combine(recs, waste_fraction=waste, monthly_cost_usd=cost.cost_projection["monthly"],
+                   monthly_waste_usd=cost.waste_projection["monthly"], notes=notes)
