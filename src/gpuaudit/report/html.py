@@ -141,7 +141,9 @@ def _header(result: AuditResult) -> str:
         "<header><h1>gpuaudit report</h1>"
         f'<p class="meta">source: {esc(u.source)}: {esc(u.origin)}<br>'
         f"window: {esc(window)}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
-        f"(gaps over {u.cap_s:g} s count as unobserved)<br>price: {esc(rates)}</p></header>"
+        f"(gaps over {u.cap_s:g} s count as unobserved)<br>price: {esc(rates)}"
+        + "".join(f"<br>price row: {esc(r.choice)}" for r in c.rates.values() if r.choice)
+        + "</p></header>"
     )
 
 

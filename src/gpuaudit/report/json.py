@@ -129,7 +129,8 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         "rates": [
             {"gpu_model_seen": k, "gpu_model": r.gpu_model, "usd_per_gpu_hour": str(r.usd_per_gpu_hour),
              "purchase": r.purchase, "provider": r.provider, "instance": r.instance,
-             "source": r.source, "as_of": r.as_of, "currency": r.currency}
+             "source": r.source, "as_of": r.as_of, "currency": r.currency,
+             "purchase_kind": r.purchase_kind, "choice": r.choice}
             for k, r in sorted(c.rates.items(), key=lambda kv: str(kv[0]))
         ],
         "phases": {

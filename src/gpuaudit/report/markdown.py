@@ -30,6 +30,8 @@ def render_markdown(result: AuditResult) -> str:
                    f"{u.interval_s:g} s")
     for k, rate in c.rates.items():
         out.append(f"- **price** ({_esc(rate.gpu_model or k or 'GPU')}): {_esc(rate.describe())}")
+        if rate.choice:
+            out.append(f"- **price row**: {_esc(rate.choice)}")
     out += ["", "## Where the GPU time went", "",
             "| phase | GPU-hours | share | cost |", "|---|---:|---:|---:|"]
     shares = t.phase_shares_pct()
