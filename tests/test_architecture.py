@@ -16,11 +16,12 @@ LAYERS: dict[str, int] = {
     "measure": 1, "traces": 1,
     "classify": 2,
     "price": 3,
-    "recommend": 4,
-    "result": 5,
-    "report": 6,
-    "api": 7, "monitor": 8, "integrate": 8,
-    "cli": 9, "__main__": 10,
+    "capacity": 4,
+    "recommend": 5,
+    "result": 6,
+    "report": 7,
+    "api": 8, "monitor": 9, "integrate": 9,
+    "cli": 10, "__main__": 11,
 }
 
 
