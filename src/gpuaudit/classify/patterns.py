@@ -24,8 +24,8 @@ run) decides the shape; the edges
 are named beside it ("warm-up, then saturated, then cool-down"). Without a timeline (the fleet
 pushdown), the whole run decides, as before.
 
-**Per job.** :func:`job_patterns` names one shape per job (GPUs of one host and pod set, or
-one ``job`` label): the shape at least :data:`JOB_MAJORITY` of its GPUs share; eight GPUs
+**Per job.** :func:`job_patterns` names one shape per job (the GPUs of one host and pod
+set): the shape at least :data:`JOB_MAJORITY` of its GPUs share; eight GPUs
 with one clear shape are that shape, never "mixed".
 """
 
