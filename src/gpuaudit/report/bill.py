@@ -165,9 +165,10 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                 f'width:100%;background:#f4f4f4">{"".join(segs)}</div></td>'
                 f'<td class="num">{_e(_m(ln["amount"], ccy))}</td>'
                 f'<td class="num">{ln["gpu_hours"]:,.1f} GPU-h</td></tr>')
-        parts.append('<table class="bill-bars"><thead><tr><th>line</th><th>by phase</th>'
-                     '<th>amount</th><th>GPU-hours</th></tr></thead><tbody>'
-                     + "".join(rows) + "</tbody></table>")
+        parts.append(f'<figure id="chart-bill-{_e(ccy)}" data-chart="bill">'
+                     '<div class="scroll"><table class="bill-bars"><thead><tr><th>line</th>'
+                     '<th>by phase</th><th>amount</th><th>GPU-hours</th></tr></thead><tbody>'
+                     + "".join(rows) + "</tbody></table></div></figure>")
         r = c["reconciliation"]
         parts.append(f'<p class="reconciliation">Lines {_e(_m(r["sum_of_lines"], ccy))} = '
                      f'billed {_e(_m(r["billed"], ccy))} (difference '
@@ -182,9 +183,10 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                 f"<td class=num>{_e(_m(x['list'], ccy))}</td>"
                 f"<td class=num>{_e(_m(x['effective_per_gpu_hour'], ccy))}</td></tr>"
                 for x in c["rates"])
-            parts.append("<table><thead><tr><th>instance</th><th>pricing</th><th>GPU-h</th>"
-                         "<th>billed</th><th>effective</th><th>list</th><th>effective/GPU-h"
-                         f"</th></tr></thead><tbody>{rr}</tbody></table>")
+            parts.append('<div class="scroll"><table><thead><tr><th>instance</th><th>pricing'
+                         "</th><th>GPU-h</th><th>billed</th><th>effective</th><th>list</th>"
+                         f"<th>effective/GPU-h</th></tr></thead><tbody>{rr}</tbody></table>"
+                         "</div>")
     b = bill.get("budgets")
     if b:
         br = "".join(f"<tr><td>{_e(x['team'])}</td><td class=num>"
@@ -192,9 +194,9 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                      f"{_e(_m(x['month_to_date'], b['currency']))}</td><td class=num>"
                      f"{_e(_m(x['forecast'], b['currency']))}</td><td>{_e(x['status'])}</td>"
                      "</tr>" for x in b["teams"])
-        parts.append(f"<h3>Budgets {_e(b['month'])}</h3><table><thead><tr><th>team</th>"
-                     "<th>budget</th><th>month to date</th><th>forecast</th><th>status</th>"
-                     f"</tr></thead><tbody>{br}</tbody></table>")
+        parts.append(f"<h3>Budgets {_e(b['month'])}</h3><div class=\"scroll\"><table><thead>"
+                     "<tr><th>team</th><th>budget</th><th>month to date</th><th>forecast</th>"
+                     f"<th>status</th></tr></thead><tbody>{br}</tbody></table></div>")
     parts.append("</section>")
     return "".join(parts)
 
@@ -225,12 +227,11 @@ def showback_csv(table: pa.Table) -> str:
 
 def write_showback_parquet(table: pa.Table, path: Path) -> None:
     """The showback table as Parquet, ``amount`` as decimal(18, 2)."""
-    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     i = table.column_names.index("amount")
-    dec = pc.divide(pc.cast(table.column("amount"), pa.decimal128(18, 0)),
-                    pa.scalar(Decimal(100), pa.decimal128(18, 0)))
-    out = table.set_column(i, "amount", pc.cast(dec, pa.decimal128(18, 2)))
+    amounts = pa.array([None if c is None else Decimal(int(c)).scaleb(-2)
+                        for c in table.column("amount").to_pylist()], pa.decimal128(18, 2))
+    out = table.set_column(i, "amount", amounts)
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(out, path)

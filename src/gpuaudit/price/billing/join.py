@@ -12,13 +12,13 @@ Trino, BigQuery; docs/billing.md gives the dialect changes):
   group (classify's ``period:3600`` cells summed over the host's GPUs), in integer
   milliseconds.
 
-Money is integer units of 1e-10 (``DECIMAL(38,10)`` scaled), so every allocation is an
+Money is integer units of 1e-12 (``DECIMAL(38,12)`` scaled), so every allocation is an
 integer product and an integer division: exact, portable, no float. Each GPU line's cost
 is split over its node's capacity ``W = max(billed GPU-ms, measured GPU-ms)`` in the line's
 charge period: measured time to the teams (method ``allocation``: every phase of the time a
 team held; method ``usage``: the non-idle phases, a team's idle time going to ``idle``),
 time held by nobody to ``idle``, and billed time without telemetry to ``unallocated``
-(with its reason). The integer division leaves less than one unit (1e-10) per weight; the
+(with its reason). The integer division leaves less than one unit (1e-12) per weight; the
 reconciliation (``reconcile.py``) rounds each charge period against its exact billed total.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 __all__ = ["METHODS", "UNITS_PER_USD", "allocation_sql"]
 
 METHODS: tuple[str, ...] = ("allocation", "usage")
-UNITS_PER_USD = 10_000_000_000  # 1e-10 USD: the scale of DECIMAL(38,10)
+UNITS_PER_USD = 1_000_000_000_000  # 1e-12 USD: the scale of DECIMAL(38,12)
 PHASE_COLS = ("idle", "underutilized", "productive", "compute_bound")
 COST_COLUMNS = {"billed": "billed_cost", "effective": "effective_cost", "list": "list_cost"}
 

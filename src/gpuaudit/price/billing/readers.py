@@ -13,7 +13,7 @@ Hive-partitioned export such as ``year=2026/month=10/part-0.parquet`` reads as o
 Real exports break the spec (the FOCUS sample data: dates without ``T``/``Z``, literal
 ``NULL``); those are tolerated. A required column that is missing, or a value that is not a
 number or a timestamp, raises :class:`~gpuaudit.errors.InputError` naming the file, the
-column and the row. Money is ``DECIMAL(38,10)`` in DuckDB and ``Decimal`` in Python.
+column and the row. Money is ``DECIMAL(38,12)`` in DuckDB and ``Decimal`` in Python.
 
 The canonical columns (``CANONICAL``) are what the join (``billing/join.py``) reads; the same
 view can be written as SQL against Athena, Trino or BigQuery (docs/billing.md).
@@ -33,7 +33,7 @@ __all__ = ["BILL_FORMATS", "CANONICAL", "Bill", "detect_format", "open_bill"]
 #: Input formats of ``gpuaudit bill --format``: disjoint from the output formats.
 BILL_FORMATS: tuple[str, ...] = ("focus", "cur", "gcp")
 
-MONEY = "DECIMAL(38,10)"
+MONEY = "DECIMAL(38,12)"
 
 #: The canonical view's columns, in order, with their DuckDB types.
 CANONICAL: tuple[tuple[str, str], ...] = (

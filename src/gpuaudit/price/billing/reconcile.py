@@ -1,6 +1,6 @@
 """Reconciliation to the cent: each charge period's lines sum to its billed cost, exactly.
 
-The join gives each (period, line, phase) an amount in units of 1e-10 USD. Per charge period
+The join gives each (period, line, phase) an amount in units of 1e-12 USD. Per charge period
 the billed total (the exact sum of the bill's own amounts) is rounded half-even to the cent
 once; each row is floored to the cent and the missing cents go to the rows with the largest
 remainders (Hare's largest-remainder method, as ``money.allocate_cents``; amounts may be
@@ -18,11 +18,11 @@ import numpy as np
 
 __all__ = ["UNITS_PER_CENT", "cents_of_units", "reconcile_cents"]
 
-UNITS_PER_CENT = 100_000_000  # 1e-10 USD units per cent
+UNITS_PER_CENT = 10_000_000_000  # 1e-12 USD units per cent
 
 
 def cents_of_units(units: int) -> int:
-    """An exact amount in 1e-10 units rounded half-even to whole cents."""
+    """An exact amount in 1e-12 units rounded half-even to whole cents."""
     return int((Decimal(units) / UNITS_PER_CENT).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
 
@@ -58,7 +58,7 @@ def reconcile_cents(period: np.ndarray, floor_cents: np.ndarray, rem_units: np.n
 
 
 def split_cents(units: Sequence[int], target: int) -> list[int]:
-    """Whole cents for exact amounts ``units`` (1e-10 USD) summing to ``target`` cents:
+    """Whole cents for exact amounts ``units`` (1e-12 USD) summing to ``target`` cents:
     floor each, then the missing cents by largest remainder (ties: first)."""
     if not units:
         return []
