@@ -311,6 +311,7 @@ def bill(
     catalog: str | Path | None = None,
     workers: int | None = None,
     today: Any = None,
+    sql_dir: str | Path | None = None,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -319,8 +320,9 @@ def bill(
     it busy pays for the non-idle phases; a team's idle time goes to ``idle``). ``fmt``:
     ``focus``, ``cur`` or ``gcp`` (detected by columns when None). ``cost``: which of the
     bill's costs is split: ``billed`` (the invoice), ``effective`` or ``list``. ``budgets``: a
-    TOML of monthly budgets (docs/billing.md). Every charge period's lines sum to its billed
-    cost to the cent; see ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
+    TOML of monthly budgets (docs/billing.md). ``sql_dir``: write the join's inputs and SQL
+    there (to run it in Athena, Trino or BigQuery). Every charge period's lines sum to its
+    billed cost to the cent; see ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
     from datetime import datetime, timezone
 
@@ -372,7 +374,8 @@ def bill(
         raise InputError("the telemetry has no samples", fix="give a recording with samples")
     hours = usage_hours(usage_h.cells, list(keys))
     alloc = allocate(opened, hours, names, method=method, cost=cost,
-                     window=(window[0], window[1]), host_aliases=host_aliases)
+                     window=(window[0], window[1]), host_aliases=host_aliases,
+                     sql_dir=sql_dir)
     summary = alloc.summary
     usage = coarse_usage(usage_h, keys)
     rates = bill_rates(usage, summary, catalog=catalog)

@@ -56,11 +56,14 @@ OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
 @click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Your own prices (TOML) for models the bill does not price.")
 @click.option("--workers", type=int, default=None, help="Processes for a large recording.")
+@click.option("--sql-out", "sql_out", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Also write the join's inputs (Parquet) and its SQL here, to "
+              "run the same query in Athena, Trino or BigQuery (docs/billing.md).")
 def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
              by: tuple[str, ...], method: str, formats: tuple[str, ...], output: Path | None,
              cost: str, budgets: Path | None, map_file: Path | None, match: tuple[str, ...],
              step: str | None, host_alias: tuple[str, ...], catalog: Path | None,
-             workers: int | None) -> None:
+             workers: int | None, sql_out: Path | None) -> None:
     """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
     from gpuaudit.api import bill
     from gpuaudit.cli.fleet import _matchers, parse_duration_s
@@ -79,7 +82,7 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
                   by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
                   budgets=budgets, map_file=map_file, matchers=_matchers(match),
                   step_s=parse_duration_s(step) if step else None, host_aliases=aliases,
-                  catalog=catalog, workers=workers)
+                  catalog=catalog, workers=workers, sql_dir=sql_out)
     emit_bill(result, out_fmt, output)
 
 

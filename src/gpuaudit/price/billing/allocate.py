@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,12 +116,16 @@ def allocate(
     window: tuple[datetime, datetime] | None = None,
     catalog: Sequence[CatalogEntry] | None = None,
     host_aliases: Mapping[str, str] | None = None,
+    sql_dir: str | Path | None = None,
 ) -> BillAllocation:
     """Join ``bill`` to measured ``hours`` (:func:`usage_hours`) and reconcile.
 
     ``keys``: the group keys' display names (``team``, ``project``), in ``g_i`` order.
     ``window``: the telemetry's [start, end); charge periods outside it are not covered.
     ``host_aliases``: telemetry host -> bill resource id, where the names differ.
+    ``sql_dir``: also write the join's inputs (``bill_lines``, ``gpu_skus``, ``host_map``,
+    ``usage_hours`` as Parquet) and its SQL (``join.sql``) there, to run the same query in a
+    warehouse (docs/billing.md).
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}", fix="use allocation or usage")
@@ -158,7 +163,15 @@ def allocate(
     con.register("usage_hours_arrow", hours)
     con.execute("CREATE OR REPLACE TEMP TABLE usage_hours AS SELECT * FROM usage_hours_arrow")
     win = None if window is None else (_iso(window[0]), _iso(window[1]))
-    con.execute(allocation_sql(len(keys), method, cost, win))
+    sql = allocation_sql(len(keys), method, cost, win)
+    if sql_dir is not None:
+        out = Path(sql_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for rel in ("bill_lines", "gpu_skus", "host_map", "usage_hours"):
+            dest = str(out / f"{rel}.parquet").replace("'", "''")
+            con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
+        (out / "join.sql").write_text(sql, encoding="utf-8")
+    con.execute(sql)
     return _summarise(bill, keys, method, cost, window, pairs, hosts)
 
 
