@@ -178,15 +178,15 @@ def fleet_usage(
     """
     import time
 
-    from gpuaudit.classify.pushdown import usage_from_pushdown
+    from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
     from gpuaudit.errors import InputError
+    from gpuaudit.measure.dcgm import series_id
     from gpuaudit.measure.prometheus import (
         PromClient,
         PrometheusSource,
         detect_interval_s,
         pod_labels,
     )
-    from gpuaudit.measure.pushdown import pull_aggregates
     from gpuaudit.price.attribution import Attributor, attribute_table
 
     fine_keys = tuple(by)
@@ -224,8 +224,8 @@ def fleet_usage(
             daily, util_window = local_kpis(table, fine_keys, step, start_s=start,
                                              chunk_s=chunk_s)
         else:
-            data = pull_aggregates(client, start_s=start, end_s=end, step_s=step,
-                                   matchers=matchers, chunk_s=chunk_s)
+            data = pull_aggregates(client, identify=series_id, start_s=start, end_s=end,
+                                   step_s=step, matchers=matchers, chunk_s=chunk_s)
             usage_fine, daily = usage_from_pushdown(
                 data, by=fine_keys,
                 labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,

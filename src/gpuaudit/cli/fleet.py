@@ -111,17 +111,6 @@ def audit_fleet(
     from gpuaudit.api import assemble, fleet_usage, local_kpis, rates_for
     from gpuaudit.classify import classify
     from gpuaudit.classify.phases import group_key_names
-<<<<<<< HEAD
-=======
-    from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
-    from gpuaudit.measure.dcgm import series_id
-    from gpuaudit.measure.prometheus import (
-        PromClient,
-        PrometheusSource,
-        detect_interval_s,
-        pod_labels,
-    )
->>>>>>> main
     from gpuaudit.price.attribution import (
         Attributor,
         attribute_table,
@@ -150,60 +139,10 @@ def audit_fleet(
         transfer = {"mode": "recording", "path": str(recording)}
     else:
         assert prometheus is not None
-<<<<<<< HEAD
         usage_fine, daily, util_window, transfer = fleet_usage(
             prometheus, start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
             by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
             client_kwargs=client_kwargs, chunk_s=chunk_s)
-=======
-        client = PromClient(prometheus, **dict(client_kwargs or {}))
-        try:
-            end = end_s if end_s is not None else time.time()
-            start = start_s if start_s is not None else end - since_s
-            if end <= start:
-                raise InputError("the range is empty (--end is not after --start)",
-                                 fix="give --since, or --start before --end")
-            step = step_s or detect_interval_s(client, end_s=end, matchers=matchers)
-            if step is None:
-                raise InputError(
-                    "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE) in the last hour of the range",
-                    where=prometheus, fix="check --start/--end/--since and --match, or give "
-                    "--step (the scrape interval)")
-            step = float(step)
-            start = (start // step + 1) * step
-            end = (end // step) * step
-            kube = pod_labels(client, start_s=start, end_s=end)
-            attributor = Attributor(mapping, kube)
-            if raw:
-                src = PrometheusSource(client, start_s=start, end_s=end, step_s=step,
-                                       matchers=matchers)
-                batches = list(src.batches())
-                from gpuaudit.schema import SAMPLE_SCHEMA, Recording
-
-                table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
-                table = attribute_table(table, attributor)
-                rec = Recording(table=table, source="prometheus", origin=src.origin,
-                                interval_s=step, notes=src.notes)
-                usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
-                daily, util_window = _local_kpis(table, fine_keys, step, start_s=start,
-                                                 chunk_s=chunk_s)
-            else:
-                data = pull_aggregates(client, identify=series_id, start_s=start, end_s=end,
-                                       step_s=step, matchers=matchers, chunk_s=chunk_s)
-                usage_fine, daily = usage_from_pushdown(
-                    data, by=fine_keys,
-                    labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
-                                                              dict(sid.labels)))
-                util_window = dict(data.fleet_util_pct)
-            transfer = {"mode": "raw query_range" if raw else "PromQL pushdown",
-                        "url": prometheus, "requests": client.requests,
-                        "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
-                        "step_s": step, "start": _iso(start), "end": _iso(end),
-                        "kube_pod_labels": len(kube)}
-        finally:
-            client.close()
->>>>>>> main
     usage = coarse_usage(usage_fine, user_keys)
     rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
                       provider=pricing.get("provider"),
