@@ -226,7 +226,19 @@ def build_profiles(
             combo = combo * (len(v) + 1) + (c + 1)
             mult *= len(v) + 1
         combo = combo * (len(mm_vals) + 1) + (mm_codes + 1)
-        uniq, first, inv = np.unique(combo, return_index=True, return_inverse=True)
+        mult *= len(mm_vals) + 1
+        if mult <= 4 * n + 1024:  # a dense lookup: no sort of the batch
+            present = np.zeros(mult, dtype=bool)
+            present[combo] = True
+            uniq = np.flatnonzero(present)
+            first_of = np.empty(mult, dtype=np.int64)
+            first_of[combo[::-1]] = np.arange(n - 1, -1, -1)
+            first = first_of[uniq]
+            slot = np.empty(mult, dtype=np.int64)
+            slot[uniq] = np.arange(len(uniq))
+            inv = slot[combo]
+        else:
+            uniq, first, inv = np.unique(combo, return_index=True, return_inverse=True)
         local = np.empty(len(uniq), dtype=np.int64)
         for j, row in enumerate(first):
             uuid = str(uu_vals[uu_codes[row]])
@@ -268,14 +280,8 @@ def build_profiles(
         if mem is not None:
             okm = inside & ~np.isnan(mem)
             if okm.any():
-                memgrid = grid.add("mem")
-                f = flat[okm]
-                order = np.argsort(f, kind="stable")
-                fs = f[order]
-                starts = np.flatnonzero(np.r_[True, fs[1:] != fs[:-1]])
-                mx = np.maximum.reduceat(mem[okm][order], starts).astype(np.float32)
-                cells = memgrid.reshape(-1)
-                cells[fs[starts]] = np.fmax(cells[fs[starts]], mx)
+                cells = grid.add("mem").reshape(-1)
+                np.fmax.at(cells, flat[okm], mem[okm].astype(np.float32))
         for name, col in (("mem_total", "mem_total_mib"), ("power", "power_w"),
                           ("dram", "dram_active"), ("tensor", "tensor_active")):
             vals = _float(batch, col)
@@ -283,10 +289,12 @@ def build_profiles(
                 continue
             good = ~np.isnan(vals)
             if name == "mem_total":
-                for j in np.unique(wid[good]):
-                    m = float(np.max(vals[good][wid[good] == j]))
-                    cur = scal["mem_total"][int(j)]
-                    scal["mem_total"][int(j)] = m if np.isnan(cur) else max(cur, m)
+                top = np.full(len(names), -np.inf)
+                np.maximum.at(top, wid[good], vals[good])
+                for jm in np.flatnonzero(top > -np.inf).tolist():
+                    cur = scal["mem_total"][jm]
+                    m = float(top[jm])
+                    scal["mem_total"][jm] = m if np.isnan(cur) else max(cur, m)
                 continue
             sums = np.bincount(wid[good], weights=vals[good], minlength=len(names))
             cnt = np.bincount(wid[good], minlength=len(names))
@@ -337,14 +345,10 @@ def _accumulate(grid: _Grid, name: str, flat: np.ndarray, ok: np.ndarray, values
     if f.size == 0:
         return
     w = weight[ok]
-    v = values[ok] * w
-    d = np.ones_like(w) if per_pod else w
-    order = np.argsort(f, kind="stable")
-    fs = f[order]
-    starts = np.flatnonzero(np.r_[True, fs[1:] != fs[:-1]])
-    cells = fs[starts]
-    num[cells] += np.add.reduceat(v[order], starts).astype(np.float32)
-    den[cells] += np.add.reduceat(d[order], starts).astype(np.float32)
+    v = (values[ok] * w).astype(np.float32)
+    d = np.ones(f.size, np.float32) if per_pod else w.astype(np.float32)
+    np.add.at(num, f, v)  # unbuffered: cells hit twice (time-sliced rows) add both
+    np.add.at(den, f, d)
 
 
 @dataclass(frozen=True)
