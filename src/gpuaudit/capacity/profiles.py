@@ -90,7 +90,9 @@ class Profiles:
 
 
 class _Grid:
-    """Growing (W, T) float32 accumulators addressed by flat key w * T + step."""
+    """Growing (W, T) float32 accumulators addressed by flat key w * T + step, zero-filled
+    (``np.zeros``: the kernel's zero pages, no writing up front). The memory grid holds
+    ``mem + 1`` so that 0 means "no reading" (see :func:`build_profiles`)."""
 
     def __init__(self, steps: int) -> None:
         self.t = steps
@@ -102,16 +104,14 @@ class _Grid:
             return
         new = max(rows, 2 * self.cap, 16)
         for name, arr in list(self.arrays.items()):
-            grown = np.full((new, self.t), np.nan if name.startswith("mem") else 0.0,
-                            dtype=np.float32)
+            grown = np.zeros((new, self.t), dtype=np.float32)
             grown[: self.cap] = arr
             self.arrays[name] = grown
         self.cap = new
 
     def add(self, name: str) -> np.ndarray:
         if name not in self.arrays:
-            self.arrays[name] = np.full((self.cap, self.t), np.nan if name.startswith("mem")
-                                        else 0.0, dtype=np.float32)
+            self.arrays[name] = np.zeros((self.cap, self.t), dtype=np.float32)
         return self.arrays[name]
 
 
@@ -281,7 +281,7 @@ def build_profiles(
             okm = inside & ~np.isnan(mem)
             if okm.any():
                 cells = grid.add("mem").reshape(-1)
-                np.fmax.at(cells, flat[okm], mem[okm].astype(np.float32))
+                np.fmax.at(cells, flat[okm], mem[okm].astype(np.float32) + 1.0)
         for name, col in (("mem_total", "mem_total_mib"), ("power", "power_w"),
                           ("dram", "dram_active"), ("tensor", "tensor_active")):
             vals = _float(batch, col)
@@ -317,7 +317,12 @@ def build_profiles(
         with np.errstate(invalid="ignore", divide="ignore"):
             sm_m = np.where(sd > 0, sn / np.where(sd > 0, sd, 1), np.nan).astype(np.float32)
     mem_m = grid.arrays.get("mem")
-    mem_m = np.full((w_total, steps), np.nan, np.float32) if mem_m is None else mem_m[:w_total]
+    if mem_m is None:
+        mem_m = np.full((w_total, steps), np.nan, np.float32)
+    else:  # stored + 1: 0 is a step without a reading
+        mem_m = mem_m[:w_total]
+        mem_m -= 1.0
+        mem_m[mem_m < 0] = np.nan
 
     def mean(name: str) -> np.ndarray:
         s = np.asarray(scal[f"{name}_sum"])
