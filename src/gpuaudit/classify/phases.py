@@ -2,7 +2,8 @@
 
 A sample stands for the time until the next sample of the same GPU (``gpu_uuid``), capped at
 ``cap_intervals`` nominal intervals; the rest of a longer gap is *unobserved*. A series' last
-sample stands for one nominal interval. Utilization ``u`` is ``util_gpu_pct``; where that is
+sample stands for one nominal interval (or until the series' known end, where the source
+states it: a profiler trace's window). Utilization ``u`` is ``util_gpu_pct``; where that is
 null and ``gr_engine_active`` was measured (DCGM on MIG instances reports no GPU_UTIL) it is
 ``100 x gr_engine_active``. A sample with neither is unobserved time ("no reading").
 
@@ -19,7 +20,7 @@ batch size whatever the recording's length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -383,17 +384,30 @@ class _Engine:
         self._dictionary = None
         self._mapping = np.zeros(0, dtype=np.int64)
 
-    def finish(self) -> None:
+    def finish(self, series_end_ns: Mapping[str, int] | None = None) -> None:
+        """Account the last samples: each stands for one nominal interval, or until its
+        series' known end (``series_end_ns``, see :class:`~gpuaudit.schema.Recording`)."""
         pending, self.pending = self.pending, None
         if pending is not None and pending["code"].shape[0]:
-            self._process(pending, final=True, position="end of stream")
+            self._process(pending, final=True, position="end of stream",
+                          ends=series_end_ns)
 
-    def _process(self, rows: dict[str, np.ndarray], *, final: bool, position: str) -> None:
+    def _process(self, rows: dict[str, np.ndarray], *, final: bool, position: str,
+                 ends: Mapping[str, int] | None = None) -> None:
         r, dt_ns, done = self._sort_and_step(rows, position)
         if final:
             assert self.interval_s is not None
             done = np.ones(r["code"].shape[0], dtype=bool)
             dt_ns = np.full(done.shape[0], round(self.interval_s * _NS), dtype=np.int64)
+            if ends:
+                end_by_code = np.full(len(self.series_index), -1, dtype=np.int64)
+                for uuid, end in ends.items():
+                    code = self.series_index.get(uuid)
+                    if code is not None:
+                        end_by_code[code] = int(end)
+                end = end_by_code[r["code"]]
+                known = end > r["ts"]
+                dt_ns = np.where(known, end - r["ts"], dt_ns)
         self._finish_rows(r, dt_ns, done)
 
     def _finish_rows(self, r: dict[str, np.ndarray], dt_ns: np.ndarray, done: np.ndarray
@@ -540,7 +554,8 @@ class _Engine:
             if len(self.series_index) > _TIMELINE_MAX_SERIES:
                 self.timeline = None  # too wide to hold here: the caller makes a second pass
             else:
-                self.timeline.add(r["code"], r["ts"], u_ok, read_w, len(self.series_index))
+                self.timeline.add(r["code"], r["ts"], u_ok, read_w, len(self.series_index),
+                                  _timeline_signals(r))
         self._series_stats(r, obs, u, no_reading if has_nr else None, u_ok, read_w)
 
     def _series_stats(
@@ -836,6 +851,21 @@ class _Engine:
                 pods=tuple(sorted(self.pods.get(code, ()))),
             ))
         return tuple(out)
+
+
+def _timeline_signals(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows' diagnostic signals under their timeline names (classify.timeline.SIGNALS)."""
+    out = {}
+    if "sm" in r:
+        out["sm_active"] = r["sm"]
+    for name in ("sm_occupancy", "tensor_active", "dram_active"):
+        if f"sig_{name}" in r:
+            out[name] = r[f"sig_{name}"]
+    for ours, theirs in (("pcie_bytes_per_s", "sig_pcie"), ("nvlink_bytes_per_s", "sig_nvlink"),
+                         ("power_w", "sig_power"), ("mem_used_mib", "max_mem_used_mib")):
+        if theirs in r:
+            out[ours] = r[theirs]
+    return out
 
 
 def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ from gpuaudit.classify.usage import PHASE_LOWER_PCT, PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import format_usd
 from gpuaudit.result import AuditResult
+from gpuaudit.units import duration
 
 __all__ = ["render_html"]
 
@@ -79,6 +80,7 @@ svg.chart text{font:11px system-ui,sans-serif;fill:#333}
 details summary{cursor:pointer;color:var(--accent)}
 table.kv th{width:30%;color:var(--muted);font-weight:600}
 footer{color:var(--muted);font-size:.8em;text-align:center;margin:20px 0}
+.demo{background:#fff4d6;border:2px solid #e3a21a;border-radius:8px;padding:8px 12px}
 @media (max-width:640px){main{padding:8px}section{padding:10px;border-radius:8px}
   body{font-size:14px}h1{font-size:1.3em}.tile b{font-size:1.15em}
   svg.chart text{font-size:16px}}
@@ -117,8 +119,8 @@ def usd(x: Decimal) -> str:
 
 
 def _hours(s: float) -> str:
-    h = s / 3600
-    return f"{h:,.2f} h" if h >= 0.1 else f"{s:,.0f} s"
+    """GPU time or a window at its scale (us, ms, s, h): :func:`gpuaudit.units.duration`."""
+    return duration(s)
 
 
 def _pct(x: float | Decimal) -> str:
@@ -137,11 +139,14 @@ def _header(result: AuditResult) -> str:
         window = (f"{u.window_start:%Y-%m-%d %H:%M:%S} to {u.window_end:%Y-%m-%d %H:%M:%S} UTC"
                   f" ({_hours(u.wall_s)})")
     rates = "; ".join(f"{r.gpu_model or k or 'GPU'}: {r.describe()}" for k, r in c.rates.items())
+    demo = result.extra.get("demo")
+    banner = (f'<p class="demo" role="alert" id="demo-notice"><b>{esc(demo["statement"])}</b>'
+              "</p>" if isinstance(demo, Mapping) and demo.get("statement") else "")
     return (
-        "<header><h1>gpuaudit report</h1>"
+        f"<header><h1>gpuaudit report</h1>{banner}"
         f'<p class="meta">source: {esc(u.source)}: {esc(u.origin)}<br>'
-        f"window: {esc(window)}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
-        f"(gaps over {u.cap_s:g} s count as unobserved)<br>price: {esc(rates)}"
+        f"window: {esc(window)}; {len(u.series)} GPU(s); sample interval {duration(u.interval_s)} "
+        f"(gaps over {duration(u.cap_s)} count as unobserved)<br>price: {esc(rates)}"
         + "".join(f"<br>price row: {esc(r.choice)}" for r in c.rates.values() if r.choice)
         + "</p></header>"
     )
@@ -484,9 +489,15 @@ def _findings(result: AuditResult) -> str:
     for pat in u.patterns:
         items.append(f"<li><b>{esc(pat.kind)}</b> on <code>{esc(pat.gpu_uuid)}</code>: "
                      f"{esc(pat.evidence)}</li>")
+    for j in u.job_patterns:
+        if len(j.gpu_uuids) > 1:
+            items.append(f"<li><b>{esc(j.kind)}</b> on job <code>{esc(j.job)}</code>: "
+                         f"{esc(j.evidence)}</li>")
     for d in result.diagnoses:
-        items.append(f"<li><b>{esc(d.kind)}</b> on <code>{esc(d.gpu_uuid)}</code>: "
-                     f"{esc(d.evidence)}</li>")
+        items.append(f"<li><b>{esc(d.kind)}</b> ({esc(d.phase)}) on "
+                     f"<code>{esc(d.gpu_uuid)}</code>: {esc(d.evidence)}"
+                     + (f"; fixes: {esc(', '.join(d.fixes))}" if d.fixes else "")
+                     + (f"; to decide: {esc(d.decides)}" if d.decides else "") + "</li>")
     health = "".join(f"<li><b>[{esc(h.severity)}] {esc(h.kind)}</b> on "
                      f"<code>{esc(h.gpu_uuid)}</code>: {esc(h.evidence)}</li>"
                      for h in result.health)
@@ -553,7 +564,8 @@ def _extras(result: AuditResult) -> str:
     for key, title in titles.items():
         if key in result.extra and result.extra[key] is not None:
             out.append(_section(f"extra-{key}", title, generic_html(result.extra[key])))
-    rest = {k: v for k, v in result.extra.items() if k not in titles and k != "timeline"}
+    rest = {k: v for k, v in result.extra.items()
+            if k not in titles and k not in ("timeline", "demo")}
     if rest:
         out.append(_section("extra-other", "More data", generic_html(rest)))
     return "".join(out)

@@ -35,7 +35,9 @@ def _frac(x: Decimal | float) -> float:
 
 
 def _s(x: float) -> float:
-    return round(x, 3)
+    """Seconds to the nanosecond: a profiler trace's window is a fraction of a second, and
+    milliseconds would make its shares read wrong (0.009 s of 0.009 s for 8.8 of 8.9 ms)."""
+    return round(x, 9)
 
 
 def phases_dict(t: PhaseTime) -> dict[str, Any]:
@@ -77,6 +79,13 @@ def cost_line_dict(ln: CostLine) -> dict[str, Any]:
     }
 
 
+def _run_phase(r: Any) -> dict[str, Any]:
+    return {"name": r.name, "start_s": round(r.start_s, 3), "end_s": round(r.end_s, 3),
+            "mean_util_pct": None if r.mean_util_pct is None else round(r.mean_util_pct, 2),
+            "idle_share": round(r.idle_share, 4), "busy_share": round(r.busy_share, 4),
+            "signals": {k: round(v, 4) for k, v in r.signals.items()}}
+
+
 def to_dict(result: AuditResult) -> dict[str, Any]:
     u, c, p = result.usage, result.cost, result.plan
     cp, wp = c.cost_projection, c.waste_projection
@@ -113,6 +122,7 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "demo": _demo(result.extra.get("demo")),
         "source": {
             "kind": u.source,
             "origin": u.origin,
@@ -155,9 +165,15 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         },
         "gpus": gpus,
         "groups": {"by": list(c.group_keys), "rows": groups},
-        "patterns": [{"gpu_uuid": x.gpu_uuid, "kind": x.kind, "evidence": x.evidence}
+        "patterns": [{"gpu_uuid": x.gpu_uuid, "kind": x.kind, "evidence": x.evidence,
+                      "shape": x.shape or x.kind,
+                      "run_phases": [_run_phase(r) for r in x.run_phases]}
                      for x in u.patterns],
-        "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence}
+        "job_patterns": [{"job": j.job, "gpu_uuids": list(j.gpu_uuids), "kind": j.kind,
+                          "shape": j.shape, "evidence": j.evidence} for j in u.job_patterns],
+        "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence,
+                       "phase": d.phase, "top": d.top, "fixes": list(d.fixes),
+                       "numbers": dict(d.numbers), "decides": d.decides}
                       for d in result.diagnoses],
         "health": [{"gpu_uuid": h.gpu_uuid, "kind": h.kind, "severity": h.severity,
                     "evidence": h.evidence} for h in result.health],
@@ -193,10 +209,18 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                                "shown only for comparison",
             "notes": list(p.notes),
         },
-        "extra": result.extra,
+        "extra": {k: v for k, v in result.extra.items() if k != "demo"},
     }
     out: dict[str, Any] = presented(doc)
     return out
+
+
+def _demo(notice: Any) -> dict[str, str] | None:
+    """The top-level ``demo`` field: null for a report of real, user-given data; for the
+    bundled recording audited in place of this machine, ``{statement, reason, recording}``."""
+    if not isinstance(notice, dict) or not notice.get("statement"):
+        return None
+    return {k: str(notice.get(k, "")) for k in ("statement", "reason", "recording")}
 
 
 def presented(value: Any) -> Any:

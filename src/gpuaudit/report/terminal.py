@@ -15,6 +15,7 @@ from gpuaudit.classify.usage import PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import format_rate, format_usd
 from gpuaudit.result import AuditResult
+from gpuaudit.units import duration
 
 __all__ = ["render_terminal"]
 
@@ -36,8 +37,8 @@ def _bar(pct: float, width: int = 24) -> str:
 
 
 def _hours(s: float) -> str:
-    h = s / 3600
-    return f"{h:,.2f} h" if h >= 0.1 else f"{s:,.0f} s"
+    """GPU time or a window at its scale (us, ms, s, h): :func:`gpuaudit.units.duration`."""
+    return duration(s)
 
 
 def _phase_table(t: PhaseTime, line: CostLine) -> Table:
@@ -88,14 +89,20 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
     head = Text.assemble(
         ("gpuaudit report\n", "bold"),
         (f"source: {u.source} - {u.origin}\n", ""),
-        (f"window: {window}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
-         f"(gaps over {u.cap_s:g} s count as unobserved)\n", ""),
+        (f"window: {window}; {len(u.series)} GPU(s); sample interval {duration(u.interval_s)} "
+         f"(gaps over {duration(u.cap_s)} count as unobserved)\n", ""),
         (f"price: {rates}", "dim"),
         *((f"\nprice row: {r.choice}", "dim") for r in c.rates.values() if r.choice),
     )
+    demo = result.extra.get("demo")
+    if isinstance(demo, dict) and demo.get("statement"):
+        con.print(Panel(Text(str(demo["statement"]), style="bold yellow"), box=box.HEAVY))
     con.print(Panel(head, box=box.ROUNDED))
     t = c.total.time
     con.print(_phase_table(t, c.total))
+    if 0 < c.total.observed_cost < Decimal("0.005"):
+        con.print(f"  the {_hours(u.wall_s)} window cost under a cent; the rates per hour and "
+                  "the projections below carry the figures")
     sm = _sm_view(t)
     if sm is not None:
         con.print(sm)
@@ -142,8 +149,20 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         for kind, ids in kinds.items():
             ex = next(x for x in u.patterns if x.kind == kind)
             con.print(f"  {kind}: {len(ids)} GPU(s), e.g. {ids[0]}: {ex.evidence}")
-        for d in result.diagnoses[:MAX_ROWS]:
-            con.print(f"  {d.kind} on {d.gpu_uuid}: {d.evidence}")
+        for j in u.job_patterns:
+            if len(j.gpu_uuids) > 1:
+                con.print(f"  job {j.job}: {j.shape} ({len(j.gpu_uuids)} GPUs)")
+        # one line per cause and stretch of the run, with the GPUs it names
+        causes: dict[tuple[str, str, bool], list[str]] = {}
+        for d in result.diagnoses:
+            causes.setdefault((d.kind, d.phase, d.top), []).append(d.gpu_uuid)
+        for (kind, phase, top), ids in list(causes.items())[:MAX_ROWS]:
+            d = next(x for x in result.diagnoses
+                     if (x.kind, x.phase, x.top) == (kind, phase, top))
+            where = f"{len(ids)} GPU(s), e.g. {ids[0]}" if len(ids) > 1 else ids[0]
+            con.print(f"  {kind} ({phase}) on {where}: {d.evidence}"
+                      + (f"; fixes: {', '.join(d.fixes)}" if d.fixes else "")
+                      + (f"; to decide: {d.decides}" if d.decides else ""))
         con.print()
     if result.health:
         con.print(Text("Health", style="bold"))
