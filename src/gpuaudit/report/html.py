@@ -560,12 +560,17 @@ def generic_html(value: object, depth: int = 0) -> str:
 
 def _extras(result: AuditResult) -> str:
     out = []
+    bill = result.extra.get("bill")
+    if isinstance(bill, Mapping):
+        from gpuaudit.report.bill import bill_html
+
+        out.append(bill_html(bill))
     titles = {"fleet": "Fleet", "trace": "Profiler trace"}
     for key, title in titles.items():
         if key in result.extra and result.extra[key] is not None:
             out.append(_section(f"extra-{key}", title, generic_html(result.extra[key])))
     rest = {k: v for k, v in result.extra.items()
-            if k not in titles and k not in ("timeline", "demo")}
+            if k not in titles and k not in ("timeline", "demo", "bill")}
     if rest:
         out.append(_section("extra-other", "More data", generic_html(rest)))
     return "".join(out)
