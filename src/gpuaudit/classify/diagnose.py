@@ -42,7 +42,7 @@ from gpuaudit.classify.usage import Pattern, RunPhase, SeriesSignals
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
-__all__ = ["FIXES", "KINDS", "Diagnosis", "diagnose", "job_diagnoses"]
+__all__ = ["FIXES", "KINDS", "Diagnosis", "JobDiagnosis", "diagnose", "job_diagnoses"]
 
 #: PCIe traffic (TX + RX mean) at or above this share of the link's per-direction bandwidth,
 #: sustained while the SMs wait, means the host is feeding the GPU. A GPU fed tokens or
@@ -357,17 +357,38 @@ def _stragglers(series: Sequence[SeriesSignals], tops: dict[str, Diagnosis]
     return out
 
 
+@dataclass(frozen=True)
+class JobDiagnosis:
+    """A job's cause (its GPUs: one host and pod set, :func:`gpuaudit.classify.patterns.
+    job_key`): the top diagnosis most of its GPUs share, how many do, and its fixes."""
+
+    job: str
+    kind: str
+    gpu_uuids: tuple[str, ...]
+    with_kind: int
+    evidence: str
+    fixes: tuple[str, ...]
+
+
 def job_diagnoses(series: Sequence[SeriesSignals], diagnoses: Sequence[Diagnosis]
-                  ) -> dict[str, tuple[str, int, int]]:
-    """Per job (host and pod set, as :func:`gpuaudit.classify.patterns.job_key`): the most
-    common top diagnosis, how many GPUs have it, and how many GPUs the job has."""
-    tops = {d.gpu_uuid: d.kind for d in diagnoses if d.top}
-    jobs: dict[str, list[str]] = {}
+                  ) -> tuple[JobDiagnosis, ...]:
+    """Per job: the most common top diagnosis of its GPUs (ties: the earlier in
+    :data:`KINDS`), with one of its GPUs' evidence."""
+    tops = {d.gpu_uuid: d for d in diagnoses if d.top}
+    jobs: dict[str, list[Diagnosis]] = {}
     for s in series:
         if s.gpu_uuid in tops:
             jobs.setdefault(job_key(s), []).append(tops[s.gpu_uuid])
-    out = {}
-    for job, kinds in jobs.items():
+    out = []
+    for job, ds in jobs.items():
+        kinds = [d.kind for d in ds]
         best = max(KINDS, key=lambda k: (kinds.count(k), -KINDS.index(k)))
-        out[job] = (best, kinds.count(best), len(kinds))
-    return out
+        ex = next(d for d in ds if d.kind == best)
+        n = kinds.count(best)
+        others = sorted({k for k in kinds if k != best})
+        ev = (f"{n} of {len(ds)} GPU(s) {best.replace('_', ' ')}"
+              + (f" (others: {', '.join(others)})" if others else "")
+              + f"; e.g. {ex.gpu_uuid}: {ex.evidence}")
+        out.append(JobDiagnosis(job=job, kind=best, gpu_uuids=tuple(d.gpu_uuid for d in ds),
+                                with_kind=n, evidence=ev, fixes=ex.fixes))
+    return tuple(out)
