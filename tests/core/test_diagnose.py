@@ -182,7 +182,8 @@ def test_bucketed_signals_agree_across_one_pass_parallel_and_second_pass(tmp_pat
     assert again is not None
     assert set(one.timeline.signals) == {"sm_active", "tensor_active", "dram_active",
                                          "pcie_bytes_per_s", "nvlink_bytes_per_s",
-                                         "mem_used_mib", "power_w"}
+                                         "mem_used_mib", "power_w", "pcie_idle_bytes_per_s",
+                                         "nvlink_busy_bytes_per_s"}
     for name, arr in one.timeline.signals.items():
         np.testing.assert_allclose(two.timeline.signals[name], arr, rtol=1e-9, err_msg=name)
         np.testing.assert_allclose(again.signals[name], arr, rtol=1e-9, err_msg=name)
