@@ -44,15 +44,16 @@ from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
 __all__ = ["FIXES", "KINDS", "Diagnosis", "JobDiagnosis", "diagnose", "job_diagnoses"]
 
-#: PCIe traffic (TX + RX mean) at or above this share of the link's per-direction bandwidth,
-#: sustained while the SMs wait, means the host is feeding the GPU. A GPU fed tokens or
+#: PCIe traffic (TX + RX mean over the stretch's idle time where it idles at least 10% of it,
+#: else over the whole stretch) at or above this share of the link's per-direction bandwidth,
+#: while the SMs wait, means the host is feeding the GPU. A GPU fed tokens or
 #: compressed images moves well under 1% of its link (3,000 JPEGs/s x 150 kB = 0.45 GB/s,
 #: 0.7% of PCIe 5 x16); CPU offload moves optimizer state every step (12 bytes a parameter)
 #: and stays above it: the real 8-GPU offload run in issue 16 sustained ~2 GB/s, 3% of H100's
 #: 63 GB/s. The old absolute 6 GB/s never fired there.
 HOST_LINK_BUSY_SHARE = 0.02
-#: NVLink traffic at or above this share of the per-direction NVLink bandwidth while SMs wait
-#: means exposed collectives: an overlapped ring all-reduce of 1B bf16 parameters every 0.5 s
+#: NVLink traffic (over busy time: collectives run as kernels) at or above this share of the
+#: per-direction NVLink bandwidth while SMs wait means exposed collectives: an overlapped ring all-reduce of 1B bf16 parameters every 0.5 s
 #: averages ~1.5% of an H100's 450 GB/s; ten percent is several times what overlap leaves.
 NVLINK_BUSY_SHARE = 0.10
 #: SMs "wait" below this mean SM activity: under a third of the SMs busy on average.
