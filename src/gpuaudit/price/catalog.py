@@ -13,7 +13,6 @@ A GPU model is matched by family (H100, A100, L40S, ...), then memory size and f
 from __future__ import annotations
 
 import csv
-import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -25,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.errors import InputError, PricingError
+from gpuaudit.hardware import form_factor as _form
+from gpuaudit.hardware import gpu_family
+from gpuaudit.hardware import memory_gb as _memory_gb
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -54,11 +56,6 @@ COMMITTED_DISCOUNTS: dict[str, tuple[Decimal, str]] = {
     "azure": (Decimal("0.30"), "Azure 1-yr reserved instances 30-72% (api-evangelist Azure VM plans)"),
     "coreweave": (Decimal("0.30"), "CoreWeave reserved capacity 'up to 60%' (coreweave.com/pricing), lower end taken"),
 }
-
-# Longest names first so "L40S" wins over "L4", "GH200" over "H200", "A10G" over "A10".
-_FAMILIES = ("GH200", "B200", "H200", "H100", "A100", "L40S", "L40", "A10G", "A10", "L4",
-             "V100", "T4")
-
 
 @dataclass(frozen=True)
 class CatalogEntry:
@@ -100,33 +97,6 @@ class Rate:
             self.source[: source_chars - 3].rstrip() + "...")
         return (f"${self.usd_per_gpu_hour}/GPU-h {self.purchase}"
                 f" ({what}; as of {self.as_of}; {src})")
-
-
-def gpu_family(name: str) -> str | None:
-    """The GPU family in a model name (``NVIDIA A100-SXM4-80GB`` -> ``A100``), or None."""
-    up = name.upper().replace("-", " ").replace("_", " ")
-    for fam in _FAMILIES:
-        if re.search(rf"(?<![A-Z0-9]){fam}(?![0-9])", up):
-            if fam == "L40" and "L40S" in up:
-                continue
-            return fam
-    return None
-
-
-def _memory_gb(name: str) -> int | None:
-    m = re.search(r"(\d{2,3})\s*G(?:B|IB)?\b", name.upper().replace("-", " "))
-    return int(m.group(1)) if m else None
-
-
-def _form(name: str) -> str | None:
-    up = name.upper()
-    if "NVL" in up:
-        return "NVL"
-    if "PCIE" in up:
-        return "PCIE"
-    if "SXM" in up or "HBM3" in up or "HGX" in up:
-        return "SXM"
-    return None
 
 
 def _decimal(text: str, where: str, what: str) -> Decimal | None:

@@ -20,7 +20,8 @@ from decimal import Decimal
 
 from gpuaudit.classify.diagnose import Diagnosis
 from gpuaudit.classify.usage import Pattern, SeriesSignals, Usage
-from gpuaudit.price.catalog import Rate, embedded_catalog, gpu_family
+from gpuaudit.hardware import gpu_family
+from gpuaudit.price.catalog import Rate, embedded_catalog
 from gpuaudit.price.cost import CostLine, CostReport
 from gpuaudit.recommend.plan import Finding, Recommendation, Remediation, remediation_catalog
 
