@@ -33,6 +33,7 @@ from gpuaudit.classify.timeline import Grid, TimelineAcc, timeline_grid
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage, add_phase_index
 from gpuaudit.errors import InputError, SampleTableError
 from gpuaudit.schema import Recording, SampleSource, series_order
+from gpuaudit.validate import CAP_INTERVALS, INTERVAL_S, WORKERS
 
 __all__ = ["DEFAULT_CAP_INTERVALS", "classify", "group_key_names"]
 
@@ -903,11 +904,11 @@ def classify(
     """
     if isinstance(samples, pa.Table):
         samples = Recording(table=samples, source="table", origin="an in-memory sample table")
-    if cap_intervals < 1.0:
-        raise InputError(
-            f"cap_intervals={cap_intervals} is below 1",
-            fix="a sample must stand for at least one nominal interval",
-        )
+    cap_intervals = CAP_INTERVALS.check(cap_intervals, "cap_intervals")
+    if interval_s is not None:
+        interval_s = INTERVAL_S.check(interval_s, "interval_s")
+    if workers is not None:
+        workers = int(WORKERS.check(workers, "workers"))
     keys = group_key_names(by)
     interval = interval_s if interval_s is not None else samples.interval_s
     rows = getattr(samples, "num_rows", None)
