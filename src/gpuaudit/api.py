@@ -16,11 +16,12 @@ import pyarrow as pa
 
 from gpuaudit.classify import Usage, check_health, classify, diagnose
 from gpuaudit.price import price_usage, resolve_rates
+from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding, recommend
 from gpuaudit.result import AuditResult
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["Report", "audit", "open_source"]
+__all__ = ["Report", "assemble", "audit", "open_source", "rates_for"]
 
 
 class Report(AuditResult):
@@ -98,41 +99,53 @@ def audit(
     kwargs: dict[str, Any] = {}
     if cap_intervals is not None:
         kwargs["cap_intervals"] = cap_intervals
+    extras = dict(extra or {})
+    want_timeline = "timeline" not in extras  # the exporter passes {"timeline": None}: none
     usage = classify(source, by=by, interval_s=interval_s, findings=finding_list,
-                     workers=workers, **kwargs)
+                     workers=workers, timeline=want_timeline, **kwargs)
+    rates = rates_for(usage, gpu_model=gpu_model, price=price, provider=provider,
+                      purchase=purchase, catalog=catalog)
+    if want_timeline and usage.timeline is not None:
+        extras["timeline"] = usage.timeline.to_dict()
+    return assemble(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh,
+                    findings=finding_list, extra=extras)
+
+
+def rates_for(
+    usage: Usage,
+    *,
+    gpu_model: str | None = None,
+    price: Decimal | str | float | None = None,
+    provider: str | None = None,
+    purchase: str = "on-demand",
+    catalog: str | Path | None = None,
+) -> Mapping[str | None, Rate]:
+    """The rate of every GPU model in ``usage`` (see :func:`gpuaudit.price.resolve_rates`)."""
     models = {s.gpu_model for s in usage.series} or {None}
-    rates = resolve_rates(models, gpu_model=gpu_model, price=price, provider=provider,
-                          purchase=purchase, catalog=catalog)
+    return resolve_rates(models, gpu_model=gpu_model, price=price, provider=provider,
+                         purchase=purchase, catalog=catalog)
+
+
+def assemble(
+    usage: Usage,
+    rates: Mapping[str | None, Rate],
+    *,
+    counts: Mapping[str, int | float | Decimal] | None = None,
+    energy_usd_per_kwh: Decimal | str | float | None = None,
+    findings: Iterable[Finding] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> Report:
+    """The pipeline after classification, composed once: price -> diagnose -> recommend.
+
+    Every entry point ends here, whatever measured the usage: a file or live recording
+    (:func:`audit`), a Prometheus pushdown or raw pull (the fleet audit and its per-group
+    advice), a profiler trace (``gpuaudit trace``), the live exporter. A new capability that
+    needs "the report for this usage" calls this rather than writing the stages out again.
+    """
+    finding_list = tuple(findings)
     cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
     diagnoses = diagnose(usage.series, usage.patterns)
     plan = recommend(usage, cost, diagnoses, finding_list)
-    extras = dict(extra or {})
-    if "timeline" not in extras:
-        timeline = _timeline(samples, source, usage, mapping=mapping, fields=fields, host=host,
-                             gpu_model=gpu_model, tz=tz)
-        if timeline is not None:
-            extras["timeline"] = timeline
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
-                       health=check_health(usage.series), extra=extras)
+                  health=check_health(usage.series), extra=dict(extra or {}))
 
-
-def _timeline(samples: object, source: SampleSource | Recording, usage: Usage,
-              **open_kw: Any) -> dict[str, Any] | None:
-    """extra["timeline"]: a second streaming pass where the samples can be re-read.
-
-    A Recording (or table) is read again from memory, a path is opened again, a source that
-    says ``rereadable = True`` (a file) is iterated again; a one-shot stream (a live
-    SampleSource) cannot be re-read and gets no timeline.
-    """
-    from gpuaudit.classify.timeline import timeline_for
-
-    if usage.timeline is not None:  # built in classify's pass
-        return usage.timeline.to_dict()
-    if isinstance(samples, (str, Path)):
-        again = open_source(samples, **open_kw)
-    elif isinstance(source, Recording) or getattr(source, "rereadable", False):
-        again = source
-    else:
-        return None
-    tl = timeline_for(again, usage)
-    return None if tl is None else tl.to_dict()

@@ -2,7 +2,8 @@
 
 from gpuaudit.classify.diagnose import Diagnosis, diagnose
 from gpuaudit.classify.health import HealthIssue, check_health
-from gpuaudit.classify.phases import classify
+from gpuaudit.classify.passes import classify
+from gpuaudit.classify.phases import group_key_names
 from gpuaudit.classify.usage import PHASES, Pattern, PhaseTime, SeriesSignals, Usage
 
 __all__ = [
@@ -16,4 +17,5 @@ __all__ = [
     "check_health",
     "classify",
     "diagnose",
+    "group_key_names",
 ]

@@ -113,6 +113,9 @@ class Plan:
     efficiency_monthly_usd: Decimal
     rate_monthly_usd: Decimal
     notes: tuple[str, ...] = ()
+    #: The measured waste per month: the cost report's waste projection (hourly waste x
+    #: 720), the same figure the cost table shows, and the dollar cap on efficiency savings.
+    monthly_waste_usd: Decimal = Decimal(0)
 
     @property
     def monthly_after_usd(self) -> Decimal:
