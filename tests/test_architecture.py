@@ -12,15 +12,17 @@ SRC = Path(gpuaudit.__file__).parent
 
 # rank of each top-level module; a module may import modules of equal or lower rank only
 LAYERS: dict[str, int] = {
-    "errors": 0, "schema": 0, "hardware": 0, "validate": 0, "__init__": 0, "_heap": 0,
+    "errors": 0, "schema": 0, "hardware": 0, "promql": 0, "validate": 0, "__init__": 0,
+    "_heap": 0,
     "measure": 1, "traces": 1,
     "classify": 2,
     "price": 3,
-    "recommend": 4,
-    "result": 5,
-    "report": 6,
-    "api": 7, "monitor": 8, "integrate": 8,
-    "cli": 9, "__main__": 10,
+    "capacity": 4,
+    "recommend": 5,
+    "result": 6,
+    "report": 7,
+    "api": 8, "monitor": 9, "integrate": 9,
+    "cli": 10, "__main__": 11,
 }
 
 
@@ -62,6 +64,46 @@ def test_imports_point_left():
             if rank > my_rank and other != me:
                 bad.append(f"{rel}.py:{line} imports gpuaudit.{target} ({other} is right of {me})")
     assert not bad, "\n".join(bad)
+
+
+#: The sources. The stages after them (classify, price, recommend, result, report) work on
+#: what a source produced (the sample table, a SeriesId, a client protocol they define) and
+#: never import a source; only the compositions (api, monitor, integrate, cli) open sources.
+SOURCES = ("measure", "traces")
+COMPOSITIONS_FROM_RANK = LAYERS["api"]
+
+
+def _source_imports_outside_compositions(src: Path) -> list[str]:
+    bad = []
+    for path in src.rglob("*.py"):
+        rel = path.relative_to(src).with_suffix("")
+        me, my_rank = _layer(".".join(rel.parts))
+        if me in SOURCES or my_rank >= COMPOSITIONS_FROM_RANK:
+            continue
+        for line, target in _imports(path):
+            other = target.split(".")[0]
+            if other in SOURCES:
+                bad.append(f"{rel}.py:{line} imports gpuaudit.{target}: stage {me} must not "
+                           f"import a source; take the data (or a client protocol) as an "
+                           f"argument and let api/cli pass the source in")
+    return bad
+
+
+def test_stages_never_import_a_source():
+    bad = _source_imports_outside_compositions(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_source_rule_catches_classify_importing_measure(tmp_path):
+    pkg = tmp_path / "gpuaudit"
+    (pkg / "classify").mkdir(parents=True)
+    (pkg / "classify" / "pushdown.py").write_text(
+        "from gpuaudit.measure.dcgm import SeriesId\nfrom gpuaudit.schema import ImportNote\n")
+    (pkg / "api.py").write_text("from gpuaudit.measure.files import open_samples\n")
+    assert _source_imports_outside_compositions(pkg) == [
+        "classify/pushdown.py:1 imports gpuaudit.measure.dcgm: stage classify must not import "
+        "a source; take the data (or a client protocol) as an argument and let api/cli pass "
+        "the source in"]
 
 
 def test_public_api_is_small_and_declared():

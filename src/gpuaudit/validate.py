@@ -28,7 +28,9 @@ __all__ = [
     "ALERT_HELD_IDLE_HOURS",
     "ALERT_TEMPERATURE_C",
     "ALERT_UNDERUTIL_PCT",
+    "BUSY_PCT",
     "CAP_INTERVALS",
+    "DUTY",
     "ENERGY_USD_PER_KWH",
     "EPOCHS",
     "EPOCH_S",
@@ -38,18 +40,23 @@ __all__ = [
     "FLEET_SINCE_S",
     "FLEET_STEP_S",
     "FLUSH_S",
+    "HEADROOM",
     "HZ",
     "INTERVAL_S",
+    "LATENCY_MS",
     "LIVE_DURATION_S",
     "MEMORY_PRESSURE_RATIO",
     "PRICE_USD_PER_GPU_HOUR",
     "PROM_WINDOW_S",
     "RATIO",
+    "REPLICAS",
     "RETRIES",
     "SAMPLING_INTERVAL_S",
     "SCRAPE_DURATION_S",
     "SCRAPE_EVERY_S",
+    "STEP_S",
     "TENSOR_IDLE_RATIO",
+    "THROUGHPUT_PER_S",
     "TIMEOUT_S",
     "WINDOW_MS",
     "WORKERS",
@@ -198,6 +205,19 @@ FLEET_CHUNK_S = Quantity("the time chunk per query batch", "seconds", 60.0, 366 
                          example="1d")
 PROM_WINDOW_S = Quantity("a Prometheus duration", "seconds", 0.0, 366 * 86400.0,
                          low_open=True, example="15m")
+STEP_S = Quantity("the time step", "seconds", 0.001, 86400.0, example="1m")
+LATENCY_MS = Quantity("a latency", "milliseconds", 0.0, 3_600_000.0, low_open=True,
+                      example="50")
+THROUGHPUT_PER_S = Quantity("the throughput", "units per second", 0.0, 1e15, low_open=True,
+                            example="1200/s")
+HEADROOM = Quantity("the memory headroom", "share of the peak (0.1 is 10%)", 0.0, 10.0,
+                    example="0.1")
+BUSY_PCT = Quantity("the highest busy share", "percent", 0.0, 100.0, low_open=True,
+                    example="90")
+DUTY = Quantity("the share of the month's hours the work runs", "ratio (0 to 1)", 0.0, 1.0,
+                low_open=True, example="0.5")
+REPLICAS = Quantity("the time-slicing replicas per GPU", "replicas", 1.0, 1024.0, whole=True,
+                    example="4")
 _NOT_PERCENT = "a ratio runs from 0 to 1, not percent: {x:g} percent is {share:g}"
 RATIO = Quantity("a ratio", "ratio (0 to 1)", 0.0, 1.0, example="0.5", above_hint=_NOT_PERCENT)
 TENSOR_IDLE_RATIO = Quantity("a tensor-pipe activity ratio", "ratio (0 to 1)", 0.0, 1.0,

@@ -28,6 +28,7 @@ from gpuaudit.cli.params import (
     Money,
     Number,
     OutputFile,
+    Parsed,
     PromDuration,
     Time,
     TimeZone,
@@ -44,6 +45,9 @@ NEEDS: dict[str, list[str]] = {
     "trace": [str(SMI_LOG)],
     "run": ["--", "true"],
     "scrape": ["http://127.0.0.1:9/metrics", "-o", "/tmp/gpuaudit-validation-never.parquet"],
+    "rightsize": [str(SMI_LOG)],
+    "simulate": [str(SMI_LOG)],
+    "queue": ["--prometheus", "http://127.0.0.1:9"],
 }
 
 # Options that take free text (names, label keys, URLs, PromQL matchers, input files): not
@@ -70,9 +74,16 @@ FREE_TEXT = {
     "--uid": "a dashboard uid",
     "--source": "an input file (integrate.exporter.source_path reports a missing one)",
     "--listen": "HOST:PORT, parsed by integrate.exporter.parse_listen (tested below)",
+    "--namespace": "a Kubernetes namespace",
+    "--bench": "an input file that must exist (click.Path(exists=True))",
 }
-ARGUMENTS = {"path", "paths", "urls", "command"}  # positional: input paths, URLs, a command
-VALIDATED = (Number, Money, Duration, PromDuration, Time, TimeZone, OutputFile, click.Choice)
+# Structured text read by a gpuaudit parser (cli.params.Parsed): each needs hostile examples
+PARSED_HOSTILE: dict[str, list[str]] = {
+    "--throughput": ["nan", "inf/s", "-5/s", "0", "abc", "", "5/fortnight", "1e999/h", "inf"],
+}
+ARGUMENTS = {"path", "paths", "urls", "command"}  # (simulate's path is optional)  # positional: input paths, URLs, a command
+VALIDATED = (Number, Money, Duration, PromDuration, Time, TimeZone, OutputFile, Parsed,
+             click.Choice)
 
 
 def _commands() -> list[tuple[str, click.Command]]:
@@ -108,6 +119,9 @@ def test_every_option_is_validated_or_declared_free_text() -> None:
                 continue
             assert isinstance(p, click.Option)
             if p.is_flag or isinstance(p.type, click.types.BoolParamType):
+                continue
+            if isinstance(p.type, Parsed):
+                assert _long(p) in PARSED_HOSTILE, f"{name} {_long(p)}: add hostile examples"
                 continue
             if isinstance(p.type, VALIDATED):
                 continue
@@ -208,6 +222,8 @@ def _hostile(opt: click.Option, tmp: Path) -> st.SearchStrategy[str]:
         return _zones()
     if isinstance(t, OutputFile):
         return _outputs(tmp)
+    if isinstance(t, Parsed):
+        return st.sampled_from(PARSED_HOSTILE[_long(opt)])
     assert isinstance(t, click.Choice)
     return _choices(tuple(str(c) for c in t.choices))
 

@@ -30,7 +30,8 @@ if TYPE_CHECKING:  # generic in click >= 8.2; plain at run time for older clicks
 else:
     _ParamType = click.ParamType
 
-__all__ = ["Duration", "Money", "Number", "OutputFile", "PromDuration", "Time", "TimeZone"]
+__all__ = ["Duration", "Money", "Number", "OutputFile", "Parsed", "PromDuration", "Time",
+           "TimeZone"]
 
 
 def _fail(t: _ParamType, exc: InputError, param: click.Parameter | None,
@@ -138,6 +139,29 @@ class TimeZone(_ParamType):
                 ctx: click.Context | None) -> Any:
         try:
             return check_time_zone(value, _name(param))
+        except InputError as exc:
+            _fail(self, exc, param, ctx)
+
+
+class Parsed(_ParamType):
+    """Structured text read by a parser elsewhere in gpuaudit (``"module:function"``,
+    imported only when the option is given, so ``--help`` stays light); the parser's
+    InputError becomes a usage error naming the option."""
+
+    def __init__(self, parser: str, metavar: str) -> None:
+        self.parser = parser
+        self.name = metavar
+
+    def get_metavar(self, param: click.Parameter, ctx: click.Context | None = None) -> str:
+        return self.name
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        import importlib
+
+        module, func = self.parser.split(":")
+        try:
+            return getattr(importlib.import_module(module), func)(value)
         except InputError as exc:
             _fail(self, exc, param, ctx)
 

@@ -231,6 +231,8 @@ def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
         raise InputError(f"not valid TOML: {e}", where=str(p),
                          fix="see docs/pricing.md for the catalog format") from None
     rows = data.get("price")
+    if rows is None and isinstance(data.get("owned"), list) and data["owned"]:
+        return ()  # only owned hardware (gpuaudit.price.owned reads it)
     if not isinstance(rows, list) or not rows:
         raise InputError("no [[price]] tables", where=str(p),
                          fix="add one [[price]] table per GPU model (docs/pricing.md)")

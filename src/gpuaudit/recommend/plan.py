@@ -57,7 +57,9 @@ class Finding:
     Signals the rules read: ``input_stall_share`` (share of GPU time idle waiting on input),
     ``tensor_core_share`` (share of kernel time on tensor cores), ``small_kernel_share``
     (share of kernel time in kernels too short to fill the GPU), ``comm_exposed_share``
-    (share of time in collectives not hidden by compute), ``precision`` ("fp32", "bf16").
+    (share of time in collectives not hidden by compute), ``precision`` ("fp32", "bf16");
+    from capacity planning ``capacity_consolidation_share`` and ``capacity_right_size_share``
+    (share of observed cost the simulated packing / right-size saves).
     """
 
     signal: str

@@ -79,6 +79,7 @@ svg.chart text{font:11px system-ui,sans-serif;fill:#333}
 details summary{cursor:pointer;color:var(--accent)}
 table.kv th{width:30%;color:var(--muted);font-weight:600}
 footer{color:var(--muted);font-size:.8em;text-align:center;margin:20px 0}
+.demo{background:#fff4d6;border:2px solid #e3a21a;border-radius:8px;padding:8px 12px}
 @media (max-width:640px){main{padding:8px}section{padding:10px;border-radius:8px}
   body{font-size:14px}h1{font-size:1.3em}.tile b{font-size:1.15em}
   svg.chart text{font-size:16px}}
@@ -137,8 +138,11 @@ def _header(result: AuditResult) -> str:
         window = (f"{u.window_start:%Y-%m-%d %H:%M:%S} to {u.window_end:%Y-%m-%d %H:%M:%S} UTC"
                   f" ({_hours(u.wall_s)})")
     rates = "; ".join(f"{r.gpu_model or k or 'GPU'}: {r.describe()}" for k, r in c.rates.items())
+    demo = result.extra.get("demo")
+    banner = (f'<p class="demo" role="alert" id="demo-notice"><b>{esc(demo["statement"])}</b>'
+              "</p>" if isinstance(demo, Mapping) and demo.get("statement") else "")
     return (
-        "<header><h1>gpuaudit report</h1>"
+        f"<header><h1>gpuaudit report</h1>{banner}"
         f'<p class="meta">source: {esc(u.source)}: {esc(u.origin)}<br>'
         f"window: {esc(window)}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
         f"(gaps over {u.cap_s:g} s count as unobserved)<br>price: {esc(rates)}"
@@ -553,7 +557,8 @@ def _extras(result: AuditResult) -> str:
     for key, title in titles.items():
         if key in result.extra and result.extra[key] is not None:
             out.append(_section(f"extra-{key}", title, generic_html(result.extra[key])))
-    rest = {k: v for k, v in result.extra.items() if k not in titles and k != "timeline"}
+    rest = {k: v for k, v in result.extra.items()
+            if k not in titles and k not in ("timeline", "demo")}
     if rest:
         out.append(_section("extra-other", "More data", generic_html(rest)))
     return "".join(out)

@@ -113,6 +113,7 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "demo": _demo(result.extra.get("demo")),
         "source": {
             "kind": u.source,
             "origin": u.origin,
@@ -193,10 +194,18 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                                "shown only for comparison",
             "notes": list(p.notes),
         },
-        "extra": result.extra,
+        "extra": {k: v for k, v in result.extra.items() if k != "demo"},
     }
     out: dict[str, Any] = presented(doc)
     return out
+
+
+def _demo(notice: Any) -> dict[str, str] | None:
+    """The top-level ``demo`` field: null for a report of real, user-given data; for the
+    bundled recording audited in place of this machine, ``{statement, reason, recording}``."""
+    if not isinstance(notice, dict) or not notice.get("statement"):
+        return None
+    return {k: str(notice.get(k, "")) for k in ("statement", "reason", "recording")}
 
 
 def presented(value: Any) -> Any:

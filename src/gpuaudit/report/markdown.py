@@ -23,6 +23,9 @@ def render_markdown(result: AuditResult) -> str:
     cp, wp = c.cost_projection, c.waste_projection
     t = c.total.time
     out = ["# gpuaudit report", ""]
+    demo = result.extra.get("demo")
+    if isinstance(demo, dict) and demo.get("statement"):
+        out += [f"> **{_esc(demo['statement'])}**", ""]
     out.append(f"- **source**: {_esc(u.source)}: {_esc(u.origin)}")
     if u.window_start and u.window_end:
         out.append(f"- **window**: {u.window_start:%Y-%m-%d %H:%M:%S} to "

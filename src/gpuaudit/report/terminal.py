@@ -93,6 +93,9 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         (f"price: {rates}", "dim"),
         *((f"\nprice row: {r.choice}", "dim") for r in c.rates.values() if r.choice),
     )
+    demo = result.extra.get("demo")
+    if isinstance(demo, dict) and demo.get("statement"):
+        con.print(Panel(Text(str(demo["statement"]), style="bold yellow"), box=box.HEAVY))
     con.print(Panel(head, box=box.ROUNDED))
     t = c.total.time
     con.print(_phase_table(t, c.total))
