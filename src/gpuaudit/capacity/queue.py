@@ -1,6 +1,8 @@
 """Queue waits: how long pods that request GPUs wait in Pending, beside the GPUs idle meanwhile.
 
-From kube-state-metrics in Prometheus (through :class:`gpuaudit.measure.prometheus.PromClient`):
+From kube-state-metrics in Prometheus, through any client with chunked range queries
+(``RangeClient``; the CLI passes :class:`gpuaudit.measure.prometheus.PromClient`, since a
+stage never imports a source):
 
 - ``kube_pod_status_phase{phase="Pending"} == 1``: the steps each pod spends pending;
 - ``kube_pod_container_resource_requests{resource="nvidia_com_gpu"}`` (summed over a pod's
@@ -18,13 +20,14 @@ layouts keep work from capacity that exists).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
+from gpuaudit.classify.usage import IDLE_BELOW_PCT
 from gpuaudit.errors import InputError
-from gpuaudit.measure.prometheus import PromClient
 from gpuaudit.promql import fresh
 
 __all__ = ["NamespaceWaits", "QueueReport", "queue_waits", "wait_runs"]
@@ -33,12 +36,33 @@ PENDING = ('(max by (namespace, pod) (kube_pod_status_phase{phase="Pending"}) ==
            '* on (namespace, pod) group_left() '
            '(sum by (namespace, pod) '
            '(kube_pod_container_resource_requests{resource="nvidia_com_gpu"}) > 0)')
-IDLE_BELOW_PCT = 10
+
+
+class RangeSeries(Protocol):
+    """One series of a range answer: labels, timestamps (ns) and values."""
+
+    @property
+    def labels(self) -> dict[str, str]: ...
+
+    @property
+    def ts_ns(self) -> np.ndarray: ...
+
+    @property
+    def values(self) -> np.ndarray: ...
+
+
+class RangeClient(Protocol):
+    """What queue waits need of a Prometheus client: chunked range queries and its URL."""
+
+    url: str
+
+    def query_range(self, expr: str, start_s: float, end_s: float, step_s: float
+                    ) -> Iterable[Sequence[RangeSeries]]: ...
 
 
 def _idle_expr(step_s: float) -> str:
     u = fresh("DCGM_FI_DEV_GPU_UTIL", step_s)
-    return f"count by (exported_pod, pod, exported_namespace) ({u} < {IDLE_BELOW_PCT})"
+    return f"count by (exported_pod, pod, exported_namespace) ({u} < {IDLE_BELOW_PCT:g})"
 
 
 @dataclass(frozen=True)
@@ -86,7 +110,7 @@ def _grid(ts_ns: np.ndarray, values: np.ndarray, start_s: float, step_s: float, 
     return idx[keep], values[keep]
 
 
-def queue_waits(client: PromClient, *, start_s: float, end_s: float, step_s: float = 60.0,
+def queue_waits(client: RangeClient, *, start_s: float, end_s: float, step_s: float = 60.0,
                 namespaces: Sequence[str] = ()) -> QueueReport:
     """The wait distribution per namespace and the idle capacity beside it (module doc)."""
     if end_s <= start_s:
