@@ -62,6 +62,7 @@ __all__ = [
     "WORKERS",
     "Quantity",
     "check_counts",
+    "check_output_dir",
     "check_output_path",
     "check_time_zone",
     "count_quantity",
@@ -357,4 +358,18 @@ def check_output_path(path: str | os.PathLike[str], name: str = "output") -> Pat
         raise InputError(f"cannot write {str(p)!r}: the folder {str(parent)!r} {what}",
                          where=name, fix=f"create it first (mkdir -p {parent}) or write "
                          "somewhere that exists")
+    return p
+
+
+def check_output_dir(path: str | os.PathLike[str], name: str = "output") -> Path:
+    """A folder gpuaudit writes files into: it may be new (the writer makes that one folder),
+    but the folder it goes in must exist, and it must not be a file."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{str(p)!r} is a file, not a folder", where=name,
+                         fix="give a folder for the output files")
+    if not p.parent.is_dir():
+        raise InputError(f"cannot write into {str(p)!r}: the folder {str(p.parent)!r} does not "
+                         "exist", where=name, fix=f"create it first (mkdir -p {p.parent}) or "
+                         "write somewhere that exists")
     return p

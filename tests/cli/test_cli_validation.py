@@ -27,6 +27,7 @@ from gpuaudit.cli.params import (
     Duration,
     Money,
     Number,
+    OutputDir,
     OutputFile,
     Parsed,
     PromDuration,
@@ -48,6 +49,7 @@ NEEDS: dict[str, list[str]] = {
     "rightsize": [str(SMI_LOG)],
     "simulate": [str(SMI_LOG)],
     "queue": ["--prometheus", "http://127.0.0.1:9"],
+    "bill": [str(SMI_LOG)],
 }
 
 # Options that take free text (names, label keys, URLs, PromQL matchers, input files): not
@@ -76,14 +78,17 @@ FREE_TEXT = {
     "--listen": "HOST:PORT, parsed by integrate.exporter.parse_listen (tested below)",
     "--namespace": "a Kubernetes namespace",
     "--bench": "an input file that must exist (click.Path(exists=True))",
+    "--telemetry": "an input file that must exist (click.Path(exists=True))",
+    "--budgets": "an input file that must exist (click.Path(exists=True))",
+    "--host-alias": "HOST=RESOURCE_ID, parsed by cli.bill",
 }
 # Structured text read by a gpuaudit parser (cli.params.Parsed): each needs hostile examples
 PARSED_HOSTILE: dict[str, list[str]] = {
     "--throughput": ["nan", "inf/s", "-5/s", "0", "abc", "", "5/fortnight", "1e999/h", "inf"],
 }
-ARGUMENTS = {"path", "paths", "urls", "command"}  # (simulate's path is optional)  # positional: input paths, URLs, a command
-VALIDATED = (Number, Money, Duration, PromDuration, Time, TimeZone, OutputFile, Parsed,
-             click.Choice)
+ARGUMENTS = {"path", "paths", "urls", "command", "bill_path"}  # (simulate's path is optional)  # positional: input paths, URLs, a command
+VALIDATED = (Number, Money, Duration, PromDuration, Time, TimeZone, OutputFile, OutputDir,
+             Parsed, click.Choice)
 
 
 def _commands() -> list[tuple[str, click.Command]]:
@@ -222,6 +227,9 @@ def _hostile(opt: click.Option, tmp: Path) -> st.SearchStrategy[str]:
         return _zones()
     if isinstance(t, OutputFile):
         return _outputs(tmp)
+    if isinstance(t, OutputDir):
+        return st.sampled_from([str(tmp / "missing-folder" / "sql"), str(SMI_LOG),
+                                "/nonexistent-gpuaudit-folder/sub/sql"])
     if isinstance(t, Parsed):
         return st.sampled_from(PARSED_HOSTILE[_long(opt)])
     assert isinstance(t, click.Choice)

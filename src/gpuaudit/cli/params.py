@@ -18,6 +18,7 @@ from gpuaudit.errors import InputError
 from gpuaudit.validate import (
     PROM_WINDOW_S,
     Quantity,
+    check_output_dir,
     check_output_path,
     check_time_zone,
     parse_duration_s,
@@ -30,8 +31,8 @@ if TYPE_CHECKING:  # generic in click >= 8.2; plain at run time for older clicks
 else:
     _ParamType = click.ParamType
 
-__all__ = ["Duration", "Money", "Number", "OutputFile", "Parsed", "PromDuration", "Time",
-           "TimeZone"]
+__all__ = ["Duration", "Money", "Number", "OutputDir", "OutputFile", "Parsed", "PromDuration",
+           "Time", "TimeZone"]
 
 
 def _fail(t: _ParamType, exc: InputError, param: click.Parameter | None,
@@ -162,6 +163,21 @@ class Parsed(_ParamType):
         module, func = self.parser.split(":")
         try:
             return getattr(importlib.import_module(module), func)(value)
+        except InputError as exc:
+            _fail(self, exc, param, ctx)
+
+
+class OutputDir(click.Path):
+    """A folder gpuaudit writes files into (see :func:`gpuaudit.validate.check_output_dir`):
+    the folder itself may be new, the one it goes in must exist."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        try:
+            return check_output_dir(value, _name(param))
         except InputError as exc:
             _fail(self, exc, param, ctx)
 
