@@ -82,6 +82,11 @@ FREE_TEXT = {
     "--budgets": "an input file that must exist (click.Path(exists=True))",
     "--host-alias": "HOST=RESOURCE_ID, parsed by cli.bill",
 }
+# Enumerated or structured options a command checks first thing in its body (before any
+# work), each driven below with its hostile values like the validated ones
+CHECKED_IN_BODY: dict[tuple[str, str], list[str]] = {
+    ("bill", "--format"): ["xml", "", "JSON", "pdf", "nan", "focus,json", "terminal "],
+}
 # Structured text read by a gpuaudit parser (cli.params.Parsed): each needs hostile examples
 PARSED_HOSTILE: dict[str, list[str]] = {
     "--throughput": ["nan", "inf/s", "-5/s", "0", "abc", "", "5/fortnight", "1e999/h", "inf"],
@@ -134,6 +139,8 @@ def test_every_option_is_validated_or_declared_free_text() -> None:
             assert not isinstance(p.type, (click.types.FloatParamType, click.types.IntParamType,
                                            click.FloatRange, click.IntRange)), \
                 f"{name} {_long(p)}: use gpuaudit.cli.params.Number(<Quantity>)"
+            if (name, _long(p)) in CHECKED_IN_BODY:
+                continue
             if _long(p) not in FREE_TEXT:
                 unknown.append(f"{name} {_long(p)} ({p.type})")
     assert not unknown, ("options that are neither validated (gpuaudit.cli.params) nor "
@@ -275,6 +282,16 @@ def test_hostile_values_exit_2_naming_the_option(command: str, opt: click.Option
         _assert_clean_refusal(command, opt, value)
 
     check()
+
+
+@pytest.mark.parametrize(("command", "option"), list(CHECKED_IN_BODY))
+def test_options_checked_in_the_body_refuse_hostile_values(command: str, option: str) -> None:
+    ctx = click.Context(cli)
+    cmd = cli.get_command(ctx, command)
+    assert cmd is not None
+    opt = next(p for p in cmd.params if isinstance(p, click.Option) and option in p.opts)
+    for value in CHECKED_IN_BODY[(command, option)]:
+        _assert_clean_refusal(command, opt, value)
 
 
 # -- the cases issue 14 lists, by name ---------------------------------------------------------

@@ -38,7 +38,6 @@ OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
               show_default=True, help="allocation: who held the GPU pays; usage: who kept it "
               "busy pays, idle time goes to the idle line.")
 @click.option("--format", "formats", multiple=True, metavar="FORMAT",
-              type=click.Choice(INPUT_FORMATS + OUTPUT_FORMATS),
               help="Bill format (focus, cur, gcp; default: detected) and/or report format "
               "(terminal, json, markdown, html, csv, parquet). Repeat for both.")
 @click.option("-o", "--output", type=OutputFile(), default=None,
