@@ -16,11 +16,12 @@ import pyarrow as pa
 
 from gpuaudit.classify import Usage, check_health, classify, diagnose
 from gpuaudit.price import price_usage, resolve_rates
+from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding, recommend
 from gpuaudit.result import AuditResult
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["Report", "audit", "open_source"]
+__all__ = ["Report", "assemble", "audit", "open_source", "rates_for"]
 
 
 class Report(AuditResult):
@@ -100,20 +101,55 @@ def audit(
         kwargs["cap_intervals"] = cap_intervals
     usage = classify(source, by=by, interval_s=interval_s, findings=finding_list,
                      workers=workers, **kwargs)
-    models = {s.gpu_model for s in usage.series} or {None}
-    rates = resolve_rates(models, gpu_model=gpu_model, price=price, provider=provider,
-                          purchase=purchase, catalog=catalog)
-    cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
-    diagnoses = diagnose(usage.series, usage.patterns)
-    plan = recommend(usage, cost, diagnoses, finding_list)
+    rates = rates_for(usage, gpu_model=gpu_model, price=price, provider=provider,
+                      purchase=purchase, catalog=catalog)
     extras = dict(extra or {})
     if "timeline" not in extras:
         timeline = _timeline(samples, source, usage, mapping=mapping, fields=fields, host=host,
                              gpu_model=gpu_model, tz=tz)
         if timeline is not None:
             extras["timeline"] = timeline
+    return assemble(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh,
+                    findings=finding_list, extra=extras)
+
+
+def rates_for(
+    usage: Usage,
+    *,
+    gpu_model: str | None = None,
+    price: Decimal | str | float | None = None,
+    provider: str | None = None,
+    purchase: str = "on-demand",
+    catalog: str | Path | None = None,
+) -> Mapping[str | None, Rate]:
+    """The rate of every GPU model in ``usage`` (see :func:`gpuaudit.price.resolve_rates`)."""
+    models = {s.gpu_model for s in usage.series} or {None}
+    return resolve_rates(models, gpu_model=gpu_model, price=price, provider=provider,
+                         purchase=purchase, catalog=catalog)
+
+
+def assemble(
+    usage: Usage,
+    rates: Mapping[str | None, Rate],
+    *,
+    counts: Mapping[str, int | float | Decimal] | None = None,
+    energy_usd_per_kwh: Decimal | str | float | None = None,
+    findings: Iterable[Finding] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> Report:
+    """The pipeline after classification, composed once: price -> diagnose -> recommend.
+
+    Every entry point ends here, whatever measured the usage: a file or live recording
+    (:func:`audit`), a Prometheus pushdown or raw pull (the fleet audit and its per-group
+    advice), a profiler trace (``gpuaudit trace``), the live exporter. A new capability that
+    needs "the report for this usage" calls this rather than writing the stages out again.
+    """
+    finding_list = tuple(findings)
+    cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
+    diagnoses = diagnose(usage.series, usage.patterns)
+    plan = recommend(usage, cost, diagnoses, finding_list)
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
-                       health=check_health(usage.series), extra=extras)
+                  health=check_health(usage.series), extra=dict(extra or {}))
 
 
 def _timeline(samples: object, source: SampleSource | Recording, usage: Usage,

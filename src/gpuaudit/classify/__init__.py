@@ -2,7 +2,7 @@
 
 from gpuaudit.classify.diagnose import Diagnosis, diagnose
 from gpuaudit.classify.health import HealthIssue, check_health
-from gpuaudit.classify.phases import classify
+from gpuaudit.classify.phases import classify, group_key_names
 from gpuaudit.classify.usage import PHASES, Pattern, PhaseTime, SeriesSignals, Usage
 
 __all__ = [
@@ -16,4 +16,5 @@ __all__ = [
     "check_health",
     "classify",
     "diagnose",
+    "group_key_names",
 ]

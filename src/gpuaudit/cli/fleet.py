@@ -66,11 +66,9 @@ def _advice(usage: Any, rates: Any, keys: Sequence[str], top: int,
             pricing: Mapping[str, Any]) -> dict[tuple[str | None, ...], list[dict[str, Any]]]:
     """The recommender run on each of the ``top`` costliest groups alone."""
 
-    from gpuaudit.classify import diagnose
-    from gpuaudit.price import price_usage
+    from gpuaudit.api import assemble
     from gpuaudit.price.attribution import cells_of_group
     from gpuaudit.price.cost import cost_lines
-    from gpuaudit.recommend import recommend
 
     out: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
     cells = usage.cells
@@ -81,8 +79,7 @@ def _advice(usage: Any, rates: Any, keys: Sequence[str], top: int,
         series = tuple(s for s in usage.series if s.gpu_uuid in gpus)
         patterns = tuple(p for p in usage.patterns if p.gpu_uuid in gpus)
         sub = replace(usage, cells=sub_cells, series=series, patterns=patterns)
-        cost = price_usage(sub, rates, energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"))
-        plan = recommend(sub, cost, diagnose(series, patterns))
+        plan = assemble(sub, rates, energy_usd_per_kwh=pricing.get("energy_usd_per_kwh")).plan
         recs = sorted(plan.recommendations, key=lambda r: -r.monthly_usd)[:3]
         out[tuple(key)] = [{"id": r.id, "title": r.remediation.title,
                             "monthly_usd": str(r.monthly_usd.quantize(Decimal("0.01"))),
@@ -111,8 +108,8 @@ def audit_fleet(
     ``extra["fleet"]`` holds the showback, KPIs and histograms (see report/fleet.py)."""
     import pyarrow as pa
 
-    from gpuaudit.api import Report
-    from gpuaudit.classify import check_health, classify, diagnose
+    from gpuaudit.api import assemble, rates_for
+    from gpuaudit.classify import classify
     from gpuaudit.classify.phases import group_key_names
     from gpuaudit.classify.pushdown import usage_from_pushdown
     from gpuaudit.measure.prometheus import (
@@ -122,7 +119,6 @@ def audit_fleet(
         pod_labels,
     )
     from gpuaudit.measure.pushdown import pull_aggregates
-    from gpuaudit.price import price_usage, resolve_rates
     from gpuaudit.price.attribution import (
         Attributor,
         attribute_table,
@@ -130,7 +126,6 @@ def audit_fleet(
         fleet_summary,
         load_mapping,
     )
-    from gpuaudit.recommend import recommend
 
     pricing = dict(pricing or {})
     mapping = load_mapping(map_file) if map_file else None
@@ -200,20 +195,16 @@ def audit_fleet(
         finally:
             client.close()
     usage = coarse_usage(usage_fine, user_keys)
-    models = {s.gpu_model for s in usage.series} or {None}
-    rates = resolve_rates(models, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
-                          provider=pricing.get("provider"),
-                          purchase=pricing.get("purchase", "on-demand"),
-                          catalog=pricing.get("catalog"))
-    cost = price_usage(usage, rates, counts=pricing.get("counts"),
-                       energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"))
-    diagnoses = diagnose(usage.series, usage.patterns)
-    plan = recommend(usage, cost, diagnoses)
+    rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
+                      provider=pricing.get("provider"),
+                      purchase=pricing.get("purchase", "on-demand"),
+                      catalog=pricing.get("catalog"))
     advice = _advice(usage_fine, rates, list(user_keys), advice_groups, pricing)
     fleet = fleet_summary(usage_fine, rates, group_keys=user_keys, daily=daily,
                           util_window_pct=util_window, advice=advice, transfer=transfer)
-    return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
-                       health=check_health(usage.series), extra={"fleet": fleet})
+    return assemble(usage, rates, counts=pricing.get("counts"),
+                    energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"),
+                    extra={"fleet": fleet})
 
 
 def _iso(t: float) -> str:

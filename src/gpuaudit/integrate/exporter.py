@@ -40,8 +40,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from gpuaudit.classify.phases import group_key_names
-from gpuaudit.classify.usage import PHASES
+from gpuaudit.classify import PHASES, group_key_names
 from gpuaudit.errors import InputError
 from gpuaudit.price.cost import price_usage
 from gpuaudit.result import AuditResult
