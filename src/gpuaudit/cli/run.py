@@ -166,23 +166,27 @@ def run_workload(
 @click.option("--mlflow", "to_mlflow", is_flag=True,
               help="log the audit to the MLflow run (active, MLFLOW_RUN_ID, or a new one); "
               "needs gpuaudit[mlflow]")
+@click.option("--wandb", "to_wandb", is_flag=True,
+              help="log the audit to the W&B run the command uses (WANDB_RUN_ID or a new "
+              "one; offline mode works); needs gpuaudit[wandb]")
 @pricing_options
 @output_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: str | None,
             flush_s: float, no_report: bool, process: bool | None, to_mlflow: bool,
-            command: tuple[str, ...], **opts: Any) -> None:
+            to_wandb: bool, command: tuple[str, ...], **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
 
     \b
     gpuaudit run --hz 10 --label team=vision -- python train.py
     gpuaudit run --mlflow --label team=vision -- python train.py
+    gpuaudit run --wandb -- python train.py
     """
     from gpuaudit.integrate.trackers import begin_trackers, make_trackers
 
     label_map = parse_labels(labels)
-    trackers = make_trackers(mlflow=to_mlflow, child=True)  # a missing extra: error, exit 2
+    trackers = make_trackers(mlflow=to_mlflow, wandb=to_wandb, child=True)  # a missing extra: error, exit 2
     env = begin_trackers(trackers)
     record = record or default_output("run")
     code, recording, unavailable = run_workload(
