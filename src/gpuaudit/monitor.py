@@ -107,7 +107,7 @@ class Monitor:
         self._sampler: Any = None
         self._totals: dict[str, float | None] = {"steps": 0, "samples": None, "tokens": None}
         self._marks: list[str] = []
-        self._pricing = dict(pricing or {})
+        self.pricing = dict(pricing or {})
         self.trackers: list[Any] = list(trackers)
         if mlflow or wandb:
             from gpuaudit.integrate.trackers import make_trackers
@@ -168,7 +168,7 @@ class Monitor:
             else:
                 from gpuaudit.api import audit
 
-                pricing = dict(self._pricing)
+                pricing = dict(self.pricing)
                 pricing.setdefault("counts", counts_from(rec))
                 summary = summarize(audit(rec, **pricing), labels=self.labels,
                                     recording_path=None if self.output is None
