@@ -99,16 +99,14 @@ def audit(
     kwargs: dict[str, Any] = {}
     if cap_intervals is not None:
         kwargs["cap_intervals"] = cap_intervals
+    extras = dict(extra or {})
+    want_timeline = "timeline" not in extras  # the exporter passes {"timeline": None}: none
     usage = classify(source, by=by, interval_s=interval_s, findings=finding_list,
-                     workers=workers, **kwargs)
+                     workers=workers, timeline=want_timeline, **kwargs)
     rates = rates_for(usage, gpu_model=gpu_model, price=price, provider=provider,
                       purchase=purchase, catalog=catalog)
-    extras = dict(extra or {})
-    if "timeline" not in extras:
-        timeline = _timeline(samples, source, usage, mapping=mapping, fields=fields, host=host,
-                             gpu_model=gpu_model, tz=tz)
-        if timeline is not None:
-            extras["timeline"] = timeline
+    if want_timeline and usage.timeline is not None:
+        extras["timeline"] = usage.timeline.to_dict()
     return assemble(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh,
                     findings=finding_list, extra=extras)
 
@@ -151,24 +149,3 @@ def assemble(
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
                   health=check_health(usage.series), extra=dict(extra or {}))
 
-
-def _timeline(samples: object, source: SampleSource | Recording, usage: Usage,
-              **open_kw: Any) -> dict[str, Any] | None:
-    """extra["timeline"]: a second streaming pass where the samples can be re-read.
-
-    A Recording (or table) is read again from memory, a path is opened again, a source that
-    says ``rereadable = True`` (a file) is iterated again; a one-shot stream (a live
-    SampleSource) cannot be re-read and gets no timeline.
-    """
-    from gpuaudit.classify.timeline import timeline_for
-
-    if usage.timeline is not None:  # built in classify's pass
-        return usage.timeline.to_dict()
-    if isinstance(samples, (str, Path)):
-        again = open_source(samples, **open_kw)
-    elif isinstance(source, Recording) or getattr(source, "rereadable", False):
-        again = source
-    else:
-        return None
-    tl = timeline_for(again, usage)
-    return None if tl is None else tl.to_dict()

@@ -23,15 +23,48 @@ from importlib import resources
 from gpuaudit.errors import InputError
 
 __all__ = [
+    "MIG_COMPUTE_SLICES",
+    "MIG_MEMORY_SLICES",
+    "MPS_MAX_CLIENTS",
+    "TIME_SLICING_DEFAULT_REPLICAS",
     "GpuSpec",
+    "MigProfile",
     "form_factor",
     "gpu_family",
     "gpu_specs",
     "memory_gb",
+    "mig_layout_problem",
+    "mig_profiles",
     "spec_for",
 ]
 
 SPECS_FILE = "gpu_specs.csv"
+MIG_FILE = "mig_profiles.csv"
+
+#: A MIG-capable GPU (A100, H100, H200, GH200, B200) is cut into 8 memory slices and 7 compute
+#: slices; a GPU instance occupies a contiguous run of memory slices starting at one of its
+#: profile's placements (NVIDIA MIG User Guide, "Supported MIG Profiles"; NVML
+#: ``nvmlDeviceGetGpuInstancePossiblePlacements``: "creation of a new GPU instance will fail if
+#: there is overlap with the already occupied memory slices").
+MIG_MEMORY_SLICES = 8
+MIG_COMPUTE_SLICES = 7
+
+#: CUDA MPS: at most 48 client processes per device on Volta and newer (16 before Volta)
+#: (NVIDIA Multi-Process Service guide, docs.nvidia.com/deploy/mps, "Limitations").
+MPS_MAX_CLIENTS = 48
+MPS_SOURCE = ("NVIDIA Multi-Process Service guide (docs.nvidia.com/deploy/mps): up to 48 "
+              "clients per device on Volta and newer; memory is not isolated unless "
+              "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT is set, compute shares via "
+              "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+
+#: Time-slicing has no replica limit of its own; 4 is the replicas value of NVIDIA's GPU
+#: Operator example ("Time-Slicing GPUs in Kubernetes"), which also says replicas share memory
+#: and faults: "unlike MIG, there is no memory or fault-isolation between replicas".
+TIME_SLICING_DEFAULT_REPLICAS = 4
+TIME_SLICING_SOURCE = ("NVIDIA GPU Operator, Time-Slicing GPUs in Kubernetes "
+                       "(docs.nvidia.com/datacenter/cloud-native/gpu-operator/latest/"
+                       "gpu-sharing.html): replicas: 4 in the example config; no memory or "
+                       "fault isolation between replicas")
 
 # Longest names first so "L40S" wins over "L4", "GH200" over "H200", "A10G" over "A10".
 FAMILIES = ("GH200", "B200", "H200", "H100", "A100", "L40S", "L40", "A10G", "A10", "L4",
@@ -180,3 +213,90 @@ def spec_for(model: str | None) -> GpuSpec | None:
     if form is not None:
         cands = [s for s in cands if form_factor(s.gpu_model) == form] or cands
     return cands[0]
+
+
+@dataclass(frozen=True)
+class MigProfile:
+    """One MIG GPU-instance profile of one board (``data/mig_profiles.csv``).
+
+    ``memory_slices`` of 8 and ``compute_slices`` of 7; ``placements`` are the memory slices
+    an instance may start at (an instance occupies ``[start, start + memory_slices)``);
+    ``max_instances`` how many of this profile alone fit one GPU.
+    """
+
+    board: str
+    name: str
+    memory_slices: int
+    compute_slices: int
+    max_instances: int
+    placements: tuple[int, ...]
+    source: str
+
+    @property
+    def memory_gb(self) -> float:
+        """The memory the name states (``3g.40gb`` -> 40)."""
+        return float(self.name.split(".")[1].removesuffix("gb"))
+
+    @property
+    def compute_fraction(self) -> float:
+        return self.compute_slices / MIG_COMPUTE_SLICES
+
+
+@lru_cache(maxsize=1)
+def _mig_rows() -> tuple[MigProfile, ...]:
+    text = resources.files("gpuaudit").joinpath("data").joinpath(MIG_FILE).read_text(encoding="utf-8")
+    out = []
+    for line, row in enumerate(csv.DictReader(text.splitlines()), start=2):
+        try:
+            prof = MigProfile(
+                board=row["board"].strip(), name=row["profile"].strip(),
+                memory_slices=int(row["memory_slices"]), compute_slices=int(row["compute_slices"]),
+                max_instances=int(row["max_instances"]),
+                placements=tuple(int(x) for x in row["placements"].split()),
+                source=row["source"].strip())
+        except ValueError:
+            raise InputError("a slice count or placement is not an integer",
+                             where=f"{MIG_FILE}:{line}",
+                             fix="write slices and placements as whole numbers") from None
+        out.append(prof)
+    return tuple(out)
+
+
+def mig_profiles(model: str | None) -> tuple[MigProfile, ...]:
+    """The MIG profiles of a GPU model, smallest first; () where the model has no MIG.
+
+    Matched by family and memory size, as :func:`spec_for` matches (``H100`` means the 80 GB
+    board, the family's first row).
+    """
+    spec = spec_for(model)
+    if spec is None or spec.mig_max_instances == 0:
+        return ()
+    mem = round(spec.memory_gb)
+    rows = [p for p in _mig_rows() if gpu_family(p.board) == spec.family
+            and memory_gb(p.board) == mem]
+    return tuple(sorted(rows, key=lambda p: (p.memory_slices, p.compute_slices)))
+
+
+def mig_layout_problem(layout: list[tuple[MigProfile, int]]) -> str | None:
+    """Why a set of (profile, start slice) instances is not a layout NVIDIA allows, or None.
+
+    Rules: every start is one of the profile's placements, instances' memory slices do not
+    overlap, no profile exceeds its instance count, and compute slices total at most 7.
+    """
+    used = [False] * MIG_MEMORY_SLICES
+    counts: dict[str, int] = {}
+    compute = 0
+    for prof, start in layout:
+        if start not in prof.placements:
+            return f"{prof.name} cannot start at memory slice {start} (allowed {prof.placements})"
+        for i in range(start, start + prof.memory_slices):
+            if i >= MIG_MEMORY_SLICES or used[i]:
+                return f"{prof.name} at {start} overlaps memory slice {i}"
+            used[i] = True
+        counts[prof.name] = counts.get(prof.name, 0) + 1
+        if counts[prof.name] > prof.max_instances:
+            return f"more than {prof.max_instances} x {prof.name}"
+        compute += prof.compute_slices
+    if compute > MIG_COMPUTE_SLICES:
+        return f"{compute} compute slices > {MIG_COMPUTE_SLICES}"
+    return None

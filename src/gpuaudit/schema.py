@@ -480,3 +480,24 @@ def column(name: str) -> Column:
 
 def column_names() -> Sequence[str]:
     return [c.name for c in COLUMNS]
+
+
+@dataclass(frozen=True)
+class SeriesId:
+    """Who a fleet series belongs to (one GPU, MIG instance, or GPU x pod when time-sliced):
+    the identity columns of the sample table, decoded from a dcgm-exporter series' labels by
+    :func:`gpuaudit.measure.dcgm.series_id`."""
+
+    host: str
+    gpu_uuid: str
+    gpu_model: str | None
+    gpu_index: int | None
+    mig_profile: str | None
+    namespace: str | None
+    pod: str | None
+    container: str | None
+    labels: tuple[tuple[str, str], ...]
+
+    @property
+    def gpu_key(self) -> tuple[str, str]:
+        return (self.host, self.gpu_uuid)

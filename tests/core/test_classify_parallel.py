@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.classify import classify, parallel
+from gpuaudit.classify.timeline import timeline_for
 from gpuaudit.classify.usage import Usage
 from gpuaudit.errors import SampleTableError
 from gpuaudit.measure.files import open_samples
@@ -243,7 +244,6 @@ def assert_same_timeline(a, b) -> None:
 @given(recordings(), st.integers(1, 9), st.integers(1, 4))
 def test_property_timeline_folded_into_the_pass_equals_a_second_pass(
         no_worker_processes, table, rows_per_group, parts):
-    from gpuaudit.classify.timeline import timeline_for
 
     rec = recording(table)
     usage = classify(rec)
@@ -265,5 +265,12 @@ def test_no_timeline_in_the_pass_when_the_window_is_unknown_up_front():
         def batches(self):
             yield from table.to_batches(max_chunksize=7)
 
-    assert classify(Live()).timeline is None
-    assert classify(recording(table, interval_s=None)).timeline is None
+    assert classify(Live()).timeline is None  # a one-shot stream cannot be read again
+    # a recording can: classify reads it a second time for the timeline (one path for every
+    # caller), which equals the timeline built from scratch over the window it found
+    rec = recording(table, interval_s=None)
+    usage = classify(rec)
+    assert usage.timeline is not None
+    again = timeline_for(rec, usage)
+    assert again is not None and usage.timeline.to_dict() == again.to_dict()
+    assert classify(rec, timeline=False).timeline is None

@@ -10,12 +10,13 @@ import pyarrow.compute as pc
 import pytest
 
 from gpuaudit.classify import classify
+from gpuaudit.classify.pushdown import pull_aggregates as _pull
 from gpuaudit.classify.pushdown import usage_from_pushdown
 from gpuaudit.classify.usage import PHASES
 from gpuaudit.cli import main
 from gpuaudit.cli.fleet import audit_fleet
+from gpuaudit.measure.dcgm import series_id
 from gpuaudit.measure.prometheus import PromClient, PrometheusSource, pod_labels
-from gpuaudit.measure.pushdown import pull_aggregates
 from gpuaudit.price.attribution import (
     Attributor,
     attribute_table,
@@ -25,6 +26,11 @@ from gpuaudit.price.attribution import (
 TEAMS = Path(__file__).parents[1] / "data" / "fleet" / "teams.toml"
 FIELDS = ("idle_s", "underutilized_s", "productive_s", "compute_bound_s", "busy_s",
           "underutilized_unused_s", "headroom_s", "gap_s")
+
+
+def pull_aggregates(client, **kw):
+    """The pushdown as the fleet audit runs it: dcgm labels decoded by measure's series_id."""
+    return _pull(client, identify=series_id, **kw)
 
 
 def _close(a, b, tol=1e-6):

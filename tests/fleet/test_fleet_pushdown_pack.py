@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuaudit.classify.pushdown_queries import NARROWED, decode, pack_base, straddles, unpack
 from gpuaudit.errors import InputError
-from gpuaudit.measure.pushdown import NARROWED, _regex, decode, pack_base, straddles, unpack
+from gpuaudit.promql import alternation as _regex
 
 
 def _running_sum(values: np.ndarray, base: float) -> float:

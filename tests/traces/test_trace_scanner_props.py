@@ -85,7 +85,10 @@ def test_damage_is_an_error_or_harmless(tmp_path: Path, where: int, junk: bytes)
     except (json.JSONDecodeError, UnicodeDecodeError):
         valid = False
     if valid:
-        load_trace(p)
+        try:
+            load_trace(p)
+        except InputError as exc:  # still JSON, but a damaged key ("trace@Events") is no trace
+            assert "traceEvents" in str(exc) and bad.find(b'"traceEvents"') < 0
     else:
         with pytest.raises(InputError) as exc:
             load_trace(p)

@@ -2,7 +2,8 @@
 
 from gpuaudit.classify.diagnose import Diagnosis, diagnose
 from gpuaudit.classify.health import HealthIssue, check_health
-from gpuaudit.classify.phases import classify, group_key_names
+from gpuaudit.classify.passes import classify
+from gpuaudit.classify.phases import group_key_names
 from gpuaudit.classify.usage import PHASES, Pattern, PhaseTime, SeriesSignals, Usage
 
 __all__ = [

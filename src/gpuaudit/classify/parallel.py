@@ -23,10 +23,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit.classify.phases import _Engine
 from gpuaudit.errors import SampleTableError
 
 if TYPE_CHECKING:
-    from gpuaudit.classify.phases import _Engine
     from gpuaudit.classify.timeline import Grid
     from gpuaudit.schema import SampleSource
 

@@ -19,7 +19,7 @@ batch size whatever the recording's length.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -27,14 +27,17 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuaudit._heap import keep_freed_memory
-from gpuaudit.classify.patterns import detect_patterns
-from gpuaudit.classify.timeline import Grid, TimelineAcc, timeline_grid
-from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage, add_phase_index
+from gpuaudit.classify.timeline import Grid, TimelineAcc
+from gpuaudit.classify.usage import (
+    CELL_VALUE_COLUMNS,
+    IDLE_BELOW_PCT,
+    SeriesSignals,
+    add_phase_index,
+)
 from gpuaudit.errors import InputError, SampleTableError
-from gpuaudit.schema import Recording, SampleSource, series_order
+from gpuaudit.schema import series_order
 
-__all__ = ["DEFAULT_CAP_INTERVALS", "classify", "group_key_names"]
+__all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
 
 DEFAULT_CAP_INTERVALS = 3.0
 _NS = 1_000_000_000
@@ -548,7 +551,7 @@ class _Engine:
         s = self.series
         c = r["code"]
         s.add("u2_w", c, w * u0 * u0)
-        idle = u0 < 10.0
+        idle = u0 < IDLE_BELOW_PCT
         if no_reading is not None:
             idle &= ~no_reading
         # consecutive steps within a series, the first row of each series against the carry
@@ -880,121 +883,3 @@ def _infer_interval_s(codes: np.ndarray, ts: np.ndarray) -> float:
     if d.size == 0:
         return 1.0
     return float(np.median(d)) / _NS
-
-
-def classify(
-    samples: SampleSource | Recording | pa.Table,
-    *,
-    by: Sequence[str] = (),
-    interval_s: float | None = None,
-    cap_intervals: float = DEFAULT_CAP_INTERVALS,
-    findings: Iterable[object] = (),
-    workers: int | None = None,
-) -> Usage:
-    """Split every observed GPU-second into a phase, per GPU, per group and overall.
-
-    ``samples`` is a :class:`~gpuaudit.schema.SampleSource` (streamed batch by batch), a
-    :class:`~gpuaudit.schema.Recording` or a bare sample table. ``by`` adds group keys: table
-    columns (host, pod, namespace, container, gpu_model, mig_profile) or label keys.
-    ``interval_s`` overrides the nominal interval (else the source's, else inferred).
-    ``workers``: how many processes share a large gpuaudit Parquet recording (row-group
-    ranges, see :mod:`gpuaudit.classify.parallel`); None picks one per available core with at
-    least 8M rows each; 1 reads it in this process. The result is the same either way.
-    """
-    if isinstance(samples, pa.Table):
-        samples = Recording(table=samples, source="table", origin="an in-memory sample table")
-    if cap_intervals < 1.0:
-        raise InputError(
-            f"cap_intervals={cap_intervals} is below 1",
-            fix="a sample must stand for at least one nominal interval",
-        )
-    keys = group_key_names(by)
-    interval = interval_s if interval_s is not None else samples.interval_s
-    rows = getattr(samples, "num_rows", None)
-    if isinstance(rows, int) and rows >= _LARGE_ROWS:
-        keep_freed_memory()
-    grid = _grid_up_front(samples, interval)
-    recipes = _ranges(samples, workers, interval)
-    engine: _Engine | None = None
-    if recipes is not None and interval is not None:
-        from gpuaudit.classify.parallel import BoundaryOrderError, classify_ranges
-
-        try:
-            engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid)
-        except BoundaryOrderError:
-            engine = None  # one pass again: the reader names the file row of the bad sample
-    if engine is None:
-        engine = _Engine(keys, interval, cap_intervals, grid)
-        for i, batch in enumerate(samples.batches()):
-            engine.feed(batch, position=f"{samples.origin} (batch {i})")
-    engine.finish()
-    series = engine.series_signals()
-    start = _dt(engine.t_min)
-    end = _dt(engine.t_end)
-    timeline = None
-    if engine.timeline is not None and start is not None and end is not None and (
-            timeline_grid(start, end, engine.interval_s or 1.0, TIMELINE_BUCKETS)
-            == engine.timeline.grid):  # the footer told the truth about the window
-        timeline = engine.timeline.timeline(list(engine.series_index),
-                                            [m[0] for m in engine.series_meta])
-    return Usage(
-        cells=engine.cells_table(),
-        by=keys,
-        series=series,
-        patterns=detect_patterns(series, engine.interval_s or 1.0),
-        window_start=start,
-        window_end=end,
-        interval_s=engine.interval_s or 1.0,
-        cap_s=(engine.interval_s or 1.0) * cap_intervals,
-        source=samples.source,
-        origin=samples.origin,
-        notes=tuple(samples.notes),
-        events=tuple(samples.events),
-        findings=tuple(findings),
-        timeline=timeline,
-    )
-
-
-def _grid_up_front(samples: SampleSource | Recording, interval_s: float | None) -> Grid | None:
-    """The timeline's buckets where the window is known before reading: a recording in
-    memory, or a file whose footer gives the first and last timestamp."""
-    if interval_s is None:
-        return None
-    if isinstance(samples, Recording):
-        if samples.table.num_rows == 0:
-            return None
-        ts = samples.table.column("ts").cast(pa.int64())
-        span: object = (pc.min(ts).as_py(), pc.max(ts).as_py())
-    else:
-        span = getattr(samples, "ts_range_ns", None)
-    if not isinstance(span, tuple):
-        return None
-    lo, hi = span
-    start, end = _dt(int(lo)), _dt(int(hi) + round(interval_s * _NS))
-    if start is None or end is None:
-        return None
-    return timeline_grid(start, end, interval_s, TIMELINE_BUCKETS)
-
-
-def _ranges(samples: SampleSource | Recording, workers: int | None,
-            interval_s: float | None) -> list[Callable[[], SampleSource]] | None:
-    """Row-group range recipes when the source can be split and it is worth it."""
-    split = getattr(samples, "split", None)
-    if split is None or interval_s is None or workers == 1:
-        return None
-    from gpuaudit.classify.parallel import MIN_ROWS_PER_WORKER, available_cpus
-
-    if workers is None:
-        recipes: list[Callable[[], SampleSource]] | None = split(
-            min(available_cpus(), 8), min_rows_per_part=MIN_ROWS_PER_WORKER)
-    else:
-        recipes = split(workers)
-    return recipes if recipes is not None and len(recipes) > 1 else None
-
-
-def _dt(ns: int | None) -> datetime | None:
-    if ns is None:
-        return None
-    return datetime.fromtimestamp(ns // _NS, tz=timezone.utc).replace(
-        microsecond=(ns % _NS) // 1000
-    )

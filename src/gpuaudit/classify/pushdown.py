@@ -1,28 +1,295 @@
-"""Pushdown answers -> :class:`~gpuaudit.classify.usage.Usage`.
+"""Pushdown: the phase classification runs inside the Prometheus-compatible store as PromQL,
+and its per-series, per-chunk answers become a :class:`~gpuaudit.classify.usage.Usage`.
 
-The phase classification already ran inside the Prometheus-compatible store as PromQL
-(:mod:`gpuaudit.measure.pushdown` generates the queries and collects the per-series,
-per-chunk answers); this module turns those answers into the same ``Usage`` that local
+:func:`pull_aggregates` asks the queries of :mod:`gpuaudit.classify.pushdown_queries` chunk
+by chunk through any client with instant queries (``QueryClient``; the caller passes
+:class:`gpuaudit.measure.prometheus.PromClient` and the dcgm label decoder, so measure only
+fetches and classify decides what a phase is), in two passes: the cheap queries for every
+series, then the costly ones only for the series that need them.
+:func:`usage_from_pushdown` turns the answers into the same ``Usage`` that local
 :func:`gpuaudit.classify.classify` builds, so pricing, recommendations and reports apply
 unchanged. Limits of the pushdown view are in docs/fleet.md.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import re
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from gpuaudit.classify.patterns import detect_patterns
 from gpuaudit.classify.phases import group_key_names
+from gpuaudit.classify.pushdown_queries import (
+    MAX_FIELDS,
+    MULTI_SAMPLE,
+    SECOND_PASS,
+    build_queries,
+    decode,
+    needs,
+    share_query,
+)
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
-from gpuaudit.measure.dcgm import SeriesId
-from gpuaudit.measure.pushdown import MAX_FIELDS, PushdownData
+from gpuaudit.errors import InputError
+from gpuaudit.promql import duration, regex_of, selector, time_chunks, with_matcher
+from gpuaudit.schema import ImportNote, SeriesId
 
-__all__ = ["usage_from_pushdown"]
+__all__ = ["PushdownData", "QueryClient", "pull_aggregates", "usage_from_pushdown"]
+
+
+_T = TypeVar("_T")
+_SUBQUERY = re.compile(r"\[\d+ms:\d+(?:ms|h)\]")
+_UTIL = "DCGM_FI_DEV_GPU_UTIL"
+_GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
+_SM = "DCGM_FI_PROF_SM_ACTIVE"
+_WINDOW_FORMS = ("first", "last", "edges", "idle_pairs")  # what MULTI_SAMPLE replaces
+
+
+@dataclass
+class PushdownData:
+    """Per-series, per-chunk sums from the store. ``values[(code, chunk)]`` maps a query name
+    to its number; ``ids[code]`` decodes the series; ``chunks`` are (start_s, end_s)."""
+
+    ids: list[SeriesId]
+    chunks: list[tuple[float, float]]
+    step_s: float
+    values: dict[tuple[int, int], dict[str, float]]
+    origin: str
+    notes: list[ImportNote] = field(default_factory=list)
+    fleet_util_pct: dict[str, float | None] = field(default_factory=dict)
+    queries: int = 0
+    has_sm: bool = False
+    shared: bool = False
+
+
+class QueryClient(Protocol):
+    """What the pushdown needs of a Prometheus client: instant queries and label-name probes
+    (:class:`gpuaudit.measure.prometheus.PromClient` is one; classify does not import it)."""
+
+    url: str
+    progress: Callable[[str, int], Callable[[int], None]] | None
+
+    def query(self, expr: str, time_s: float) -> list[tuple[dict[str, str], float]]: ...
+
+    def label_names(self, match: str, start_s: float, end_s: float) -> list[str]: ...
+
+
+#: Decodes a series' labels into its identity: :func:`gpuaudit.measure.dcgm.series_id`.
+Identify = Callable[..., SeriesId]
+
+
+def pull_aggregates(
+    client: QueryClient,
+    *,
+    identify: Identify,
+    start_s: float,
+    end_s: float,
+    step_s: float,
+    matchers: Mapping[str, str] | None = None,
+    chunk_s: float = 86_400.0,
+    workers: int = 4,
+    narrow: bool = True,
+) -> PushdownData:
+    """Run the pushdown queries chunk by chunk (step-aligned, ``chunk_s`` long, ``workers``
+    queries at a time) and collect the decoded answers; then the threshold queries
+    (:data:`NARROWED`) for the GPUs whose series straddle a threshold in a chunk (all GPUs
+    with ``narrow=False``: the same answers, more work); then the share weight of GPUs whose
+    series overlap in a chunk (time-sliced), on those GPUs only. ``identify`` decodes a
+    series' labels (``identify(labels, default_host=..., where=...)``): the caller passes
+    :func:`gpuaudit.measure.dcgm.series_id`, so measure fetches and classify decides."""
+    if step_s <= 0:
+        raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
+    sel = selector(matchers)
+    start_s = np.ceil(start_s / step_s) * step_s
+    end_s = np.floor(end_s / step_s) * step_s
+    points = max(1, round(chunk_s / step_s))
+    chunks = time_chunks(float(start_s), float(end_s), step_s, points)
+    mig_sel = with_matcher(sel, 'GPU_I_ID!=""')
+    # which series families exist: index lookups, no samples read
+    probes = [client.label_names(m, float(start_s), float(end_s))
+              for m in (_SM + sel, _GR + mig_sel)]
+    has_sm, has_mig = bool(probes[0]), bool(probes[1])
+    families = ["util", "mig"] if has_mig else ["util"]
+    data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, values={},
+                        origin=f"Prometheus {client.url} (PromQL pushdown, step {step_s:g} s)",
+                        has_sm=has_sm)
+    ids = _SeriesCodes(data, client.url, identify)
+    jobs: list[tuple[int, str, str]] = []
+    for i, (a, b) in enumerate(chunks):
+        for fam in families:
+            qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
+                               signals=fam == "util")
+            jobs += [(i, name, expr) for name, expr in qs.items()
+                     if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)]
+    # fleet mean utilization over the last hour and day: raw sums, run with the rest
+    fleet_jobs: list[tuple[int, str, str]] = []
+    for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
+        rng = duration(min(secs, end_s - start_s + step_s))
+        for fam in families:
+            metric, scale = (f"{_GR}{mig_sel}", "100 * ") if fam == "mig" else \
+                (f"{_UTIL}{sel}", "")
+            fleet_jobs += [(-1, f"{label} sum {fam}",
+                            f"{scale}sum(sum_over_time({metric}[{rng}]))"),
+                           (-1, f"{label} count {fam}", f"sum(count_over_time({metric}[{rng}]))")]
+    # the costliest first (subqueries, then raw range functions), so that the last queries
+    # in flight are short ones and the server's cores stay busy to the end
+    jobs.sort(key=lambda j: _SUBQUERY.search(j[2]) is None)
+    fleet = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
+                 end_s=float(end_s))
+    for label in ("1h", "24h"):
+        total = sum(fleet.get(f"{label} sum {fam}", 0.0) for fam in families)
+        count = sum(fleet.get(f"{label} count {fam}", 0.0) for fam in families)
+        data.fleet_util_pct[label] = total / count if count > 0 else None
+    # second pass: each SECOND_PASS query only for the series that need it, and the
+    # several-samples-per-step forms for series with more samples than points; selected by
+    # GPU and pod (a superset: answers of series that did not need one agree anyway)
+    jobs2: list[tuple[int, str, str]] = []
+    for i, (a, b) in enumerate(chunks):
+        wanted: dict[str, dict[tuple[str, str], set[tuple[str, str]]]] = {}
+        for (code, j), v in data.values.items():
+            if j != i:
+                continue
+            names = [nm for nm in SECOND_PASS if narrow and needs(v, nm)]
+            if "n" in v and v.get("raw_n", v["n"]) != v["n"]:  # the window forms do not hold
+                names = [nm for nm in names if nm not in _WINDOW_FORMS] + list(MULTI_SAMPLE)
+            (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
+            for nm in names:
+                wanted.setdefault(nm, {}).setdefault((ulabel, plabel), set()).add(
+                    (uvalue, pvalue))
+        for nm, groups in wanted.items():
+            for (ulabel, plabel), pairs in sorted(groups.items()):
+                for part in _batches(sorted(pairs), 200):
+                    gpus = with_matcher(sel, f'{ulabel}=~"{regex_of({u for u, _ in part})}"')
+                    if plabel:
+                        gpus = with_matcher(gpus, f'{plabel}=~"{regex_of({p for _, p in part})}"')
+                    for fam in families:
+                        qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
+                                           family=fam, signals=False)
+                        if nm in qs:
+                            jobs2.append((i, nm, qs[nm]))
+    _run(client, jobs2, chunks, data, ids, workers, "pushdown, second pass")
+    jobs += jobs2
+    for (_code, i), v in data.values.items():
+        if v.pop("at_start", None) is not None and "first" not in v:
+            v["first"] = chunks[i][0]
+        if v.pop("at_end", None) is not None and "last" not in v:
+            v["last"] = chunks[i][1]
+        raw_sum = v.pop("raw_sum", None)
+        if "n" in v and "sum" not in v and raw_sum is not None:
+            v["sum"] = raw_sum  # one sample per step: the raw sum is the points' sum
+        if "first_ts" in v:  # several samples per step: the timestamp forms hold
+            v["first"], v["last"] = v.pop("first_ts"), v.pop("last_ts", v.get("last", 0.0))
+        else:
+            v.pop("changes", None)
+            v.pop("last_ts", None)
+    for (code, i), v in data.values.items():
+        a, b = chunks[i]
+        decode(v, b - a + step_s, step_s, where=f"{client.url}: pushdown, series "
+               f"{data.ids[code].gpu_uuid}, chunk starting {a:.0f}")
+    # time-sliced GPUs: series of one GPU whose [first, last] overlap within a chunk
+    share_jobs: list[tuple[int, str, str]] = []
+    for i, (a, b) in enumerate(chunks):
+        by_gpu: dict[str, list[tuple[float, float, int]]] = {}
+        for (code, j), v in data.values.items():
+            if j == i and "first" in v and "last" in v:
+                by_gpu.setdefault(data.ids[code].gpu_uuid, []).append(
+                    (v["first"], v["last"], code))
+        overlapping: dict[str, set[str]] = {}
+        for spans in by_gpu.values():
+            spans.sort()
+            if any(spans[k + 1][0] <= max(x[1] for x in spans[:k + 1])
+                   for k in range(len(spans) - 1)):
+                for _f, _l, code in spans:
+                    name, value = ids.uuid_label[code]
+                    overlapping.setdefault(name, set()).add(value)
+        for name, values in sorted(overlapping.items()):
+            data.shared = True
+            for uuids in _batches(sorted(values), 200):
+                gpus = with_matcher(sel, f'{name}=~"{regex_of(set(uuids))}"')
+                for fam in families:
+                    share_jobs.append((i, "wsum", share_query(gpus, step_s, b - a + step_s,
+                                                              family=fam)))
+    _run(client, share_jobs, chunks, data, ids, workers, "time-sliced GPUs")
+    data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + len(probes)
+    return data
+
+
+class _SeriesCodes:
+    """Series identity of query answers -> code in ``data.ids``. Prometheus lists each
+    series' labels in the same order in every answer, so the label items key a cache and
+    :func:`gpuaudit.measure.dcgm.series_id` runs once per series, not once per answer row."""
+
+    def __init__(self, data: PushdownData, url: str, identify: Identify) -> None:
+        self.data = data
+        self.url = url
+        self.identify = identify
+        self.by_labels: dict[tuple[tuple[str, str], ...], int] = {}
+        self.by_id: dict[SeriesId, int] = {}
+        self.uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
+        #: code -> the pod label that tells its series apart (exported_pod, else pod; "")
+        self.pod_label: dict[int, tuple[str, str]] = {}
+
+    def code(self, labels: dict[str, str], query: str) -> int:
+        key = tuple(labels.items())
+        code = self.by_labels.get(key)
+        if code is not None:
+            return code
+        sid = self.identify(labels, default_host="unknown", where=f"{self.url}: pushdown {query}")
+        code = self.by_id.get(sid)
+        if code is None:
+            code = self.by_id[sid] = len(self.data.ids)
+            self.data.ids.append(sid)
+            self.uuid_label[code] = ("UUID", labels["UUID"]) if labels.get("UUID") else \
+                ("uuid", labels.get("uuid", ""))
+            pod = "exported_pod" if "exported_pod" in labels else \
+                "pod" if "pod" in labels else ""
+            self.pod_label[code] = (pod, labels.get(pod, "")) if pod else ("", "")
+        self.by_labels[key] = code
+        return code
+
+
+def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
+         chunks: list[tuple[float, float]], data: PushdownData, ids: _SeriesCodes,
+         workers: int, what: str, *, end_s: float | None = None) -> dict[str, float]:
+    """Evaluate ``jobs`` (chunk, name, PromQL) at their chunk's end, ``workers`` at a time,
+    into ``data.values``; NaN answers (nothing measured) are left out. Jobs of chunk -1 are
+    fleet-wide aggregates evaluated at ``end_s``: returned by name, not stored per series."""
+    out: dict[str, float] = {}
+    if not jobs:
+        return out
+    advance = client.progress(what, len(jobs)) if client.progress else None
+
+    def run(job: tuple[int, str, str]) -> tuple[int, str, list[tuple[dict[str, str], float]]]:
+        i, name, expr = job
+        at = chunks[i][1] if i >= 0 else end_s
+        assert at is not None
+        rows = client.query(expr, at)
+        if advance:
+            advance(1)
+        return i, name, rows
+
+    with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        for i, name, rows in pool.map(run, jobs):
+            if i < 0:
+                if rows and rows[0][1] == rows[0][1]:
+                    out[name] = rows[0][1]
+                continue
+            for labels, value in rows:
+                code = ids.code(labels, name)
+                if value == value:  # NaN: nothing measured
+                    data.values.setdefault((code, i), {})[name] = value
+    return out
+
+
+def _batches(items: list[_T], size: int) -> list[list[_T]]:
+    return [items[k:k + size] for k in range(0, len(items), size)]
+
+
 
 
 def _phase_values(v: Mapping[str, float], step_s: float) -> dict[str, float]:
@@ -209,7 +476,7 @@ def _signals(uuid: str, sid: SeriesId, g: Mapping[str, Any], step_s: float) -> S
     p_std = None
     if p_mean is not None and "sumsq_power" in sig:
         p_std = float(np.sqrt(max(sig["sumsq_power"] / sig["cnt_power"] - p_mean**2, 0.0)))
-    # idle runs: at least as many as there are (measure.pushdown.decode), so the mean idle
+    # idle runs: at least as many as there are (pushdown_queries.decode), so the mean idle
     # run below is a lower bound of the longest
     runs = max(sig.get("runs", 0.0), 1.0) if sig.get("idle_s", 0.0) > 0 else 0.0
     idle_s = sig.get("idle_s", 0.0)

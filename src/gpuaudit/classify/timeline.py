@@ -22,72 +22,25 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuaudit.classify.usage import PHASES, Usage, add_phase_index
+from gpuaudit.classify.usage import (
+    HIST_EDGES_PCT,
+    PHASES,
+    Timeline,
+    Usage,
+    add_phase_index,
+)
 from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["HIST_EDGES_PCT", "Grid", "Timeline", "TimelineAcc", "build_timeline", "resample_mean",
            "timeline_for", "timeline_grid"]
 
 _NS = 1_000_000_000
-#: Histogram bin edges, percent: 0, 5, ..., 100 (the last bin includes 100).
-HIST_EDGES_PCT: tuple[float, ...] = tuple(float(x) for x in range(0, 101, 5))
 _N_HIST = len(HIST_EDGES_PCT) - 1
-
-
-@dataclass(frozen=True)
-class Timeline:
-    """Bucketed utilization per GPU. Arrays are ``(gpus, buckets)``; NaN / -1 mean no reading.
-
-    ``phase`` holds the index into :data:`~gpuaudit.classify.usage.PHASES` of the phase with
-    the most observed time in the bucket. ``hist_s`` is observed GPU-seconds per 5 % bin.
-    """
-
-    start: datetime
-    bucket_s: float
-    gpu_uuids: tuple[str, ...]
-    hosts: tuple[str, ...]
-    util_pct: np.ndarray
-    phase: np.ndarray
-    observed_s: np.ndarray
-    hist_s: np.ndarray
-    truncated_gpus: int = 0
-
-    @property
-    def buckets(self) -> int:
-        return int(self.util_pct.shape[1]) if self.util_pct.ndim == 2 else 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able form, as stored in ``AuditResult.extra["timeline"]``."""
-        gpus = []
-        for i, uuid in enumerate(self.gpu_uuids):
-            u = self.util_pct[i]
-            ph = self.phase[i]
-            gpus.append({
-                "gpu_uuid": uuid,
-                "host": self.hosts[i],
-                "util_pct": [None if math.isnan(x) else round(float(x), 1) for x in u.tolist()],
-                "phase": [None if p < 0 else int(p) for p in ph.tolist()],
-            })
-        return {
-            "version": 1,
-            "start": self.start.isoformat(),
-            "bucket_s": self.bucket_s,
-            "buckets": self.buckets,
-            "phases": list(PHASES),
-            "gpus": gpus,
-            "truncated_gpus": self.truncated_gpus,
-            "histogram": {
-                "edges_pct": list(HIST_EDGES_PCT),
-                "seconds": [round(float(x), 3) for x in self.hist_s.tolist()],
-            },
-        }
-
 
 class _Acc:
     """Per (series, bucket) accumulators that grow with the number of series seen."""

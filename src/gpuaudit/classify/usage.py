@@ -8,10 +8,11 @@ reported on its own line, never counted as idle and never called waste.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -19,15 +20,15 @@ import pyarrow.compute as pc
 
 from gpuaudit.schema import ImportNote
 
-if TYPE_CHECKING:
-    from gpuaudit.classify.timeline import Timeline
-
 __all__ = [
+    "HIST_EDGES_PCT",
+    "IDLE_BELOW_PCT",
     "PHASES",
     "PHASE_LOWER_PCT",
     "Pattern",
     "PhaseTime",
     "SeriesSignals",
+    "Timeline",
     "Usage",
     "add_phase_index",
     "largest_remainder",
@@ -36,6 +37,9 @@ __all__ = [
 #: The four phases of observed time, and the utilization (percent) at which each begins.
 PHASES: tuple[str, ...] = ("idle", "underutilized", "productive", "compute_bound")
 PHASE_LOWER_PCT: tuple[float, ...] = (0.0, 10.0, 70.0, 90.0)
+#: Below this utilization (percent) a GPU-second is idle: the first band edge, named because
+#: idle runs, idle shutdown and the fleet's idle queries all test it.
+IDLE_BELOW_PCT: float = PHASE_LOWER_PCT[1]
 
 
 def add_phase_index(key: np.ndarray, u_pct: np.ndarray) -> np.ndarray:
@@ -207,6 +211,59 @@ class Pattern:
     busy_share: float
     mean_idle_run_s: float | None
     max_idle_run_s: float = 0.0
+
+
+#: Histogram bin edges, percent: 0, 5, ..., 100 (the last bin includes 100).
+HIST_EDGES_PCT: tuple[float, ...] = tuple(float(x) for x in range(0, 101, 5))
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """Bucketed utilization per GPU. Arrays are ``(gpus, buckets)``; NaN / -1 mean no reading.
+
+    ``phase`` holds the index into :data:`~gpuaudit.classify.usage.PHASES` of the phase with
+    the most observed time in the bucket. ``hist_s`` is observed GPU-seconds per 5 % bin.
+    """
+
+    start: datetime
+    bucket_s: float
+    gpu_uuids: tuple[str, ...]
+    hosts: tuple[str, ...]
+    util_pct: np.ndarray
+    phase: np.ndarray
+    observed_s: np.ndarray
+    hist_s: np.ndarray
+    truncated_gpus: int = 0
+
+    @property
+    def buckets(self) -> int:
+        return int(self.util_pct.shape[1]) if self.util_pct.ndim == 2 else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able form, as stored in ``AuditResult.extra["timeline"]``."""
+        gpus = []
+        for i, uuid in enumerate(self.gpu_uuids):
+            u = self.util_pct[i]
+            ph = self.phase[i]
+            gpus.append({
+                "gpu_uuid": uuid,
+                "host": self.hosts[i],
+                "util_pct": [None if math.isnan(x) else round(float(x), 1) for x in u.tolist()],
+                "phase": [None if p < 0 else int(p) for p in ph.tolist()],
+            })
+        return {
+            "version": 1,
+            "start": self.start.isoformat(),
+            "bucket_s": self.bucket_s,
+            "buckets": self.buckets,
+            "phases": list(PHASES),
+            "gpus": gpus,
+            "truncated_gpus": self.truncated_gpus,
+            "histogram": {
+                "edges_pct": list(HIST_EDGES_PCT),
+                "seconds": [round(float(x), 3) for x in self.hist_s.tolist()],
+            },
+        }
 
 
 @dataclass(frozen=True)

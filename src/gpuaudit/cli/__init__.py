@@ -27,6 +27,9 @@ COMMANDS: dict[str, str] = {
     "grafana": "grafana:grafana_cmd",
     "alerts": "alerts:alerts_cmd",
     "exporter": "exporter:exporter_cmd",
+    "rightsize": "capacity:rightsize_cmd",
+    "simulate": "capacity:simulate_cmd",
+    "queue": "capacity:queue_cmd",
 }
 
 

@@ -53,8 +53,21 @@ def audit_cmd(duration: float, hz: float, demo: bool, record: Path | None, fmt: 
         click.echo(f"gpuaudit: no live GPU audit ({why}); auditing the bundled REAL recording "
                    f"{path.name} (nanoGPT training on 8x H100, karpathy/nanoGPT PR #643)",
                    err=True)
-        result = audit(path, **pricing)
+        result = audit(path, extra={"demo": demo_notice(why)}, **pricing)
     emit(result, fmt, output)
+
+
+def demo_notice(why: str) -> dict[str, str]:
+    """What every format says when the report is of the bundled recording, not this machine
+    (JSON: the top-level ``demo`` object, docs/json-schema.md)."""
+    return {
+        "recording": DEMO,
+        "reason": why,
+        "statement": (
+            "DEMO: this report is of the bundled real recording (nanoGPT training on 8x H100, "
+            "karpathy/nanoGPT PR #643, 2025-09-24), not of this machine's GPUs; no live GPU "
+            f"audit was made ({why})"),
+    }
 
 
 def _sample_live(duration: float, hz: float, record: Path | None) -> Any:

@@ -1,7 +1,7 @@
 """``gpuaudit fleet``: audit a GPU fleet from Prometheus (dcgm-exporter series), by team.
 
 Default path: the phase classification is pushed down into Prometheus as PromQL
-(:mod:`gpuaudit.measure.pushdown`), so only per-series sums cross the wire. ``--raw`` pulls
+(:mod:`gpuaudit.classify.pushdown`), so only per-series sums cross the wire. ``--raw`` pulls
 the samples with ``query_range`` instead and classifies them here. ``--recording`` audits a
 recording made by ``gpuaudit scrape`` the same way. :func:`audit_fleet` is the same
 composition for Python callers.
@@ -111,14 +111,14 @@ def audit_fleet(
     from gpuaudit.api import assemble, rates_for
     from gpuaudit.classify import classify
     from gpuaudit.classify.phases import group_key_names
-    from gpuaudit.classify.pushdown import usage_from_pushdown
+    from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
+    from gpuaudit.measure.dcgm import series_id
     from gpuaudit.measure.prometheus import (
         PromClient,
         PrometheusSource,
         detect_interval_s,
         pod_labels,
     )
-    from gpuaudit.measure.pushdown import pull_aggregates
     from gpuaudit.price.attribution import (
         Attributor,
         attribute_table,
@@ -180,8 +180,8 @@ def audit_fleet(
                 daily, util_window = _local_kpis(table, fine_keys, step, start_s=start,
                                                  chunk_s=chunk_s)
             else:
-                data = pull_aggregates(client, start_s=start, end_s=end, step_s=step,
-                                       matchers=matchers, chunk_s=chunk_s)
+                data = pull_aggregates(client, identify=series_id, start_s=start, end_s=end,
+                                       step_s=step, matchers=matchers, chunk_s=chunk_s)
                 usage_fine, daily = usage_from_pushdown(
                     data, by=fine_keys,
                     labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,

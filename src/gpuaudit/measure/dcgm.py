@@ -29,14 +29,13 @@ get ``gpu_share = 1 / n`` so the GPU is split, never billed twice.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit.errors import InputError
-from gpuaudit.schema import ImportNote, build_table, null_sentinels
+from gpuaudit.schema import ImportNote, SeriesId, build_table, null_sentinels
 
 __all__ = [
     "DCGM_COLUMNS",
@@ -110,25 +109,6 @@ IDENTITY_LABELS: frozenset[str] = frozenset({
     "container", "exported_pod", "exported_namespace", "exported_container", "instance",
     "job", "err_code", "err_msg", "exported_job", "exported_instance", "endpoint", "service",
 })
-
-
-@dataclass(frozen=True)
-class SeriesId:
-    """Who a dcgm-exporter series belongs to, decoded from its labels."""
-
-    host: str
-    gpu_uuid: str
-    gpu_model: str | None
-    gpu_index: int | None
-    mig_profile: str | None
-    namespace: str | None
-    pod: str | None
-    container: str | None
-    labels: tuple[tuple[str, str], ...]
-
-    @property
-    def gpu_key(self) -> tuple[str, str]:
-        return (self.host, self.gpu_uuid)
 
 
 def _blank(v: str | None) -> str | None:

@@ -36,6 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.promql import duration, escape_label_value, fresh, selector, time_chunks
 from gpuaudit.schema import ImportNote
 
 __all__ = [
@@ -56,29 +57,6 @@ _TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too
 
 class QueryTooLarge(InputError):
     """The server refused a query as too big (points per series, samples in memory)."""
-
-
-def escape_label_value(value: str) -> str:
-    """``value`` as a PromQL double-quoted string body: backslash, quote and newline escaped.
-
-    PromQL strings follow Go's escaping; escaping these three (plus carriage return and tab)
-    means no label value can end the string early and inject PromQL.
-    """
-    return (value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-            .replace("\r", "\\r").replace("\t", "\\t"))
-
-
-def selector(matchers: Mapping[str, str] | None = None, *, regex: Mapping[str, str] | None = None,
-             ) -> str:
-    """A label-matcher list ``{k="v",k2=~"re"}`` with every value escaped ('' when empty)."""
-    parts = [f'{k}="{escape_label_value(v)}"' for k, v in sorted((matchers or {}).items())]
-    parts += [f'{k}=~"{escape_label_value(v)}"' for k, v in sorted((regex or {}).items())]
-    for k in [*(matchers or {}), *(regex or {})]:
-        if not k or not (k[0].isalpha() or k[0] == "_") or not all(
-                c.isalnum() or c == "_" for c in k):
-            raise InputError(f"invalid label name {k!r}",
-                             fix="label names are [a-zA-Z_][a-zA-Z0-9_]*")
-    return "{" + ",".join(parts) + "}" if parts else ""
 
 
 @dataclass(frozen=True)
@@ -259,37 +237,6 @@ class PromClient:
             mid = a + (n // 2) * step_s
             yield from self._range_split(expr, a, mid, step_s)
             yield from self._range_split(expr, mid + step_s, b, step_s)
-
-
-def time_chunks(start_s: float, end_s: float, step_s: float,
-                max_points: int) -> list[tuple[float, float]]:
-    """[start, end] cut into inclusive, step-aligned pieces of at most ``max_points`` points."""
-    if end_s < start_s:
-        raise InputError(f"range end {end_s} is before start {start_s}",
-                         fix="--start must be before --end")
-    out = []
-    span = step_s * (max_points - 1)
-    a = start_s
-    while a <= end_s:
-        b = min(a + span, end_s)
-        out.append((a, b))
-        a = b + step_s
-    return out
-
-
-def duration(seconds: float) -> str:
-    """A PromQL duration in whole milliseconds (``86400000ms``)."""
-    return f"{round(seconds * 1000)}ms"
-
-
-def fresh(sel: str, step_s: float) -> str:
-    """``last_over_time(<sel>[step - 1ms])``: the sample scraped within the last step only.
-
-    At each step of a range query (or subquery) this sees a sample once, and a GPU that
-    stopped reporting has no value (no 5-minute lookback hold), so a missing scrape is
-    unobserved time, as in the local classify engine.
-    """
-    return f"last_over_time({sel}[{duration(step_s - 0.001)}])"
 
 
 def _fmt_time(t: float) -> str:

@@ -195,6 +195,7 @@ def line_dict(ln: CostLine) -> dict[str, Any]:
     """A priced line as the fleet section's plain dict (hours, phases, dollars)."""
     t = ln.time
     cost = ln.observed_cost
+    cl = ln.in_cents()
     return {
         "gpu_hours": round(t.total_s / 3600.0, 4),
         "effective_gpu_hours": round(t.busy_s / 3600.0, 4),
@@ -203,8 +204,8 @@ def line_dict(ln: CostLine) -> dict[str, Any]:
         "phase_hours": {p: round(getattr(t, f"{p}_s") / 3600.0, 4) for p in PHASES},
         "phase_pct": t.phase_shares_pct(),
         "mean_util_pct": None if t.mean_util_pct is None else round(t.mean_util_pct, 2),
-        "cost_usd": str(cost.quantize(Decimal("0.01"))),
-        "waste_usd": str(ln.waste.quantize(Decimal("0.01"))),
+        "cost_usd": str(cl.observed),
+        "waste_usd": str(cl.waste),
         "waste_pct": round(float(ln.waste / cost) * 100, 1) if cost > 0 else 0.0,
     }
 
@@ -275,8 +276,8 @@ def fleet_summary(
                 if pod_keys and ln.key[-1] is not None]
         pods.sort(key=lambda kv: -kv[1].waste)
         entry["worst_pods"] = [{**_key_dict(pod_keys, k, None),
-                                "cost_usd": str(ln.observed_cost.quantize(Decimal("0.01"))),
-                                "waste_usd": str(ln.waste.quantize(Decimal("0.01"))),
+                                "cost_usd": str(ln.in_cents().observed),
+                                "waste_usd": str(ln.in_cents().waste),
                                 "mean_util_pct": None if ln.time.mean_util_pct is None
                                 else round(ln.time.mean_util_pct, 1)}
                                for k, ln in pods[:worst_pods]]
@@ -302,8 +303,8 @@ def fleet_summary(
                 "gpu_hours": round(tt.total_s / 3600.0, 3),
                 "idle_gpu_hours": round(tt.idle_s / 3600.0, 3),
                 "mean_util_pct": None if tt.mean_util_pct is None else round(tt.mean_util_pct, 2),
-                "waste_usd": str(line.waste.quantize(Decimal("0.01"))),
-                "cost_usd": str(line.observed_cost.quantize(Decimal("0.01"))),
+                "waste_usd": str(line.in_cents().waste),
+                "cost_usd": str(line.in_cents().observed),
             })
     kpis["days"] = days
     if days:

@@ -2,8 +2,10 @@
 
 The embedded catalog (``data/catalog_2026-11.csv``) is public per-instance on-demand and spot
 pricing for AWS, GCP, Azure, Lambda, CoreWeave and RunPod, each row with its source and the
-date it reflects. Prices are per GPU-hour (instance price / GPUs per instance). Committed-use
-rates are on-demand less the provider's typical one-year discount, with its source.
+date it reflects and its ``purchase_kind`` (:data:`PURCHASE_KINDS`): only a row sold on
+demand prices ``--purchase on-demand``. Prices are per GPU-hour (instance price / GPUs per
+instance). Committed-use rates are on-demand less the provider's typical one-year discount,
+with its source.
 
 A GPU model is matched by family (H100, A100, L40S, ...), then memory size and form factor
 (SXM, PCIe, NVL) when the name carries them, so NVML names such as
@@ -46,6 +48,12 @@ __all__ = [
 
 CATALOG_FILE = "catalog_2026-11.csv"
 PURCHASE_OPTIONS = ("on-demand", "spot", "committed")
+#: How a catalog row's listed price is bought (the ``purchase_kind`` column). Only an
+#: ``on-demand`` row can answer ``--purchase on-demand`` (and be the base of ``committed``);
+#: a ``capacity-block`` price (AWS EC2 Capacity Blocks, reserved ahead for a fixed window), a
+#: ``reserved-only`` price or a ``spot-only`` shape (GCP's 1g/2g/4g A3 shapes: Spot or
+#: Flex-start only) is a different product. Any row's spot column answers ``--purchase spot``.
+PURCHASE_KINDS = ("on-demand", "capacity-block", "reserved-only", "spot-only")
 DEFAULT_PROVIDER = "aws"
 PROVIDER_ORDER = ("aws", "gcp", "azure", "coreweave", "lambda", "runpod")
 
@@ -68,6 +76,7 @@ class CatalogEntry:
     source: str
     as_of: str
     line: int = 0
+    purchase_kind: str = "on-demand"
 
 
 @dataclass(frozen=True)
@@ -90,13 +99,55 @@ class Rate:
     committed_usd_per_gpu_hour: Decimal | None = None
     committed_source: str | None = None
     currency: str = "USD"
+    #: how the row used is bought (:data:`PURCHASE_KINDS`); None for ``--price``
+    purchase_kind: str | None = None
+    #: which catalog row was used and why, when the model has several (else None)
+    choice: str | None = None
 
-    def describe(self, source_chars: int = 90) -> str:
+    def describe(self, source_chars: int = 120) -> str:
+        """The price line every report prints. A long source is shortened at a segment
+        boundary (``; ``, ``, `` or `` + `` outside brackets), never mid-word, and its brackets
+        stay balanced; the JSON report carries the whole source."""
         what = " ".join(x for x in (self.provider, self.instance) if x) or "given price"
-        src = self.source if len(self.source) <= source_chars else (
-            self.source[: source_chars - 3].rstrip() + "...")
+        src = shorten_source(self.source, source_chars)
         return (f"${self.usd_per_gpu_hour}/GPU-h {self.purchase}"
                 f" ({what}; as of {self.as_of}; {src})")
+
+
+_OPEN, _CLOSE = "([{", ")]}"
+_SEPARATORS = ("; ", " + ", ", ")
+
+
+def shorten_source(text: str, limit: int) -> str:
+    """``text`` whole if it fits in ``limit`` characters, else its longest prefix that ends at
+    a separator outside any bracket (``; ``, `` + ``, ``, ``), followed by `` ...``; the first
+    segment whole when even that is longer. Brackets in what is kept always balance."""
+    if len(text) <= limit:
+        return text
+    depth = 0
+    cut = None
+    first = None
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch in _OPEN:
+            depth += 1
+        elif ch in _CLOSE:
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            sep = next((s for s in _SEPARATORS if text.startswith(s, i)), None)
+            if sep is not None:
+                if first is None:
+                    first = i
+                if i + 4 <= limit:
+                    cut = i
+                i += len(sep)
+                continue
+        i += 1
+    end = cut if cut is not None else first
+    if end is None:
+        return text  # one unbreakable segment: shown whole rather than cut mid-word
+    return text[:end].rstrip(" ;,+") + " ..."
 
 
 def _decimal(text: str, where: str, what: str) -> Decimal | None:
@@ -138,8 +189,22 @@ def _parse_csv(lines: Iterable[str], name: str) -> list[CatalogEntry]:
             on_demand_usd_per_gpu_hour=per_gpu,
             spot_usd_per_gpu_hour=None if spot_inst is None else spot_inst / gpus,
             source=row["source"].strip(), as_of=row["as_of"].strip(), line=i,
+            purchase_kind=_purchase_kind(row.get("purchase_kind"), where),
         ))
     return out
+
+
+def _purchase_kind(value: object, where: str) -> str:
+    """A row's purchase kind: one of :data:`PURCHASE_KINDS`; empty or absent means
+    on-demand (catalogs written before the column existed keep working)."""
+    text = "" if value is None else str(value).strip().lower()
+    if not text:
+        return "on-demand"
+    if text not in PURCHASE_KINDS:
+        raise InputError(f"purchase_kind {text!r} is not one of {', '.join(PURCHASE_KINDS)}",
+                         where=where, fix="write on-demand, capacity-block, reserved-only or "
+                         "spot-only (docs/pricing.md)")
+    return text
 
 
 def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
@@ -150,6 +215,8 @@ def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
         provider = "onprem"
         usd_per_gpu_hour = "2.10"        # a string keeps it exact
         spot_usd_per_gpu_hour = "0.90"   # optional
+        purchase_kind = "on-demand"      # optional: on-demand (default), capacity-block,
+                                         # reserved-only, spot-only
         source = "internal chargeback FY26"
         as_of = "2026-10-01"
     """
@@ -163,6 +230,8 @@ def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
         raise InputError(f"not valid TOML: {e}", where=str(p),
                          fix="see docs/pricing.md for the catalog format") from None
     rows = data.get("price")
+    if rows is None and isinstance(data.get("owned"), list) and data["owned"]:
+        return ()  # only owned hardware (gpuaudit.price.owned reads it)
     if not isinstance(rows, list) or not rows:
         raise InputError("no [[price]] tables", where=str(p),
                          fix="add one [[price]] table per GPU model (docs/pricing.md)")
@@ -183,6 +252,7 @@ def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
             spot_usd_per_gpu_hour=None if spot is None else _decimal(str(spot), where, "spot"),
             source=str(row.get("source", f"user catalog {p.name}")),
             as_of=str(row.get("as_of", "unknown")), line=i,
+            purchase_kind=_purchase_kind(row.get("purchase_kind"), where),
         ))
     return tuple(out)
 
@@ -192,14 +262,19 @@ def known_models(entries: Iterable[CatalogEntry] | None = None) -> list[str]:
     return sorted({e.gpu_model for e in rows})
 
 
-def _match(entries: Iterable[CatalogEntry], model: str) -> list[CatalogEntry]:
-    exact = [e for e in entries if e.gpu_model.lower() == model.strip().lower()]
+def _match(entries: Iterable[CatalogEntry], model: str, provider: str | None = None
+           ) -> list[CatalogEntry]:
+    """Rows for ``model``: those naming it exactly (at ``provider`` when given), else those of
+    its family narrowed by memory and form factor where the name carries them."""
+    rows = list(entries)
+    exact = [e for e in rows if e.gpu_model.lower() == model.strip().lower()
+             and (provider is None or e.provider == provider)]
     if exact:
         return exact
     fam = gpu_family(model)
     if fam is None:
         return []
-    cands = [e for e in entries if gpu_family(e.gpu_model) == fam]
+    cands = [e for e in rows if gpu_family(e.gpu_model) == fam]
     mem = _memory_gb(model)
     if mem is not None:
         by_mem = [e for e in cands if _memory_gb(e.gpu_model) == mem]
@@ -209,6 +284,14 @@ def _match(entries: Iterable[CatalogEntry], model: str) -> list[CatalogEntry]:
         by_form = [e for e in cands if _form(e.gpu_model) == form]
         cands = by_form or cands
     return cands
+
+
+def _answers(e: CatalogEntry, purchase: str) -> bool:
+    """Whether row ``e`` can price ``purchase``: spot needs a spot price; on-demand and
+    committed (on-demand less a discount) need a row sold on demand."""
+    if purchase == "spot":
+        return e.spot_usd_per_gpu_hour is not None
+    return e.purchase_kind == "on-demand"
 
 
 def resolve_rate(
@@ -244,10 +327,10 @@ def resolve_rate(
     for pool, label in ((user, "user catalog"), (list(embedded_catalog()), "embedded catalog")):
         if not pool:
             continue
-        cands = _match(pool, gpu_model)
+        prov = (provider or "").lower() or None
+        cands = _match(pool, gpu_model, prov)
         if not cands:
             continue
-        prov = (provider or "").lower() or None
         if prov is not None:
             in_prov = [e for e in cands if e.provider == prov]
             if not in_prov:
@@ -260,7 +343,10 @@ def resolve_rate(
                 )
             cands = in_prov
         elif label == "embedded catalog":
-            for p in PROVIDER_ORDER:
+            # the first provider (in PROVIDER_ORDER) with a row that can answer the purchase
+            order = sorted(PROVIDER_ORDER, key=lambda p: not any(
+                e.provider == p and _answers(e, purchase) for e in cands))
+            for p in order:
                 in_prov = [e for e in cands if e.provider == p]
                 if in_prov:
                     cands = in_prov
@@ -273,13 +359,76 @@ def resolve_rate(
     )
 
 
+_KIND_PHRASE = {"capacity-block": "sold only as a Capacity Block (reserved ahead for a fixed "
+                                  "window)",
+                "reserved-only": "sold only reserved", "spot-only": "sold only as spot",
+                "on-demand": "on demand"}
+
+
+def _choice(cands: list[CatalogEntry], used: CatalogEntry, purchase: str) -> str | None:
+    """Which row was used and why, when the model has several rows at the provider."""
+    if len(cands) < 2:
+        return None
+    spot = purchase == "spot"
+    others = []
+    for e in sorted(cands, key=lambda x: x.line):
+        if e is used:
+            continue
+        if spot:
+            why = ("no spot price" if e.spot_usd_per_gpu_hour is None else
+                   f"spot ${e.spot_usd_per_gpu_hour:.4f}/GPU-h, "
+                   + ("same" if e.spot_usd_per_gpu_hour == used.spot_usd_per_gpu_hour
+                      else "dearer"))
+        elif e.purchase_kind != "on-demand":
+            why = (f"${e.on_demand_usd_per_gpu_hour}/GPU-h {_KIND_PHRASE[e.purchase_kind]}: "
+                   "not an on-demand price")
+        else:
+            why = (f"${e.on_demand_usd_per_gpu_hour}/GPU-h, "
+                   + ("same price, listed later" if e.on_demand_usd_per_gpu_hour
+                      == used.on_demand_usd_per_gpu_hour else "dearer"))
+        others.append(f"{e.instance} ({why})")
+    kind = "spot" if spot else "on-demand"
+    return (f"{used.instance} is the cheapest {kind} row of {len(cands)} for "
+            f"{used.gpu_model} at {used.provider}; not used: {'; '.join(others)}")
+
+
 def _rate_from(cands: list[CatalogEntry], asked: str, purchase: str, label: str) -> Rate:
     # The cheapest on-demand row for this GPU at this provider: a conservative waste figure.
-    best = min(cands, key=lambda e: (e.on_demand_usd_per_gpu_hour, e.line))
+    # Only a row sold on demand can answer on-demand (or be the base of committed): a
+    # Capacity-Block or reserved-only price is a different product (PURCHASE_KINDS).
+    od_rows = [e for e in cands if e.purchase_kind == "on-demand"]
     spot_rows = [e for e in cands if e.spot_usd_per_gpu_hour is not None]
-    spot = min(spot_rows, key=lambda e: e.spot_usd_per_gpu_hour or 0) if spot_rows else None
-    disc = COMMITTED_DISCOUNTS.get(best.provider)
-    committed = best.on_demand_usd_per_gpu_hour * (1 - disc[0]) if disc else None
+    spot = min(spot_rows, key=lambda e: (e.spot_usd_per_gpu_hour or 0, e.line)) \
+        if spot_rows else None
+    where = cands[0].provider
+    if not od_rows and purchase != "spot":
+        sold = "; ".join(f"{e.instance} at ${e.on_demand_usd_per_gpu_hour}/GPU-h is "
+                         f"{_KIND_PHRASE[e.purchase_kind]}" for e in cands)
+        raise PricingError(
+            f"no on-demand price for {asked!r} at {where}: {sold}",
+            fix="pass --price with the rate you pay (e.g. your Capacity Block's), another "
+            "--provider" + (", or --purchase spot" if spot is not None else ""),
+        )
+    best = min(od_rows, key=lambda e: (e.on_demand_usd_per_gpu_hour, e.line)) if od_rows \
+        else None
+    disc = COMMITTED_DISCOUNTS.get(where)
+    committed = best.on_demand_usd_per_gpu_hour * (1 - disc[0]) if disc and best else None
+    if purchase == "spot":
+        if spot is None or spot.spot_usd_per_gpu_hour is None:
+            raise PricingError(
+                f"no spot price for {asked!r} at {where}",
+                fix="use --purchase on-demand, another --provider, or --price",
+            )
+        return Rate(
+            usd_per_gpu_hour=spot.spot_usd_per_gpu_hour, purchase="spot",
+            source=f"{label}: {spot.source}", as_of=spot.as_of, gpu_model=spot.gpu_model,
+            provider=spot.provider, instance=spot.instance,
+            on_demand_usd_per_gpu_hour=best.on_demand_usd_per_gpu_hour if best else None,
+            spot_usd_per_gpu_hour=spot.spot_usd_per_gpu_hour,
+            committed_usd_per_gpu_hour=committed, committed_source=disc[1] if disc else None,
+            purchase_kind="spot", choice=_choice(cands, spot, purchase),
+        )
+    assert best is not None
     base = Rate(
         usd_per_gpu_hour=best.on_demand_usd_per_gpu_hour, purchase="on-demand",
         source=f"{label}: {best.source}", as_of=best.as_of, gpu_model=best.gpu_model,
@@ -287,16 +436,8 @@ def _rate_from(cands: list[CatalogEntry], asked: str, purchase: str, label: str)
         on_demand_usd_per_gpu_hour=best.on_demand_usd_per_gpu_hour,
         spot_usd_per_gpu_hour=spot.spot_usd_per_gpu_hour if spot else None,
         committed_usd_per_gpu_hour=committed, committed_source=disc[1] if disc else None,
+        purchase_kind=best.purchase_kind, choice=_choice(cands, best, purchase),
     )
-    if purchase == "spot":
-        if spot is None or spot.spot_usd_per_gpu_hour is None:
-            raise PricingError(
-                f"no spot price for {asked!r} at {best.provider}",
-                fix="use --purchase on-demand, another --provider, or --price",
-            )
-        return replace(base, usd_per_gpu_hour=spot.spot_usd_per_gpu_hour, purchase="spot",
-                       instance=spot.instance, source=f"{label}: {spot.source}",
-                       as_of=spot.as_of)
     if purchase == "committed":
         if committed is None or disc is None:
             raise PricingError(

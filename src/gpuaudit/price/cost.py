@@ -28,14 +28,38 @@ from gpuaudit.price.money import (
     HOURS_PER_MONTH,
     J_PER_KWH,
     SECONDS_PER_HOUR,
+    allocate_cents,
+    cents,
     dec,
     hourly,
     projections,
 )
 
-__all__ = ["CostLine", "CostReport", "Energy", "cost_lines", "price_usage"]
+__all__ = ["CentLine", "CostLine", "CostReport", "Energy", "cost_lines", "price_usage"]
 
 ZERO = Decimal(0)
+UNIT_COST_QUANTUM = Decimal("0.000001")
+
+
+@dataclass(frozen=True)
+class CentLine:
+    """A :class:`CostLine` as every report shows it, to the cent, rounded in one place.
+
+    The four phase costs and the unobserved cost are rounded by largest remainder so they
+    sum to ``observed`` exactly; ``waste`` is the waste to the cent (never below the idle
+    cost), ``idle`` is the rounded idle cost the phase table shows, and
+    ``underutilized_waste`` is the rest, so ``idle + underutilized_waste == waste`` exactly
+    (a reader adding the parts gets the whole); every renderer (terminal, Markdown, HTML,
+    JSON) prints these values and no other rounding of the same figure.
+    """
+
+    observed: Decimal
+    phase: Mapping[str, Decimal]
+    unobserved: Decimal
+    idle: Decimal
+    underutilized_waste: Decimal
+    waste: Decimal
+    headroom: Decimal
 
 
 @dataclass(frozen=True)
@@ -77,6 +101,18 @@ class CostLine:
         c = self.observed_cost
         return float(self.waste / c) if c > 0 else 0.0
 
+    def in_cents(self) -> CentLine:
+        """This line to the cent: the one rounding every report shows (see :class:`CentLine`)."""
+        parts = allocate_cents([self.phase_cost[p] for p in PHASES] + [self.unobserved_cost])
+        phase = dict(zip(PHASES, parts[:4]))
+        # waste to the cent, split into the idle cost the phase table shows and the rest
+        waste = max(cents(self.waste), phase["idle"])
+        return CentLine(
+            observed=sum(parts, ZERO), phase=phase, unobserved=parts[4], idle=phase["idle"],
+            underutilized_waste=waste - phase["idle"], waste=waste,
+            headroom=cents(self.headroom_cost),
+        )
+
 
 @dataclass(frozen=True)
 class Energy:
@@ -113,8 +149,15 @@ class CostReport:
 
     @property
     def cost_per_effective_gpu_hour(self) -> Decimal | None:
+        """A rate, to a hundredth of a cent like every per-hour figure."""
         eff = self.total.effective_gpu_hours
-        return self.total.observed_cost / eff if eff > 0 else None
+        return hourly(self.total.observed_cost / eff) if eff > 0 else None
+
+    @property
+    def unit_costs_shown(self) -> dict[str, Decimal]:
+        """Cost per unit of work (a rate), to a millionth of a dollar: the figure every
+        report shows."""
+        return {k: v.quantize(UNIT_COST_QUANTUM) for k, v in self.unit_costs.items()}
 
     @property
     def monthly_cost(self) -> Decimal:

@@ -3,6 +3,11 @@
 One hourly figure feeds every projection: daily = 24 h, monthly = 720 h (24 x 30), yearly =
 8,760 h. The hourly figure is kept to a hundredth of a cent so that each projection is that
 figure times its hours, exactly, and rounds to the cent from there.
+
+Presentation (docs/money.md, "How money is shown"): an *amount* (a cost, a waste, a saving, a
+projection) is shown to the cent by :func:`format_usd`; a *rate* (money per hour, per GPU-hour,
+per kWh, per unit of work) keeps the precision it was listed or computed at and always carries
+its unit, by :func:`format_rate`. Every renderer uses these two and nothing else.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ __all__ = [
     "allocate_cents",
     "cents",
     "dec",
+    "format_rate",
+    "format_usd",
     "projections",
 ]
 
@@ -82,3 +89,15 @@ def allocate_cents(parts: Sequence[Decimal]) -> list[Decimal]:
         for i in order[::-1][: -missing]:
             out[i] -= CENT
     return out
+
+
+def format_usd(x: Decimal) -> str:
+    """An amount as a reader sees it: dollars to the cent, thousands separated (``$1,234.56``)."""
+    return f"${cents(x):,.2f}"
+
+
+def format_rate(x: Decimal, unit: str) -> str:
+    """A rate with its unit (``$6.88/GPU-h``, ``$55.0400/h``): the digits it was listed or
+    computed at, never rounded to the cent, so the figure a projection multiplies is the one
+    shown. Trailing zeros a listed price carries are kept; no exponent is ever printed."""
+    return f"${x:,f}/{unit}"

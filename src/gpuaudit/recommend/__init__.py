@@ -27,4 +27,5 @@ def recommend(usage: Usage, cost: CostReport, diagnoses: Sequence[Diagnosis] = (
             r.provider is None for r in cost.rates.values()):
         notes.append("rate levers (spot, commitments) need a catalog price: pass --provider "
                      "instead of --price to see them")
-    return combine(recs, waste_fraction=waste, monthly_cost_usd=cost.monthly_cost, notes=notes)
+    return combine(recs, waste_fraction=waste, monthly_cost_usd=cost.cost_projection["monthly"],
+                   monthly_waste_usd=cost.waste_projection["monthly"], notes=notes)

@@ -57,7 +57,9 @@ class Finding:
     Signals the rules read: ``input_stall_share`` (share of GPU time idle waiting on input),
     ``tensor_core_share`` (share of kernel time on tensor cores), ``small_kernel_share``
     (share of kernel time in kernels too short to fill the GPU), ``comm_exposed_share``
-    (share of time in collectives not hidden by compute), ``precision`` ("fp32", "bf16").
+    (share of time in collectives not hidden by compute), ``precision`` ("fp32", "bf16");
+    from capacity planning ``capacity_consolidation_share`` and ``capacity_right_size_share``
+    (share of observed cost the simulated packing / right-size saves).
     """
 
     signal: str
@@ -113,6 +115,9 @@ class Plan:
     efficiency_monthly_usd: Decimal
     rate_monthly_usd: Decimal
     notes: tuple[str, ...] = ()
+    #: The measured waste per month: the cost report's waste projection (hourly waste x
+    #: 720), the same figure the cost table shows, and the dollar cap on efficiency savings.
+    monthly_waste_usd: Decimal = Decimal(0)
 
     @property
     def monthly_after_usd(self) -> Decimal:

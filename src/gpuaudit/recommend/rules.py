@@ -112,7 +112,37 @@ def candidate_recommendations(
     out += _steady(ctx, cat)
     out += _compute(ctx, cat)
     out += _rates(ctx, cat)
+    out = _capacity(ctx, cat, out)
     return [r for r in out if r.fraction > 0 or not r.counted]
+
+
+#: Finding signals from capacity planning (gpuaudit.capacity, converted in the composition
+#: layer): the share of observed cost a simulated consolidation / right-size saves.
+CAPACITY_SIGNALS = {"capacity_consolidation_share": ("consolidation_simulated",
+                                                      ("mig", "mps", "time_slicing")),
+                    "capacity_right_size_share": ("right_size_simulated", ("right_size",))}
+
+
+def _capacity(ctx: _Context, cat: dict[str, Remediation], recs: list[Recommendation]
+              ) -> list[Recommendation]:
+    """Capacity planning's simulated savings replace the heuristic estimates of the same
+    levers: counted (efficiency capped by the measured waste, as every efficiency fix), the
+    heuristics kept in the list but not counted."""
+    out = list(recs)
+    for signal, (rid, replaces) in CAPACITY_SIGNALS.items():
+        f = ctx.finding(signal)
+        if f is None or not isinstance(f.value, float) or f.value <= 0:
+            continue
+        rem = cat[rid]
+        value = _frac(Decimal(str(f.value)))
+        cap = ctx.share(ctx.cost.total.waste) if rem.lever == "efficiency" else ONE
+        out = [r if r.id not in replaces or not r.counted else Recommendation(
+            remediation=r.remediation, fraction=r.fraction, cap=r.cap, counted=False,
+            evidence=r.evidence, scope=r.scope, monthly_usd=r.monthly_usd,
+            why_not_counted=f"{rid} (simulated on this history) is counted instead")
+            for r in out]
+        out.append(ctx.rec(rem, value, cap, f.text, ["all"]))
+    return out
 
 
 def _idle(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:

@@ -64,13 +64,21 @@ def combine_rate(recs: Sequence[Recommendation]) -> Decimal:
 
 
 def combine(recs: Sequence[Recommendation], *, waste_fraction: Decimal,
-            monthly_cost_usd: Decimal, notes: Sequence[str] = ()) -> Plan:
+            monthly_cost_usd: Decimal, monthly_waste_usd: Decimal | None = None,
+            notes: Sequence[str] = ()) -> Plan:
+    """The plan. Dollars come from dollars: ``monthly_waste_usd`` (the cost report's waste
+    projection; default ``monthly_cost_usd x waste_fraction``) caps the efficiency savings in
+    dollars, so a capped saving is the very figure shown as the measured waste, never a
+    rounding of the fraction times the cost; the rate levers act on what is left."""
     waste = max(ZERO, min(ONE, waste_fraction)).quantize(Q)
     uncapped, eff = combine_efficiency(recs, waste)
     rate = combine_rate(recs)
     total = (ONE - (ONE - eff) * (ONE - rate)).quantize(Q)
     naive = sum((r.fraction for r in recs if r.counted), ZERO).quantize(Q)
-    eff_usd = monthly_cost_usd * eff
+    monthly_waste = (monthly_cost_usd * waste if monthly_waste_usd is None
+                     else max(ZERO, min(monthly_waste_usd, monthly_cost_usd)))
+    eff_usd = min(monthly_cost_usd * uncapped, monthly_waste)
+    total_usd = eff_usd + (monthly_cost_usd - eff_usd) * rate
     return Plan(
         recommendations=tuple(sorted(
             recs, key=lambda r: (not r.counted, -r.monthly_usd, r.remediation.id))),
@@ -81,8 +89,9 @@ def combine(recs: Sequence[Recommendation], *, waste_fraction: Decimal,
         total_fraction=total,
         naive_sum_fraction=naive,
         monthly_cost_usd=monthly_cost_usd,
-        monthly_savings_usd=monthly_cost_usd * total,
+        monthly_savings_usd=total_usd,
         efficiency_monthly_usd=eff_usd,
-        rate_monthly_usd=monthly_cost_usd * total - eff_usd,
+        rate_monthly_usd=total_usd - eff_usd,
         notes=tuple(notes),
+        monthly_waste_usd=monthly_waste,
     )

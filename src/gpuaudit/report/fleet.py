@@ -9,7 +9,10 @@ the same dict under ``extra.fleet``; the HTML renderer reads it from there too.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Any
+
+from gpuaudit.price.money import format_usd
 
 __all__ = ["render_fleet"]
 
@@ -36,7 +39,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], markdown: bool
 
 
 def _money(s: str) -> str:
-    return f"${float(s):,.2f}"
+    """A dollar string of the fleet dict (already to the cent, from the price stage)."""
+    return format_usd(Decimal(s))
 
 
 def render_fleet(fleet: Mapping[str, Any], fmt: str = "terminal") -> str:

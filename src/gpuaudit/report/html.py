@@ -24,7 +24,7 @@ from typing import Any
 from gpuaudit import __version__
 from gpuaudit.classify.usage import PHASE_LOWER_PCT, PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
-from gpuaudit.price.money import allocate_cents, cents
+from gpuaudit.price.money import format_usd
 from gpuaudit.result import AuditResult
 
 __all__ = ["render_html"]
@@ -79,6 +79,7 @@ svg.chart text{font:11px system-ui,sans-serif;fill:#333}
 details summary{cursor:pointer;color:var(--accent)}
 table.kv th{width:30%;color:var(--muted);font-weight:600}
 footer{color:var(--muted);font-size:.8em;text-align:center;margin:20px 0}
+.demo{background:#fff4d6;border:2px solid #e3a21a;border-radius:8px;padding:8px 12px}
 @media (max-width:640px){main{padding:8px}section{padding:10px;border-radius:8px}
   body{font-size:14px}h1{font-size:1.3em}.tile b{font-size:1.15em}
   svg.chart text{font-size:16px}}
@@ -113,7 +114,7 @@ def esc(x: object) -> str:
 
 
 def usd(x: Decimal) -> str:
-    return f"${cents(x):,.2f}"
+    return format_usd(x)
 
 
 def _hours(s: float) -> str:
@@ -137,22 +138,28 @@ def _header(result: AuditResult) -> str:
         window = (f"{u.window_start:%Y-%m-%d %H:%M:%S} to {u.window_end:%Y-%m-%d %H:%M:%S} UTC"
                   f" ({_hours(u.wall_s)})")
     rates = "; ".join(f"{r.gpu_model or k or 'GPU'}: {r.describe()}" for k, r in c.rates.items())
+    demo = result.extra.get("demo")
+    banner = (f'<p class="demo" role="alert" id="demo-notice"><b>{esc(demo["statement"])}</b>'
+              "</p>" if isinstance(demo, Mapping) and demo.get("statement") else "")
     return (
-        "<header><h1>gpuaudit report</h1>"
+        f"<header><h1>gpuaudit report</h1>{banner}"
         f'<p class="meta">source: {esc(u.source)}: {esc(u.origin)}<br>'
         f"window: {esc(window)}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
-        f"(gaps over {u.cap_s:g} s count as unobserved)<br>price: {esc(rates)}</p></header>"
+        f"(gaps over {u.cap_s:g} s count as unobserved)<br>price: {esc(rates)}"
+        + "".join(f"<br>price row: {esc(r.choice)}" for r in c.rates.values() if r.choice)
+        + "</p></header>"
     )
 
 
 def _tiles(result: AuditResult) -> str:
     c, p = result.cost, result.plan
     t = c.total
+    tc = t.in_cents()
     tiles = [
-        ("", usd(t.observed_cost), "observed cost (the window)"),
-        ("bad", usd(t.waste), f"waste, {_pct(t.waste_share)} of cost"),
+        ("", usd(tc.observed), "observed cost (the window)"),
+        ("bad", usd(tc.waste), f"waste, {_pct(t.waste_share)} of cost"),
         ("", usd(c.cost_projection["monthly"]), "cost per month (720 h)"),
-        ("bad", usd(c.waste_projection["monthly"]), "waste per month"),
+        ("bad", usd(p.monthly_waste_usd), "waste per month"),
         ("good", usd(p.monthly_savings_usd), f"savings per month ({_pct(p.total_fraction)})"),
         ("", f"{float(t.gpu_hours):,.2f}", "GPU-hours billed"),
     ]
@@ -184,16 +191,16 @@ def _phases(result: AuditResult) -> str:
     c = result.cost
     t: PhaseTime = c.total.time
     shares = t.phase_shares_pct()
-    costs = allocate_cents([c.total.phase_cost[p] for p in PHASES] + [c.total.unobserved_cost])
+    tc = c.total.in_cents()
     rows = "".join(
         f'<tr><td><i style="display:inline-block;width:10px;height:10px;'
         f'background:{PHASE_COLOR[p]}"></i> {esc(PHASE_LABEL[p])}</td>'
         f'<td class="n">{esc(_hours(getattr(t, f"{p}_s")))}</td><td class="n">{shares[p]}%</td>'
-        f'<td class="n">${cost:,.2f}</td></tr>' for p, cost in zip(PHASES, costs))
+        f'<td class="n">{usd(tc.phase[p])}</td></tr>' for p in PHASES)
     rows += (f'<tr><td>unobserved (not in shares)</td><td class="n">{esc(_hours(t.unobserved_s))}'
-             f'</td><td class="n"></td><td class="n">${costs[4]:,.2f}</td></tr>'
+             f'</td><td class="n"></td><td class="n">{usd(tc.unobserved)}</td></tr>'
              f'<tr><th>total billed</th><th class="n">{esc(_hours(t.total_s))}</th><th></th>'
-             f'<th class="n">{usd(c.total.observed_cost)}</th></tr>')
+             f'<th class="n">{usd(tc.observed)}</th></tr>')
     out = [f'<figure id="chart-phases" data-chart="phases">'
            f'{_stacked(t.phase_seconds(), shares, "phase shares of observed time")}'
            f"{_legend()}</figure>",
@@ -210,7 +217,7 @@ def _phases(result: AuditResult) -> str:
         bars = "".join(
             f'<tr><td class="key">{esc(ln.key[0])}</td><td style="width:55%">'
             f'{_stacked(ln.time.phase_seconds(), ln.time.phase_shares_pct(), str(ln.key[0]))}'
-            f'</td><td class="n">{usd(ln.observed_cost)}</td></tr>' for ln in per_gpu)
+            f'</td><td class="n">{usd(ln.in_cents().observed)}</td></tr>' for ln in per_gpu)
         more = (f'<p class="meta">{len(c.per_gpu) - len(per_gpu)} more GPUs in the table '
                 "below</p>" if len(c.per_gpu) > len(per_gpu) else "")
         out.append('<h3>Per GPU (most expensive first)</h3><div class="scroll">'
@@ -340,11 +347,11 @@ def _histogram(tl: Mapping[str, Any]) -> str:
 
 # -- the waterfall ------------------------------------------------------------------------
 def _waterfall(result: AuditResult) -> str:
-    p, c = result.plan, result.cost
+    p = result.plan
     total = p.monthly_cost_usd
     if total <= 0:
         return "<p>No cost was observed, so there is nothing to save.</p>"
-    waste = c.waste_projection["monthly"]
+    waste = p.monthly_waste_usd
     eff, rate, saved = p.efficiency_monthly_usd, p.rate_monthly_usd, p.monthly_savings_usd
     bars: list[tuple[str, Decimal, Decimal, str, str]] = [
         ("cost per month at the observed rate", Decimal(0), total, "#2456a6", usd(total)),
@@ -393,7 +400,7 @@ def _savings_table(result: AuditResult) -> str:
     p = result.plan
     rows = [
         ("measured waste (cap on efficiency savings)", p.waste_fraction,
-         usd(p.monthly_cost_usd * p.waste_fraction), ""),
+         usd(p.monthly_waste_usd), ""),
         ("efficiency fixes, 1 - prod(1 - f), capped", p.efficiency_fraction,
          usd(p.efficiency_monthly_usd), ""),
         ("rate levers (best of spot / commitment)", p.rate_fraction, usd(p.rate_monthly_usd), ""),
@@ -433,7 +440,8 @@ def _breakdown(result: AuditResult) -> str:
         cells += _num(-1 if mu is None else mu, "-" if mu is None else f"{mu:.0f}%")
         cells += "".join(_num(sh[p], f"{sh[p]}%") for p in PHASES)
         cells += f'<td style="min-width:90px">{_stacked(ln.time.phase_seconds(), sh, "phases")}</td>'
-        cells += _num(ln.observed_cost, usd(ln.observed_cost)) + _num(ln.waste, usd(ln.waste))
+        lc = ln.in_cents()
+        cells += _num(lc.observed, usd(lc.observed)) + _num(lc.waste, usd(lc.waste))
         cells += _num(ln.waste_share, _pct(ln.waste_share))
         rows.append(f"<tr>{cells}</tr>")
     more = (f'<p class="meta">{len(lines) - MAX_TABLE_ROWS} more rows: use --format json for '
@@ -549,7 +557,8 @@ def _extras(result: AuditResult) -> str:
     for key, title in titles.items():
         if key in result.extra and result.extra[key] is not None:
             out.append(_section(f"extra-{key}", title, generic_html(result.extra[key])))
-    rest = {k: v for k, v in result.extra.items() if k not in titles and k != "timeline"}
+    rest = {k: v for k, v in result.extra.items()
+            if k not in titles and k not in ("timeline", "demo")}
     if rest:
         out.append(_section("extra-other", "More data", generic_html(rest)))
     return "".join(out)

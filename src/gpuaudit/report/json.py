@@ -17,13 +17,13 @@ from typing import Any
 from gpuaudit import __version__
 from gpuaudit.classify.usage import PHASE_LOWER_PCT, PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
-from gpuaudit.price.money import allocate_cents, cents
+from gpuaudit.price.money import cents
 from gpuaudit.result import AuditResult
 
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "to_dict"]
 
 SCHEMA_ID = "gpuaudit.report"
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 
 
 def _usd(x: Decimal) -> str:
@@ -62,16 +62,15 @@ def phases_dict(t: PhaseTime) -> dict[str, Any]:
 
 
 def cost_line_dict(ln: CostLine) -> dict[str, Any]:
-    parts = [ln.phase_cost[p] for p in PHASES] + [ln.unobserved_cost]
-    rounded = allocate_cents(parts)
+    cl = ln.in_cents()
     return {
-        "observed_usd": _usd(ln.observed_cost),
-        "by_phase_usd": {p: str(v) for p, v in zip(PHASES, rounded[:4])},
-        "unobserved_usd": str(rounded[4]),
-        "waste_usd": _usd(ln.waste),
-        "idle_usd": _usd(ln.phase_cost["idle"]),
-        "underutilized_waste_usd": _usd(ln.underutilized_waste),
-        "headroom_usd": _usd(ln.headroom_cost),
+        "observed_usd": str(cl.observed),
+        "by_phase_usd": {p: str(cl.phase[p]) for p in PHASES},
+        "unobserved_usd": str(cl.unobserved),
+        "waste_usd": str(cl.waste),
+        "idle_usd": str(cl.idle),
+        "underutilized_waste_usd": str(cl.underutilized_waste),
+        "headroom_usd": str(cl.headroom),
         "waste_share_pct": round(100 * ln.waste_share, 2),
         "gpu_hours": _frac(ln.gpu_hours),
         "effective_gpu_hours": _frac(ln.effective_gpu_hours),
@@ -109,11 +108,12 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                   "usd_per_kwh": None if c.energy.usd_per_kwh is None else str(c.energy.usd_per_kwh),
                   "cost_usd": None if c.energy.cost is None else _usd(c.energy.cost)}
     per_eff = c.cost_per_effective_gpu_hour
-    return {
+    doc: dict[str, Any] = {
         "schema": SCHEMA_ID,
         "schema_version": SCHEMA_VERSION,
         "tool_version": __version__,
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "demo": _demo(result.extra.get("demo")),
         "source": {
             "kind": u.source,
             "origin": u.origin,
@@ -130,7 +130,8 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         "rates": [
             {"gpu_model_seen": k, "gpu_model": r.gpu_model, "usd_per_gpu_hour": str(r.usd_per_gpu_hour),
              "purchase": r.purchase, "provider": r.provider, "instance": r.instance,
-             "source": r.source, "as_of": r.as_of, "currency": r.currency}
+             "source": r.source, "as_of": r.as_of, "currency": r.currency,
+             "purchase_kind": r.purchase_kind, "choice": r.choice}
             for k, r in sorted(c.rates.items(), key=lambda kv: str(kv[0]))
         ],
         "phases": {
@@ -148,8 +149,8 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
             "waste_daily_usd": _usd(wp["daily"]),
             "waste_monthly_usd": _usd(wp["monthly"]),
             "waste_yearly_usd": _usd(wp["yearly"]),
-            "usd_per_effective_gpu_hour": None if per_eff is None else _usd(per_eff),
-            "unit_costs_usd": {k: str(v.quantize(Decimal("0.000001"))) for k, v in c.unit_costs.items()},
+            "usd_per_effective_gpu_hour": None if per_eff is None else str(per_eff),
+            "unit_costs_usd": {k: str(v) for k, v in c.unit_costs_shown.items()},
             "counts": {k: str(v) for k, v in c.counts.items()},
             "energy": energy,
         },
@@ -183,6 +184,7 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
             "rate_fraction": _frac(p.rate_fraction),
             "total_fraction": _frac(p.total_fraction),
             "monthly_cost_usd": _usd(p.monthly_cost_usd),
+            "monthly_waste_usd": _usd(p.monthly_waste_usd),
             "monthly_savings_usd": _usd(p.monthly_savings_usd),
             "monthly_after_usd": _usd(p.monthly_after_usd),
             "efficiency_monthly_usd": _usd(p.efficiency_monthly_usd),
@@ -192,8 +194,32 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                                "shown only for comparison",
             "notes": list(p.notes),
         },
-        "extra": result.extra,
+        "extra": {k: v for k, v in result.extra.items() if k != "demo"},
     }
+    out: dict[str, Any] = presented(doc)
+    return out
+
+
+def _demo(notice: Any) -> dict[str, str] | None:
+    """The top-level ``demo`` field: null for a report of real, user-given data; for the
+    bundled recording audited in place of this machine, ``{statement, reason, recording}``."""
+    if not isinstance(notice, dict) or not notice.get("statement"):
+        return None
+    return {k: str(notice.get(k, "")) for k in ("statement", "reason", "recording")}
+
+
+def presented(value: Any) -> Any:
+    """Floats as a reader should see them: 12 significant digits, so binary noise such as
+    ``0.9930000000000001`` (0.331 x 3) reads ``0.993``. The one place the JSON report rounds
+    a float; every other field is already exact (money is a string of Decimal)."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}") if value == value and value not in (
+            float("inf"), float("-inf")) else value
+    if isinstance(value, dict):
+        return {k: presented(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [presented(v) for v in value]
+    return value
 
 
 def dumps(result: AuditResult) -> str:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from gpuaudit.classify.usage import PHASES
-from gpuaudit.price.money import allocate_cents
+from gpuaudit.price.money import format_rate
 from gpuaudit.report.terminal import PHASE_LABEL, usd
 from gpuaudit.result import AuditResult
 
@@ -23,6 +23,9 @@ def render_markdown(result: AuditResult) -> str:
     cp, wp = c.cost_projection, c.waste_projection
     t = c.total.time
     out = ["# gpuaudit report", ""]
+    demo = result.extra.get("demo")
+    if isinstance(demo, dict) and demo.get("statement"):
+        out += [f"> **{_esc(demo['statement'])}**", ""]
     out.append(f"- **source**: {_esc(u.source)}: {_esc(u.origin)}")
     if u.window_start and u.window_end:
         out.append(f"- **window**: {u.window_start:%Y-%m-%d %H:%M:%S} to "
@@ -30,21 +33,27 @@ def render_markdown(result: AuditResult) -> str:
                    f"{u.interval_s:g} s")
     for k, rate in c.rates.items():
         out.append(f"- **price** ({_esc(rate.gpu_model or k or 'GPU')}): {_esc(rate.describe())}")
+        if rate.choice:
+            out.append(f"- **price row**: {_esc(rate.choice)}")
     out += ["", "## Where the GPU time went", "",
             "| phase | GPU-hours | share | cost |", "|---|---:|---:|---:|"]
     shares = t.phase_shares_pct()
-    costs = allocate_cents([c.total.phase_cost[ph] for ph in PHASES] + [c.total.unobserved_cost])
-    for ph, cost in zip(PHASES, costs):
+    tc = c.total.in_cents()
+    for ph in PHASES:
         out.append(f"| {PHASE_LABEL[ph]} | {getattr(t, f'{ph}_s') / 3600:,.3f} | {shares[ph]}% "
-                   f"| ${cost:,.2f} |")
-    out.append(f"| unobserved | {t.unobserved_s / 3600:,.3f} | | ${costs[4]:,.2f} |")
-    out.append(f"| **total** | {t.total_s / 3600:,.3f} | 100% | **{usd(c.total.observed_cost)}** |")
-    out += ["", "## Cost", "", "| | observed | hourly | daily | monthly (720 h) | yearly (8,760 h) |",
+                   f"| {usd(tc.phase[ph])} |")
+    out.append(f"| unobserved | {t.unobserved_s / 3600:,.3f} | | {usd(tc.unobserved)} |")
+    out.append(f"| **total** | {t.total_s / 3600:,.3f} | 100% | **{usd(tc.observed)}** |")
+    out += ["", "## Cost", "",
+            "| | observed | rate per hour | daily | monthly (720 h) | yearly (8,760 h) |",
             "|---|---:|---:|---:|---:|---:|",
-            f"| cost | {usd(c.total.observed_cost)} | ${cp['hourly']:,} | {usd(cp['daily'])} | "
-            f"{usd(cp['monthly'])} | {usd(cp['yearly'])} |",
-            f"| waste | {usd(c.total.waste)} | ${wp['hourly']:,} | {usd(wp['daily'])} | "
-            f"{usd(wp['monthly'])} | {usd(wp['yearly'])} |", ""]
+            f"| cost | {usd(tc.observed)} | {format_rate(cp['hourly'], 'h')} | "
+            f"{usd(cp['daily'])} | {usd(cp['monthly'])} | {usd(cp['yearly'])} |",
+            f"| waste | {usd(tc.waste)} | {format_rate(wp['hourly'], 'h')} | "
+            f"{usd(wp['daily'])} | {usd(wp['monthly'])} | {usd(wp['yearly'])} |", "",
+            f"Waste = idle {usd(tc.idle)} + unused share of underutilized "
+            f"{usd(tc.underutilized_waste)}; headroom in busy time {usd(tc.headroom)} "
+            "(not waste).", ""]
     rows = c.per_group if c.per_group else c.per_gpu
     keys = c.group_keys if c.per_group else ("gpu",)
     out += [f"## By {', '.join(keys)}", "",
@@ -52,9 +61,10 @@ def render_markdown(result: AuditResult) -> str:
             "|" + "---|" * len(keys) + "---:|---:|---:|---:|---:|---:|---:|"]
     for ln in rows:
         sh = ln.time.phase_shares_pct()
-        out.append("| " + " | ".join(_esc(k) for k in ln.key) + f" | {ln.gpu_hours:.2f} | "
-                   + " | ".join(f"{sh[ph]}%" for ph in PHASES)
-                   + f" | {usd(ln.observed_cost)} | {usd(ln.waste)} |")
+        lc = ln.in_cents()
+        out.append("| " + " | ".join(_esc("(none)" if k is None else k) for k in ln.key)
+                   + f" | {ln.gpu_hours:.2f} | " + " | ".join(f"{sh[ph]}%" for ph in PHASES)
+                   + f" | {usd(lc.observed)} | {usd(lc.waste)} |")
     if u.patterns:
         out += ["", "## Patterns", ""]
         out += [f"- `{_esc(x.gpu_uuid)}`: **{x.kind}**: {_esc(x.evidence)}" for x in u.patterns]
@@ -76,7 +86,7 @@ def render_markdown(result: AuditResult) -> str:
                    f"{_esc(r.remediation.source)})")
     out += ["", "## Savings, combined honestly", "", "| | share | per month |", "|---|---:|---:|",
             f"| measured waste (cap) | {100 * p.waste_fraction:.1f}% | "
-            f"{usd(p.monthly_cost_usd * p.waste_fraction)} |",
+            f"{usd(p.monthly_waste_usd)} |",
             f"| efficiency, 1 - prod(1 - f), capped | {100 * p.efficiency_fraction:.1f}% | "
             f"{usd(p.efficiency_monthly_usd)} |",
             f"| rate levers | {100 * p.rate_fraction:.1f}% | |",

@@ -13,7 +13,7 @@ from rich.text import Text
 
 from gpuaudit.classify.usage import PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
-from gpuaudit.price.money import allocate_cents, cents
+from gpuaudit.price.money import format_rate, format_usd
 from gpuaudit.result import AuditResult
 
 __all__ = ["render_terminal"]
@@ -26,7 +26,8 @@ MAX_ROWS = 20
 
 
 def usd(x: Decimal) -> str:
-    return f"${cents(x):,.2f}"
+    """An amount to the cent (the one money rule: :func:`gpuaudit.price.money.format_usd`)."""
+    return format_usd(x)
 
 
 def _bar(pct: float, width: int = 24) -> str:
@@ -47,14 +48,15 @@ def _phase_table(t: PhaseTime, line: CostLine) -> Table:
     tab.add_column("", no_wrap=True)
     tab.add_column("cost", justify="right")
     shares = t.phase_shares_pct()
-    costs = allocate_cents([line.phase_cost[p] for p in PHASES] + [line.unobserved_cost])
-    for p, cost in zip(PHASES, costs):
+    cl = line.in_cents()
+    for p in PHASES:
         tab.add_row(Text(PHASE_LABEL[p], style=PHASE_STYLE[p]), _hours(getattr(t, f"{p}_s")),
-                    f"{shares[p]}%", Text(_bar(shares[p]), style=PHASE_STYLE[p]), f"${cost:,.2f}")
+                    f"{shares[p]}%", Text(_bar(shares[p]), style=PHASE_STYLE[p]),
+                    usd(cl.phase[p]))
     tab.add_row("unobserved (not in shares)", _hours(t.unobserved_s), "", "",
-                f"${costs[4]:,.2f}")
+                usd(cl.unobserved))
     tab.add_row(Text("total billed", style="bold"), _hours(t.total_s), "", "",
-                Text(usd(line.observed_cost), style="bold"))
+                Text(usd(cl.observed), style="bold"))
     return tab
 
 
@@ -89,7 +91,11 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         (f"window: {window}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
          f"(gaps over {u.cap_s:g} s count as unobserved)\n", ""),
         (f"price: {rates}", "dim"),
+        *((f"\nprice row: {r.choice}", "dim") for r in c.rates.values() if r.choice),
     )
+    demo = result.extra.get("demo")
+    if isinstance(demo, dict) and demo.get("statement"):
+        con.print(Panel(Text(str(demo["statement"]), style="bold yellow"), box=box.HEAVY))
     con.print(Panel(head, box=box.ROUNDED))
     t = c.total.time
     con.print(_phase_table(t, c.total))
@@ -98,32 +104,34 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         con.print(sm)
     _sparklines(con, result, width)
     cp, wp = c.cost_projection, c.waste_projection
+    tc = c.total.in_cents()
     money = Table(box=box.SIMPLE, title="Cost", title_justify="left")
     money.add_column("")
     money.add_column("observed", justify="right")
-    money.add_column("per hour", justify="right")
+    money.add_column("rate per hour", justify="right")
     money.add_column("per day", justify="right")
     money.add_column("per month (720 h)", justify="right")
     money.add_column("per year (8,760 h)", justify="right")
-    money.add_row("cost", usd(c.total.observed_cost), f"${cp['hourly']:,}", usd(cp["daily"]),
+    money.add_row("cost", usd(tc.observed), format_rate(cp["hourly"], "h"), usd(cp["daily"]),
                   usd(cp["monthly"]), usd(cp["yearly"]))
-    money.add_row(Text("waste", style="red"), usd(c.total.waste), f"${wp['hourly']:,}",
+    money.add_row(Text("waste", style="red"), usd(tc.waste), format_rate(wp["hourly"], "h"),
                   usd(wp["daily"]), usd(wp["monthly"]), usd(wp["yearly"]))
     con.print(money)
     eff = c.cost_per_effective_gpu_hour
-    facts = [f"waste = idle {usd(c.total.phase_cost['idle'])} + unused share of "
-             f"underutilized {usd(c.total.underutilized_waste)} "
-             f"({100 * c.total.waste_share:.1f}% of cost); headroom in busy time "
-             f"{usd(c.total.headroom_cost)} (not waste)",
+    facts = [f"waste = idle {usd(tc.idle)} + unused share of underutilized "
+             f"{usd(tc.underutilized_waste)} ({100 * c.total.waste_share:.1f}% of cost); "
+             f"headroom in busy time {usd(tc.headroom)} (not waste)",
              f"GPU-hours {c.total.gpu_hours:.2f}, effective GPU-hours "
              f"{c.total.effective_gpu_hours:.2f}"
-             + (f", cost per effective GPU-hour {usd(eff)}" if eff is not None else "")]
-    for k, v in c.unit_costs.items():
-        facts.append(f"cost per {k.rstrip('s')}: ${v:.6f} ({c.counts[k]:,} {k})")
+             + (f", cost per effective GPU-hour {format_rate(eff, 'GPU-h')}"
+                if eff is not None else "")]
+    for k, v in c.unit_costs_shown.items():
+        facts.append(f"cost per {k.rstrip('s')}: {format_rate(v, k.rstrip('s'))} "
+                     f"({c.counts[k]:,} {k})")
     if c.energy is not None:
         e = f"energy {c.energy.kwh:.3f} kWh ({c.energy.method})"
-        if c.energy.cost is not None:
-            e += f", {usd(c.energy.cost)} at ${c.energy.usd_per_kwh}/kWh"
+        if c.energy.cost is not None and c.energy.usd_per_kwh is not None:
+            e += f", {usd(c.energy.cost)} at {format_rate(c.energy.usd_per_kwh, 'kWh')}"
         facts.append(e)
     for f in facts:
         con.print(f"  {f}")
@@ -204,9 +212,10 @@ def _rows_table(con: Console, result: AuditResult) -> None:
     for ln in rows[:MAX_ROWS]:
         sh = ln.time.phase_shares_pct()
         mu = ln.time.mean_util_pct
+        lc = ln.in_cents()
         tab.add_row(*[str(k) if k is not None else "(none)" for k in ln.key],
                     f"{ln.gpu_hours:.2f}", "-" if mu is None else f"{mu:.0f}%",
-                    *(f"{sh[ph]}%" for ph in PHASES), usd(ln.observed_cost), usd(ln.waste))
+                    *(f"{sh[ph]}%" for ph in PHASES), usd(lc.observed), usd(lc.waste))
     con.print(tab)
     if len(rows) > MAX_ROWS:
         con.print(f"  ... {len(rows) - MAX_ROWS} more (use --format json for all)")
@@ -233,7 +242,7 @@ def _plan(con: Console, result: AuditResult) -> None:
     tab.add_column("share of cost", justify="right")
     tab.add_column("per month", justify="right")
     tab.add_row("measured waste (cap on efficiency savings)", f"{100 * p.waste_fraction:.1f}%",
-                usd(p.monthly_cost_usd * p.waste_fraction))
+                usd(p.monthly_waste_usd))
     tab.add_row("efficiency fixes, 1 - prod(1 - f), capped", f"{100 * p.efficiency_fraction:.1f}%",
                 usd(p.efficiency_monthly_usd))
     tab.add_row("rate levers (best of spot / commitment)", f"{100 * p.rate_fraction:.1f}%", "")

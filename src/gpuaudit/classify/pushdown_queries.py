@@ -1,5 +1,6 @@
-"""Pushdown: the phase classification runs inside Prometheus as PromQL; only per-series sums
-cross the wire, never raw samples.
+"""The phase classification written as PromQL: the queries of one chunk, and their answers
+decoded into phase figures. :mod:`gpuaudit.classify.pushdown` runs them in the store, so only
+per-series sums cross the wire, never raw samples.
 
 For every chunk of the range (one day by default) and every dcgm-exporter series (one per GPU,
 MIG instance, or GPU x pod when time-sliced), instant queries at the chunk's end compute,
@@ -7,7 +8,7 @@ over a subquery at the audit step ``s`` whose points are exactly the chunk's ste
 
 - ``U`` = ``last_over_time(DCGM_FI_DEV_GPU_UTIL{sel}[s-1ms])`` (MIG instances, which have no
   GPU_UTIL: ``100 * last_over_time(DCGM_FI_PROF_GR_ENGINE_ACTIVE{sel}[s-1ms])``), a sample
-  seen once per step (see :func:`gpuaudit.measure.prometheus.fresh`);
+  seen once per step (see :func:`gpuaudit.promql.fresh`);
 - phases: the points (``count_over_time``) and their sum, and three threshold filters,
   ``U < 10`` and ``U >= 70`` packed (``sum_over_time(((U < 10) + K)[R:s])`` answers
   ``count * K + sum``, :func:`unpack`) and ``U >= 90`` counted, give the phase seconds, busy,
@@ -52,30 +53,18 @@ computable in PromQL; the mean idle run is reported as its lower bound.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import TypeVar
 
 import numpy as np
 
+from gpuaudit.classify.usage import PHASE_LOWER_PCT
 from gpuaudit.errors import InputError
-from gpuaudit.measure.dcgm import SeriesId, series_id
-from gpuaudit.measure.prometheus import (
-    PromClient,
-    duration,
-    escape_label_value,
-    fresh,
-    selector,
-    time_chunks,
-)
-from gpuaudit.schema import ImportNote
+from gpuaudit.promql import duration, fresh, with_matcher
 
-__all__ = ["MAX_FIELDS", "PushdownData", "build_queries", "decode", "pack_base",
-           "pull_aggregates", "share_query", "unpack"]
+__all__ = ["MAX_FIELDS", "MULTI_SAMPLE", "NARROWED", "SECOND_PASS", "build_queries", "decode",
+           "needs", "pack_base", "share_query", "straddles", "unpack"]
 
-_T = TypeVar("_T")
 _GPU_KEY = "UUID, uuid, GPU_I_ID"
 _SUBQUERY = re.compile(r"\[\d+ms:\d+(?:ms|h)\]")
 _UTIL = "DCGM_FI_DEV_GPU_UTIL"
@@ -98,11 +87,6 @@ _DELTAS: dict[str, str] = {"energy_mj": "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
                            "ecc": "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}
 #: fields summed across chunks (everything not in _MAX_FIELDS / first / last)
 MAX_FIELDS = frozenset({"temp_c", "mem_used_mib", "xid", "mem_total_mib"})
-
-
-def _with(sel: str, extra: str) -> str:
-    inner = sel[1:-1] if sel else ""
-    return "{" + ",".join(x for x in (inner, extra) if x) + "}"
 
 
 def pack_base(points: int) -> float:
@@ -134,7 +118,8 @@ def unpack(total: float, base: float, *, where: str, top: float = 100.0
 
 #: phase thresholds (idle below the first, productive from the second, compute-bound from
 #: the third), in percent; ratio views (SM_ACTIVE) compare against a hundredth of them
-_LOWER_PCT = (10.0, 70.0, 90.0)
+_LOWER_PCT: tuple[float, float, float] = (PHASE_LOWER_PCT[1], PHASE_LOWER_PCT[2],
+                                           PHASE_LOWER_PCT[3])  # classify.usage's band edges
 
 #: threshold queries run only for series whose raw extremes straddle the threshold (name ->
 #: view prefix, threshold index): for the others every point is on one side, so the answer
@@ -170,7 +155,7 @@ def straddles(v: Mapping[str, float], name: str) -> bool:
     return lo < t <= hi
 
 
-def _needs(v: Mapping[str, float], name: str) -> bool:
+def needs(v: Mapping[str, float], name: str) -> bool:
     """Whether series-chunk answers ``v`` (first pass) need the second-pass query ``name``:
     a threshold query where the series straddles it (:func:`straddles`); first / last point
     where it has none at the chunk's first / last step; edges (for idle runs) where it may
@@ -192,7 +177,7 @@ def _needs(v: Mapping[str, float], name: str) -> bool:
     raise KeyError(name)
 
 
-#: queries the second pass asks only of the series that need them (:func:`_needs`); a
+#: queries the second pass asks only of the series that need them (:func:`needs`); a
 #: series not asked has its answer from the first pass (first / last: the chunk's edge;
 #: edges and step change: zero)
 SECOND_PASS = (*NARROWED, "first", "last", "edges", "absstep")
@@ -262,7 +247,7 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     r2 = duration(range_s + step_s - 0.001)
     base = pack_base(round(range_s / step_s))
     if family == "mig":
-        metric = _GR + _with(sel, 'GPU_I_ID!=""')
+        metric = _GR + with_matcher(sel, 'GPU_I_ID!=""')
         point = fresh(metric, step_s)
         q = _phase_view(metric, point, f"(100 * {point})", r=r, r2=r2, s=s, base=base,
                         thresholds=_LOWER_PCT, scale="100 * ", raw_scale="100 * ")
@@ -334,7 +319,7 @@ def share_query(sel: str, step_s: float, range_s: float, *, family: str = "util"
     (``on(UUID, uuid, GPU_I_ID) group_left``), so it runs only on GPUs whose series overlap
     in time (``sel`` narrows to them)."""
     if family == "mig":
-        msel = _with(sel, 'GPU_I_ID!=""')
+        msel = with_matcher(sel, 'GPU_I_ID!=""')
         u = f"(100 * {fresh(_GR + msel, step_s)})"
     else:
         u = fresh(_UTIL + sel, step_s)
@@ -411,232 +396,3 @@ def decode(v: dict[str, float], range_s: float, step_s: float, *, where: str) ->
         v.pop(name, None)
 
 
-@dataclass
-class PushdownData:
-    """Per-series, per-chunk sums from the store. ``values[(code, chunk)]`` maps a query name
-    to its number; ``ids[code]`` decodes the series; ``chunks`` are (start_s, end_s)."""
-
-    ids: list[SeriesId]
-    chunks: list[tuple[float, float]]
-    step_s: float
-    values: dict[tuple[int, int], dict[str, float]]
-    origin: str
-    notes: list[ImportNote] = field(default_factory=list)
-    fleet_util_pct: dict[str, float | None] = field(default_factory=dict)
-    queries: int = 0
-    has_sm: bool = False
-    shared: bool = False
-
-
-def pull_aggregates(
-    client: PromClient,
-    *,
-    start_s: float,
-    end_s: float,
-    step_s: float,
-    matchers: Mapping[str, str] | None = None,
-    chunk_s: float = 86_400.0,
-    workers: int = 4,
-    narrow: bool = True,
-) -> PushdownData:
-    """Run the pushdown queries chunk by chunk (step-aligned, ``chunk_s`` long, ``workers``
-    queries at a time) and collect the decoded answers; then the threshold queries
-    (:data:`NARROWED`) for the GPUs whose series straddle a threshold in a chunk (all GPUs
-    with ``narrow=False``: the same answers, more work); then the share weight of GPUs whose
-    series overlap in a chunk (time-sliced), on those GPUs only."""
-    if step_s <= 0:
-        raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
-    sel = selector(matchers)
-    start_s = np.ceil(start_s / step_s) * step_s
-    end_s = np.floor(end_s / step_s) * step_s
-    points = max(1, round(chunk_s / step_s))
-    chunks = time_chunks(float(start_s), float(end_s), step_s, points)
-    mig_sel = _with(sel, 'GPU_I_ID!=""')
-    # which series families exist: index lookups, no samples read
-    probes = [client.label_names(m, float(start_s), float(end_s))
-              for m in (_SM + sel, _GR + mig_sel)]
-    has_sm, has_mig = bool(probes[0]), bool(probes[1])
-    families = ["util", "mig"] if has_mig else ["util"]
-    data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, values={},
-                        origin=f"Prometheus {client.url} (PromQL pushdown, step {step_s:g} s)",
-                        has_sm=has_sm)
-    ids = _SeriesCodes(data, client.url)
-    jobs: list[tuple[int, str, str]] = []
-    for i, (a, b) in enumerate(chunks):
-        for fam in families:
-            qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
-                               signals=fam == "util")
-            jobs += [(i, name, expr) for name, expr in qs.items()
-                     if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)]
-    # fleet mean utilization over the last hour and day: raw sums, run with the rest
-    fleet_jobs: list[tuple[int, str, str]] = []
-    for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
-        rng = duration(min(secs, end_s - start_s + step_s))
-        for fam in families:
-            metric, scale = (f"{_GR}{mig_sel}", "100 * ") if fam == "mig" else \
-                (f"{_UTIL}{sel}", "")
-            fleet_jobs += [(-1, f"{label} sum {fam}",
-                            f"{scale}sum(sum_over_time({metric}[{rng}]))"),
-                           (-1, f"{label} count {fam}", f"sum(count_over_time({metric}[{rng}]))")]
-    # the costliest first (subqueries, then raw range functions), so that the last queries
-    # in flight are short ones and the server's cores stay busy to the end
-    jobs.sort(key=lambda j: _SUBQUERY.search(j[2]) is None)
-    fleet = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
-                 end_s=float(end_s))
-    for label in ("1h", "24h"):
-        total = sum(fleet.get(f"{label} sum {fam}", 0.0) for fam in families)
-        count = sum(fleet.get(f"{label} count {fam}", 0.0) for fam in families)
-        data.fleet_util_pct[label] = total / count if count > 0 else None
-    # second pass: each SECOND_PASS query only for the series that need it, and the
-    # several-samples-per-step forms for series with more samples than points; selected by
-    # GPU and pod (a superset: answers of series that did not need one agree anyway)
-    jobs2: list[tuple[int, str, str]] = []
-    for i, (a, b) in enumerate(chunks):
-        wanted: dict[str, dict[tuple[str, str], set[tuple[str, str]]]] = {}
-        for (code, j), v in data.values.items():
-            if j != i:
-                continue
-            names = [nm for nm in SECOND_PASS if narrow and _needs(v, nm)]
-            if "n" in v and v.get("raw_n", v["n"]) != v["n"]:  # the window forms do not hold
-                names = [nm for nm in names if nm not in _WINDOW_FORMS] + list(MULTI_SAMPLE)
-            (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
-            for nm in names:
-                wanted.setdefault(nm, {}).setdefault((ulabel, plabel), set()).add(
-                    (uvalue, pvalue))
-        for nm, groups in wanted.items():
-            for (ulabel, plabel), pairs in sorted(groups.items()):
-                for part in _batches(sorted(pairs), 200):
-                    gpus = _with(sel, f'{ulabel}=~"{_regex_of({u for u, _ in part})}"')
-                    if plabel:
-                        gpus = _with(gpus, f'{plabel}=~"{_regex_of({p for _, p in part})}"')
-                    for fam in families:
-                        qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
-                                           family=fam, signals=False)
-                        if nm in qs:
-                            jobs2.append((i, nm, qs[nm]))
-    _run(client, jobs2, chunks, data, ids, workers, "pushdown, second pass")
-    jobs += jobs2
-    for (_code, i), v in data.values.items():
-        if v.pop("at_start", None) is not None and "first" not in v:
-            v["first"] = chunks[i][0]
-        if v.pop("at_end", None) is not None and "last" not in v:
-            v["last"] = chunks[i][1]
-        raw_sum = v.pop("raw_sum", None)
-        if "n" in v and "sum" not in v and raw_sum is not None:
-            v["sum"] = raw_sum  # one sample per step: the raw sum is the points' sum
-        if "first_ts" in v:  # several samples per step: the timestamp forms hold
-            v["first"], v["last"] = v.pop("first_ts"), v.pop("last_ts", v.get("last", 0.0))
-        else:
-            v.pop("changes", None)
-            v.pop("last_ts", None)
-    for (code, i), v in data.values.items():
-        a, b = chunks[i]
-        decode(v, b - a + step_s, step_s, where=f"{client.url}: pushdown, series "
-               f"{data.ids[code].gpu_uuid}, chunk starting {a:.0f}")
-    # time-sliced GPUs: series of one GPU whose [first, last] overlap within a chunk
-    share_jobs: list[tuple[int, str, str]] = []
-    for i, (a, b) in enumerate(chunks):
-        by_gpu: dict[str, list[tuple[float, float, int]]] = {}
-        for (code, j), v in data.values.items():
-            if j == i and "first" in v and "last" in v:
-                by_gpu.setdefault(data.ids[code].gpu_uuid, []).append(
-                    (v["first"], v["last"], code))
-        overlapping: dict[str, set[str]] = {}
-        for spans in by_gpu.values():
-            spans.sort()
-            if any(spans[k + 1][0] <= max(x[1] for x in spans[:k + 1])
-                   for k in range(len(spans) - 1)):
-                for _f, _l, code in spans:
-                    name, value = ids.uuid_label[code]
-                    overlapping.setdefault(name, set()).add(value)
-        for name, values in sorted(overlapping.items()):
-            data.shared = True
-            for uuids in _batches(sorted(values), 200):
-                gpus = _with(sel, f'{name}=~"{_regex_of(set(uuids))}"')
-                for fam in families:
-                    share_jobs.append((i, "wsum", share_query(gpus, step_s, b - a + step_s,
-                                                              family=fam)))
-    _run(client, share_jobs, chunks, data, ids, workers, "time-sliced GPUs")
-    data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + len(probes)
-    return data
-
-
-class _SeriesCodes:
-    """Series identity of query answers -> code in ``data.ids``. Prometheus lists each
-    series' labels in the same order in every answer, so the label items key a cache and
-    :func:`series_id` runs once per series, not once per answer row."""
-
-    def __init__(self, data: PushdownData, url: str) -> None:
-        self.data = data
-        self.url = url
-        self.by_labels: dict[tuple[tuple[str, str], ...], int] = {}
-        self.by_id: dict[SeriesId, int] = {}
-        self.uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
-        #: code -> the pod label that tells its series apart (exported_pod, else pod; "")
-        self.pod_label: dict[int, tuple[str, str]] = {}
-
-    def code(self, labels: dict[str, str], query: str) -> int:
-        key = tuple(labels.items())
-        code = self.by_labels.get(key)
-        if code is not None:
-            return code
-        sid = series_id(labels, default_host="unknown", where=f"{self.url}: pushdown {query}")
-        code = self.by_id.get(sid)
-        if code is None:
-            code = self.by_id[sid] = len(self.data.ids)
-            self.data.ids.append(sid)
-            self.uuid_label[code] = ("UUID", labels["UUID"]) if labels.get("UUID") else \
-                ("uuid", labels.get("uuid", ""))
-            pod = "exported_pod" if "exported_pod" in labels else \
-                "pod" if "pod" in labels else ""
-            self.pod_label[code] = (pod, labels.get(pod, "")) if pod else ("", "")
-        self.by_labels[key] = code
-        return code
-
-
-def _run(client: PromClient, jobs: list[tuple[int, str, str]],
-         chunks: list[tuple[float, float]], data: PushdownData, ids: _SeriesCodes,
-         workers: int, what: str, *, end_s: float | None = None) -> dict[str, float]:
-    """Evaluate ``jobs`` (chunk, name, PromQL) at their chunk's end, ``workers`` at a time,
-    into ``data.values``; NaN answers (nothing measured) are left out. Jobs of chunk -1 are
-    fleet-wide aggregates evaluated at ``end_s``: returned by name, not stored per series."""
-    out: dict[str, float] = {}
-    if not jobs:
-        return out
-    advance = client.progress(what, len(jobs)) if client.progress else None
-
-    def run(job: tuple[int, str, str]) -> tuple[int, str, list[tuple[dict[str, str], float]]]:
-        i, name, expr = job
-        at = chunks[i][1] if i >= 0 else end_s
-        assert at is not None
-        rows = client.query(expr, at)
-        if advance:
-            advance(1)
-        return i, name, rows
-
-    with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, name, rows in pool.map(run, jobs):
-            if i < 0:
-                if rows and rows[0][1] == rows[0][1]:
-                    out[name] = rows[0][1]
-                continue
-            for labels, value in rows:
-                code = ids.code(labels, name)
-                if value == value:  # NaN: nothing measured
-                    data.values.setdefault((code, i), {})[name] = value
-    return out
-
-
-def _batches(items: list[_T], size: int) -> list[list[_T]]:
-    return [items[k:k + size] for k in range(0, len(items), size)]
-
-
-def _regex_of(values: set[str]) -> str:
-    """An escaped RE2 alternation for a label matcher selecting exactly ``values``."""
-    return escape_label_value(_regex(sorted(values)))
-
-
-def _regex(values: list[str]) -> str:
-    """An RE2 alternation matching exactly ``values`` (Prometheus anchors regex matchers)."""
-    special = set("\\.+*?()|[]{}^$")
-    return "|".join("".join("\\" + c if c in special else c for c in v) for v in values)

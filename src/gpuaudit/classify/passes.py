@@ -1,0 +1,164 @@
+"""``classify``: one pass over a sample source, or row-group ranges on several cores, stitched.
+
+The entry point of the stage. It feeds the samples through the phase engine
+(:mod:`gpuaudit.classify.phases`) in this process, or hands a large Parquet recording's
+row-group ranges to :mod:`gpuaudit.classify.parallel`, and turns the finished engine into a
+:class:`~gpuaudit.classify.usage.Usage`. The per-GPU timeline is folded into that pass where the
+window is known up front; elsewhere a re-readable source is read a second time for it here, so
+every caller gets ``Usage.timeline`` from one place.
+
+Modules below it do not import it: ``phases`` (the engine) <- ``parallel`` (ranges) <- this.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit._heap import keep_freed_memory
+from gpuaudit.classify.parallel import (
+    MIN_ROWS_PER_WORKER,
+    BoundaryOrderError,
+    available_cpus,
+    classify_ranges,
+)
+from gpuaudit.classify.patterns import detect_patterns
+from gpuaudit.classify.phases import (
+    _LARGE_ROWS,
+    _NS,
+    DEFAULT_CAP_INTERVALS,
+    TIMELINE_BUCKETS,
+    _Engine,
+    group_key_names,
+)
+from gpuaudit.classify.timeline import Grid, timeline_for, timeline_grid
+from gpuaudit.classify.usage import Usage
+from gpuaudit.errors import InputError
+from gpuaudit.schema import Recording, SampleSource
+
+__all__ = ["classify"]
+
+
+def classify(
+    samples: SampleSource | Recording | pa.Table,
+    *,
+    by: Sequence[str] = (),
+    interval_s: float | None = None,
+    cap_intervals: float = DEFAULT_CAP_INTERVALS,
+    findings: Iterable[object] = (),
+    workers: int | None = None,
+    timeline: bool = True,
+) -> Usage:
+    """Split every observed GPU-second into a phase, per GPU, per group and overall.
+
+    ``samples`` is a :class:`~gpuaudit.schema.SampleSource` (streamed batch by batch), a
+    :class:`~gpuaudit.schema.Recording` or a bare sample table. ``by`` adds group keys: table
+    columns (host, pod, namespace, container, gpu_model, mig_profile) or label keys.
+    ``interval_s`` overrides the nominal interval (else the source's, else inferred).
+    ``workers``: how many processes share a large gpuaudit Parquet recording (row-group
+    ranges, see :mod:`gpuaudit.classify.parallel`); None picks one per available core with at
+    least 8M rows each; 1 reads it in this process. The result is the same either way.
+    ``timeline``: build ``Usage.timeline`` (in the same pass where the window is known up
+    front, else by reading a re-readable source once more; a one-shot stream gets none).
+    """
+    if isinstance(samples, pa.Table):
+        samples = Recording(table=samples, source="table", origin="an in-memory sample table")
+    if cap_intervals < 1.0:
+        raise InputError(
+            f"cap_intervals={cap_intervals} is below 1",
+            fix="a sample must stand for at least one nominal interval",
+        )
+    keys = group_key_names(by)
+    interval = interval_s if interval_s is not None else samples.interval_s
+    rows = getattr(samples, "num_rows", None)
+    if isinstance(rows, int) and rows >= _LARGE_ROWS:
+        keep_freed_memory()
+    grid = _grid_up_front(samples, interval) if timeline else None
+    recipes = _ranges(samples, workers, interval)
+    engine: _Engine | None = None
+    if recipes is not None and interval is not None:
+        try:
+            engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid)
+        except BoundaryOrderError:
+            engine = None  # one pass again: the reader names the file row of the bad sample
+    if engine is None:
+        engine = _Engine(keys, interval, cap_intervals, grid)
+        for i, batch in enumerate(samples.batches()):
+            engine.feed(batch, position=f"{samples.origin} (batch {i})")
+    engine.finish()
+    series = engine.series_signals()
+    start = _dt(engine.t_min)
+    end = _dt(engine.t_end)
+    folded = None
+    if engine.timeline is not None and start is not None and end is not None and (
+            timeline_grid(start, end, engine.interval_s or 1.0, TIMELINE_BUCKETS)
+            == engine.timeline.grid):  # the footer told the truth about the window
+        folded = engine.timeline.timeline(list(engine.series_index),
+                                            [m[0] for m in engine.series_meta])
+    usage = Usage(
+        cells=engine.cells_table(),
+        by=keys,
+        series=series,
+        patterns=detect_patterns(series, engine.interval_s or 1.0),
+        window_start=start,
+        window_end=end,
+        interval_s=engine.interval_s or 1.0,
+        cap_s=(engine.interval_s or 1.0) * cap_intervals,
+        source=samples.source,
+        origin=samples.origin,
+        notes=tuple(samples.notes),
+        events=tuple(samples.events),
+        findings=tuple(findings),
+        timeline=folded,
+    )
+    if timeline and folded is None and (isinstance(samples, Recording)
+                                        or getattr(samples, "rereadable", False)):
+        usage = replace(usage, timeline=timeline_for(samples, usage))
+    return usage
+
+
+def _grid_up_front(samples: SampleSource | Recording, interval_s: float | None) -> Grid | None:
+    """The timeline's buckets where the window is known before reading: a recording in
+    memory, or a file whose footer gives the first and last timestamp."""
+    if interval_s is None:
+        return None
+    if isinstance(samples, Recording):
+        if samples.table.num_rows == 0:
+            return None
+        ts = samples.table.column("ts").cast(pa.int64())
+        span: object = (pc.min(ts).as_py(), pc.max(ts).as_py())
+    else:
+        span = getattr(samples, "ts_range_ns", None)
+    if not isinstance(span, tuple):
+        return None
+    lo, hi = span
+    start, end = _dt(int(lo)), _dt(int(hi) + round(interval_s * _NS))
+    if start is None or end is None:
+        return None
+    return timeline_grid(start, end, interval_s, TIMELINE_BUCKETS)
+
+
+def _ranges(samples: SampleSource | Recording, workers: int | None,
+            interval_s: float | None) -> list[Callable[[], SampleSource]] | None:
+    """Row-group range recipes when the source can be split and it is worth it."""
+    split = getattr(samples, "split", None)
+    if split is None or interval_s is None or workers == 1:
+        return None
+    if workers is None:
+        recipes: list[Callable[[], SampleSource]] | None = split(
+            min(available_cpus(), 8), min_rows_per_part=MIN_ROWS_PER_WORKER)
+    else:
+        recipes = split(workers)
+    return recipes if recipes is not None and len(recipes) > 1 else None
+
+
+def _dt(ns: int | None) -> datetime | None:
+    if ns is None:
+        return None
+    return datetime.fromtimestamp(ns // _NS, tz=timezone.utc).replace(
+        microsecond=(ns % _NS) // 1000
+    )

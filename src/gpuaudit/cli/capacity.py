@@ -1,0 +1,260 @@
+"""``gpuaudit rightsize``, ``simulate`` and ``queue``: capacity planning on history.
+
+Thin compositions: open the history with the readers gpuaudit already has (files through
+:func:`gpuaudit.api.open_source`, Prometheus through
+:class:`~gpuaudit.measure.prometheus.PrometheusSource`), build profiles, run the capacity
+stage, hand its answer to the recommender as a finding (through :func:`gpuaudit.api.audit`),
+render the ``gpuaudit.capacity`` document (docs/planning.md, docs/json-schema.md).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli.fleet import parse_duration_s, parse_time_s
+from gpuaudit.cli.options import output_options, pricing_options
+from gpuaudit.cli.output import write_output
+from gpuaudit.errors import InputError
+
+__all__ = ["queue_cmd", "rightsize_cmd", "simulate_cmd"]
+
+
+def _prom_options(f: Any) -> Any:
+    for opt in reversed([
+        click.option("--since", default=None, help="Range ending now (or --end), e.g. 14d."),
+        click.option("--start", default=None, help="Range start (ISO 8601 or epoch seconds)."),
+        click.option("--end", default=None, help="Range end (ISO 8601, epoch seconds, now)."),
+        click.option("--bearer-token-file", type=click.Path(path_type=Path), default=None,
+                     help="Bearer token file (re-read per request)."),
+        click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
+                     help="Seconds per Prometheus request."),
+    ]):
+        f = opt(f)
+    return f
+
+
+def _range(since: str | None, start: str | None, end: str | None, default: str
+           ) -> tuple[float, float]:
+    e = parse_time_s(end) if end else time.time()
+    s = parse_time_s(start) if start else e - parse_duration_s(since or default)
+    if e <= s:
+        raise InputError("the range is empty (--end is not after --start)",
+                         fix="give --since, or --start before --end")
+    return s, e
+
+
+def _emit(doc: dict[str, Any], fmt: str, output: Path | None) -> None:
+    from gpuaudit.report.capacity import render_capacity
+
+    write_output(render_capacity(doc, fmt), output, f"{fmt} report")
+
+
+def _plan(samples: Any, findings: Sequence[Any], pricing: dict[str, Any]) -> dict[str, Any]:
+    """The audit's recommendations and combined savings with the capacity findings in."""
+    from gpuaudit.api import audit
+
+    d = audit(samples, findings=findings, **pricing).to_dict()
+    return {"recommendations": d["recommendations"], "savings": d["savings"],
+            "findings": [{"signal": f.signal, "value": f.value, "text": f.text}
+                         for f in findings]}
+
+
+def _pricing(price: str | None, provider: str | None, purchase: str,
+             catalog: Path | None, gpu_model: str | None) -> dict[str, Any]:
+    return {"price": price, "provider": provider, "purchase": purchase, "catalog": catalog,
+            "gpu_model": gpu_model}
+
+
+@click.command("rightsize")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--sla-p99-ms", type=float, default=None, help="p99 latency the job must keep.")
+@click.option("--throughput", default=None, metavar="RATE",
+              help="Rate the run served and must keep, e.g. 1200/s (per second by default).")
+@click.option("--unit", type=click.Choice(["inferences", "tokens", "samples"]),
+              default="inferences", show_default=True, help="What --throughput counts.")
+@click.option("--p99-ms-now", type=float, default=None,
+              help="p99 latency measured on the current GPU (scaled to candidates).")
+@click.option("--bench", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="CSV of measured gpu_model,throughput_per_s,p99_ms.")
+@click.option("--headroom", type=float, default=0.10, show_default=True,
+              help="Memory headroom over the p99 memory used.")
+@click.option("--max-busy", type=float, default=90.0, show_default=True,
+              help="Highest busy share (%) a candidate may run at.")
+@click.option("--duty", type=float, default=1.0, show_default=True,
+              help="Share of the month's hours the work runs (owned-hardware TCO).")
+@click.option("--step", default="10s", show_default=True, help="Profile time step.")
+@click.option("--no-plan", is_flag=True, help="Skip the audit's recommendations.")
+@pricing_options
+@output_options
+def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: str | None, unit: str,
+                  p99_ms_now: float | None, bench: Path | None, headroom: float,
+                  max_busy: float, duty: float, step: str, no_plan: bool, fmt: str,
+                  output: Path | None, **kw: Any) -> None:
+    """The cheapest GPU, provider and purchase option that meets the measured need."""
+    from gpuaudit.api import open_source
+    from gpuaudit.capacity.profiles import build_profiles
+    from gpuaudit.capacity.rightsize import load_bench, parse_throughput, rightsize
+    from gpuaudit.price.catalog import load_user_catalog, resolve_rate
+    from gpuaudit.price.owned import load_owned
+    from gpuaudit.recommend import Finding
+    from gpuaudit.report.capacity import capacity_dict
+
+    pricing = _pricing(kw["price"], kw["provider"], kw["purchase"], kw["catalog"],
+                       kw["gpu_model"])
+    user = load_user_catalog(kw["catalog"]) if kw["catalog"] else ()
+    owned = load_owned(kw["catalog"]) if kw["catalog"] else ()
+    src = open_source(path, gpu_model=kw["gpu_model"])
+    prof = build_profiles(src, step_s=parse_duration_s(step))
+    models = [m for m in prof.gpu_model if m]
+    model = kw["gpu_model"] or (max(set(models), key=models.count) if models else None)
+    rate = resolve_rate(model, price=kw["price"], provider=kw["provider"],
+                        purchase=kw["purchase"], user_catalog=user)
+    rs = rightsize(prof, current_rate=rate, current_model=model,
+                   throughput_per_s=parse_throughput(throughput) if throughput else None,
+                   unit=unit, sla_p99_ms=sla_p99_ms, p99_ms_now=p99_ms_now,
+                   bench=load_bench(bench) if bench else (),
+                   bench_name=bench.name if bench else "benchmark", user_catalog=user,
+                   owned=owned, duty=duty, headroom=headroom, max_busy_pct=max_busy)
+    findings = []
+    best = rs.best
+    now = rs.current_usd_per_hour
+    if best is not None and now > 0 and best.usd_per_hour < now:
+        share = float(Decimal(1) - best.usd_per_hour / now)
+        findings.append(Finding(
+            "capacity_right_size_share", share,
+            f"rightsize: {best.gpus} x {best.gpu_model} ({best.provider} {best.purchase}, "
+            f"${best.usd_per_gpu_hour:.2f}/GPU-h, {best.basis}) meets the measured need for "
+            f"${best.usd_per_hour:.2f}/h vs ${now:.2f}/h now", source="capacity"))
+    plan = None if no_plan else _plan(path, findings, pricing)
+    doc = capacity_dict(rs, plan=plan, source={"path": str(path), "step_s": prof.step_s})
+    _emit(doc, fmt, output)
+
+
+@click.command("simulate")
+@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                required=False)
+@click.option("--prometheus", default=None, metavar="URL",
+              help="Read the history from Prometheus (dcgm-exporter series).")
+@_prom_options
+@click.option("--policy", type=click.Choice(["mig", "mps", "timeslice", "all"]), default="all",
+              show_default=True, help="Consolidation policy to simulate.")
+@click.option("--by", "by", multiple=True, metavar="KEY",
+              help="Keep groups apart (namespace, pod, a label such as team).")
+@click.option("--step", default="1m", show_default=True, help="Simulation time step.")
+@click.option("--headroom", type=float, default=0.10, show_default=True,
+              help="Memory headroom over each workload's peak.")
+@click.option("--replicas", type=int, default=None,
+              help="Time-slicing replicas per GPU (default 4, NVIDIA's example).")
+@click.option("--no-plan", is_flag=True, help="Skip the audit's recommendations.")
+@pricing_options
+@output_options
+def simulate_cmd(path: Path | None, prometheus: str | None, since: str | None,
+                 start: str | None, end: str | None, bearer_token_file: Path | None,
+                 timeout_s: float, policy: str, by: tuple[str, ...], step: str,
+                 headroom: float, replicas: int | None, no_plan: bool, fmt: str,
+                 output: Path | None, **kw: Any) -> None:
+    """Replay the history packed by MIG, MPS or time-slicing: GPUs needed, risk, dollars."""
+    from gpuaudit.capacity.profiles import build_profiles
+    from gpuaudit.capacity.simulate import POLICIES, simulate
+    from gpuaudit.hardware import TIME_SLICING_DEFAULT_REPLICAS
+    from gpuaudit.price.catalog import load_user_catalog, resolve_rate
+    from gpuaudit.recommend import Finding
+    from gpuaudit.report.capacity import capacity_dict
+
+    if (path is None) == (prometheus is None):
+        raise InputError("give either a recording PATH or --prometheus URL",
+                         fix="gpuaudit simulate fleet.parquet --policy mig --gpu-model H100")
+    step_s = parse_duration_s(step)
+    keys = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
+    from gpuaudit.classify.phases import group_key_names
+
+    keys = group_key_names(keys)
+    samples: Any
+    source: dict[str, Any]
+    if prometheus is not None:
+        from gpuaudit.measure.prometheus import PromClient, PrometheusSource
+        from gpuaudit.schema import Recording
+
+        s, e = _range(since, start, end, "7d")
+        s = (s // step_s + 1) * step_s
+        e = (e // step_s) * step_s
+        with PromClient(prometheus, timeout_s=timeout_s,
+                        bearer_token_file=bearer_token_file) as client:
+            src = PrometheusSource(client, start_s=s, end_s=e, step_s=step_s)
+            import pyarrow as pa
+
+            from gpuaudit.schema import SAMPLE_SCHEMA
+
+            table = pa.Table.from_batches(list(src.batches()), schema=SAMPLE_SCHEMA)
+        if table.num_rows == 0:
+            raise InputError("no dcgm-exporter samples in the range", where=prometheus,
+                             fix="check --since/--start/--end")
+        samples = Recording(table=table, source="prometheus", origin=src.origin,
+                            interval_s=step_s, notes=src.notes)
+        source = {"prometheus": prometheus, "start": s, "end": e, "step_s": step_s}
+    else:
+        from gpuaudit.api import open_source
+
+        samples = path
+        source = {"path": str(path), "step_s": step_s}
+    prof = build_profiles(open_source(samples) if path is not None else samples,
+                          step_s=step_s, by=keys)
+    user = load_user_catalog(kw["catalog"]) if kw["catalog"] else ()
+
+    def rate(model: str | None) -> Any:
+        return resolve_rate(model, price=kw["price"], provider=kw["provider"],
+                            purchase=kw["purchase"], user_catalog=user)
+
+    models = sorted({m for m in prof.gpu_model if m})
+    today: dict[str | None, Any] = {m: rate(m) for m in models} if models else \
+        {None: rate(kw["gpu_model"])}
+    target = kw["gpu_model"] or (max(models, key=list(prof.gpu_model).count) if models
+                                 else None)
+    sim = simulate(prof, policies=POLICIES if policy == "all" else (policy,),
+                   target_model=target, target_rate=rate(target), today_rates=today,
+                   headroom=headroom, replicas=replicas or TIME_SLICING_DEFAULT_REPLICAS,
+                   by_group=bool(keys))
+    findings = []
+    best = sim.best()
+    if best is not None and best.monthly_today_usd > 0:
+        share = float(best.monthly_saved_usd / best.monthly_today_usd)
+        findings.append(Finding(
+            "capacity_consolidation_share", share,
+            f"simulate ({best.policy}): {best.gpus_today} GPUs -> {best.gpus_needed} "
+            f"{sim.target_model} (lower bound {best.lower_bound}), contention "
+            f"{best.contention_step_share:.1%} of GPU-steps, replayed over "
+            f"{sim.steps} steps of {sim.step_s:g} s", source="capacity"))
+    pricing = _pricing(kw["price"], kw["provider"], kw["purchase"], kw["catalog"], None)
+    plan = None if no_plan else _plan(samples, findings, pricing)
+    doc = capacity_dict(sim, plan=plan, source=source,
+                        group_keys=[k.removeprefix("label:") for k in keys])
+    _emit(doc, fmt, output)
+
+
+@click.command("queue")
+@click.option("--prometheus", required=True, metavar="URL",
+              help="Prometheus with kube-state-metrics and dcgm-exporter series.")
+@_prom_options
+@click.option("--step", default="1m", show_default=True, help="Resolution of the waits.")
+@click.option("--namespace", "namespaces", multiple=True, help="Only these namespaces.")
+@output_options
+def queue_cmd(prometheus: str, since: str | None, start: str | None, end: str | None,
+              bearer_token_file: Path | None, timeout_s: float, step: str,
+              namespaces: tuple[str, ...], fmt: str, output: Path | None) -> None:
+    """Wait times of pods pending for nvidia.com/gpu, beside the GPU-hours idle meanwhile."""
+    from gpuaudit.capacity.queue import queue_waits
+    from gpuaudit.measure.prometheus import PromClient
+    from gpuaudit.report.capacity import capacity_dict
+
+    s, e = _range(since, start, end, "7d")
+    with PromClient(prometheus, timeout_s=timeout_s,
+                    bearer_token_file=bearer_token_file) as client:
+        q = queue_waits(client, start_s=s, end_s=e, step_s=parse_duration_s(step),
+                        namespaces=namespaces)
+    _emit(capacity_dict(q, source={"prometheus": prometheus}), fmt, output)
