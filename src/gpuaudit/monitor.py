@@ -110,7 +110,7 @@ class Monitor:
         self.pricing = dict(pricing or {})
         self.trackers: list[Any] = list(trackers)
         if mlflow or wandb:
-            from gpuaudit.integrate.trackers import make_trackers
+            from gpuaudit.integrate.tracker_runs import make_trackers
 
             # a missing extra raises MissingExtraError here, naming it
             self.trackers += make_trackers(mlflow=mlflow, wandb=wandb)
@@ -119,7 +119,7 @@ class Monitor:
 
     def start(self) -> Monitor:
         if self.trackers:
-            from gpuaudit.integrate.trackers import begin_trackers
+            from gpuaudit.integrate.tracker_runs import begin_trackers
 
             begin_trackers(self.trackers)
         from gpuaudit.measure.nvml import NvmlBackend
@@ -153,7 +153,8 @@ class Monitor:
         return self.recording
 
     def _log_trackers(self, failed: bool) -> None:
-        from gpuaudit.integrate.trackers import finish_trackers, nothing_sampled, summarize
+        from gpuaudit.integrate.tracker_runs import finish_trackers
+        from gpuaudit.integrate.trackers import nothing_sampled, summarize
 
         def say(text: str) -> None:
             if not self.quiet:

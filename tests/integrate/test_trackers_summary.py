@@ -20,10 +20,10 @@ from hypothesis import strategies as st
 import gpuaudit
 from gpuaudit.api import audit
 from gpuaudit.errors import MissingExtraError
+from gpuaudit.integrate.tracker_runs import make_trackers
 from gpuaudit.integrate.trackers import (
     PREFIX,
     downsample,
-    make_trackers,
     nothing_sampled,
     require,
     summarize,

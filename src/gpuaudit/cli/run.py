@@ -183,7 +183,7 @@ def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: s
     gpuaudit run --mlflow --label team=vision -- python train.py
     gpuaudit run --wandb -- python train.py
     """
-    from gpuaudit.integrate.trackers import begin_trackers, make_trackers
+    from gpuaudit.integrate.tracker_runs import begin_trackers, make_trackers
 
     label_map = parse_labels(labels)
     trackers = make_trackers(mlflow=to_mlflow, wandb=to_wandb, child=True)  # a missing extra: error, exit 2
@@ -224,7 +224,8 @@ def _audit(recording: Any, pricing: dict[str, Any]) -> Any:
 def _log_trackers(trackers: list[Any], result: Any, recording: Any, unavailable: str | None,
                   labels: dict[str, str], code: int, record: str | None) -> None:
     """Send the audit (or why there is none) to each tracker, tagged with the exit code."""
-    from gpuaudit.integrate.trackers import finish_trackers, nothing_sampled, summarize
+    from gpuaudit.integrate.tracker_runs import finish_trackers
+    from gpuaudit.integrate.trackers import nothing_sampled, summarize
 
     def say(text: str) -> None:
         click.echo(text, err=True)
