@@ -53,7 +53,17 @@ def assert_same_usage(a: Usage, b: Usage) -> None:
                 assert x == pytest.approx(y, rel=1e-9, abs=tol), (sa.gpu_uuid, f.name)
             else:
                 assert x == y, (sa.gpu_uuid, f.name)
-    assert a.patterns == b.patterns
+    # patterns: the same words; their numbers (run phases included) up to float rounding
+    assert [(p.gpu_uuid, p.kind, p.shape, p.evidence) for p in a.patterns] == \
+        [(p.gpu_uuid, p.kind, p.shape, p.evidence) for p in b.patterns]
+    for pa_, pb_ in zip(a.patterns, b.patterns):
+        assert pa_.busy_share == pytest.approx(pb_.busy_share, rel=1e-9, abs=1e-12)
+        assert pa_.idle_share == pytest.approx(pb_.idle_share, rel=1e-9, abs=1e-12)
+        assert [r.name for r in pa_.run_phases] == [r.name for r in pb_.run_phases]
+        for ra, rb in zip(pa_.run_phases, pb_.run_phases):
+            assert ra.observed_s == pytest.approx(rb.observed_s, rel=1e-9, abs=1e-9)
+            assert ra.signals == pytest.approx(rb.signals, rel=1e-9, abs=1e-9)
+    assert a.job_patterns == b.job_patterns
 
 
 @st.composite

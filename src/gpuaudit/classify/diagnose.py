@@ -1,109 +1,373 @@
-"""Why a GPU is not busy: the multi-signal decision tree.
+"""Why a GPU is not busy: the multi-signal decision tree, judged on the run's steady state.
 
-Reads the per-GPU time-weighted means of the DCGM profiling fields / NVML GPM metrics
-(``sm_active``, ``sm_occupancy``, ``tensor_active``, ``dram_active``, PCIe and NVLink
-throughput) beside utilization. Each diagnosis names the numbers that decided it; a GPU
-without profiling fields gets only the utilization-based ones.
+Reads, per GPU, the time-weighted means of utilization and of the DCGM profiling fields /
+NVML GPM metrics (``sm_active``, ``sm_occupancy``, ``tensor_active``, ``dram_active``, PCIe
+and NVLink throughput, framebuffer memory used) over the *steady* stretch of the run
+(:func:`gpuaudit.classify.patterns.split_run`; the whole run where there is no timeline), so a
+long steady state decides, not a mean diluted by a warm-up. The warm-up and cool-down are
+judged apart and reported beside (``phase``), never as the top diagnosis.
+
+Thresholds are relative to the GPU (:func:`gpuaudit.hardware.spec_for`): PCIe and NVLink
+traffic as a share of the link's bandwidth per direction, DRAM activity (already a share of
+peak bandwidth) against the tensor pipes' share of peak. Each threshold below says why.
+Every diagnosis names the numbers that decided it, the fixes (remediation ids in
+``recommend/remediations.toml``) and, where the fields present cannot decide the cause, the
+field that would (``undetermined``).
+
+The tree, first match is the GPU's top diagnosis (docs/diagnosis.md draws it):
+
+1. idle nearly all the judged time: ``host_bound`` if PCIe is busy (loading / offload),
+   else ``held_idle`` if memory is held (notebook, stuck job), else ``idle``;
+2. ``communication_bound``: a multi-GPU job, NVLink busy while SMs wait;
+3. ``host_bound``: PCIe busy while SMs wait (CPU / NVMe offload or the input pipeline);
+4. ``input_bound``: bursty (short idle gaps between busy runs) or a power sawtooth;
+5. with SM activity: ``small_kernels`` (busy but SMs mostly empty), ``memory_bound`` (DRAM
+   the busier pipe), ``no_tensor_cores`` (SMs busy, tensor pipes idle on a tensor-core GPU),
+   ``compute_bound``, else part-busy with nothing feeding it: ``small_kernels`` (launch-bound
+   or small batches);
+6. without SM activity: ``compute_bound`` when utilization is high, else ``undetermined``.
+
+``straggler`` (a job whose GPUs wait for one busier peer) overrides the top diagnosis of
+every GPU of that job: the cause is the straggler, not each GPU's own shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 
-from gpuaudit.classify.usage import Pattern, SeriesSignals
+from gpuaudit.classify.patterns import job_key
+from gpuaudit.classify.usage import Pattern, RunPhase, SeriesSignals
+from gpuaudit.errors import InputError
+from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
-__all__ = ["Diagnosis", "diagnose"]
+__all__ = ["FIXES", "KINDS", "Diagnosis", "diagnose", "job_diagnoses"]
 
-# PCIe Gen4 x16 moves ~25 GB/s each way in practice; a quarter of that sustained while the
-# GPU waits means the host is feeding it.
-_PCIE_BUSY_BYTES_PER_S = 6e9
-_NVLINK_BUSY_BYTES_PER_S = 50e9
+#: PCIe traffic (TX + RX mean) at or above this share of the link's per-direction bandwidth,
+#: sustained while the SMs wait, means the host is feeding the GPU. A GPU fed tokens or
+#: compressed images moves well under 1% of its link (3,000 JPEGs/s x 150 kB = 0.45 GB/s,
+#: 0.7% of PCIe 5 x16); CPU offload moves optimizer state every step (12 bytes a parameter)
+#: and stays above it: the real 8-GPU offload run in issue 16 sustained ~2 GB/s, 3% of H100's
+#: 63 GB/s. The old absolute 6 GB/s never fired there.
+HOST_LINK_BUSY_SHARE = 0.02
+#: NVLink traffic at or above this share of the per-direction NVLink bandwidth while SMs wait
+#: means exposed collectives: an overlapped ring all-reduce of 1B bf16 parameters every 0.5 s
+#: averages ~1.5% of an H100's 450 GB/s; ten percent is several times what overlap leaves.
+NVLINK_BUSY_SHARE = 0.10
+#: SMs "wait" below this mean SM activity: under a third of the SMs busy on average.
+SM_WAITING = 0.3
+#: Without SM activity, utilization (percent) below this stands for "the SMs wait".
+UTIL_WAITING_PCT = 50.0
+#: DRAM_ACTIVE is already a share of peak memory bandwidth: at or above one half, and above
+#: the tensor pipes' share of their peak, the kernels sit left of the roofline's ridge point
+#: (achieved FLOP per byte below the GPU's peak FLOP/s over its bandwidth).
+DRAM_BOUND_SHARE = 0.5
+#: SMs busy (mean SM activity) from this share on: the GPU is computing, not waiting.
+SM_BUSY = 0.5
+#: Tensor pipes below this share while SMs are busy: the math runs on CUDA cores (FP32).
+TENSOR_IDLE = 0.05
+#: The judged stretch is "idle" when at least this share of it is idle time (u < 10%).
+IDLE_SHARE = 0.9
+#: Memory is "held" from this much (MiB) or this share of the framebuffer, whichever is
+#: larger: a CUDA context alone takes ~300-600 MiB, so less is nobody's data.
+HELD_MIN_MIB = 1024.0
+HELD_MIN_SHARE = 0.05
+#: A power sawtooth: power's coefficient of variation at or above this while utilization is
+#: two-sided (idle >= 10% and busy >= 10% of the time) marks a starve-then-race loop.
+POWER_SAWTOOTH_CV = 0.3
+#: Straggler: in a job of at least 3 GPUs, a GPU this many points busier than the median of
+#: its peers (whose median is at least 20%) holds them up at every synchronisation.
+STRAGGLER_GAP_PCT = 25.0
+
+#: The causes, in the order the tree tries them.
+KINDS: tuple[str, ...] = (
+    "straggler", "idle", "held_idle", "communication_bound", "host_bound", "input_bound",
+    "small_kernels", "memory_bound", "no_tensor_cores", "compute_bound", "undetermined",
+)
+
+#: Each cause's fixes, best first: remediation ids in recommend/remediations.toml.
+FIXES: dict[str, tuple[str, ...]] = {
+    "idle": ("idle_shutdown",),
+    "held_idle": ("idle_shutdown",),
+    "host_bound": ("offload_less", "larger_batch", "overlap_transfers", "dataloader"),
+    "input_bound": ("dataloader", "dali"),
+    "communication_bound": ("nccl_tuning",),
+    "small_kernels": ("torch_compile", "larger_batch"),
+    "memory_bound": ("torch_compile", "amp_bf16"),
+    "no_tensor_cores": ("amp_bf16",),
+    "compute_bound": ("fp8",),
+    "straggler": ("straggler",),
+    "undetermined": (),
+}
 
 
 @dataclass(frozen=True)
 class Diagnosis:
-    """A finding about one GPU: ``kind`` is one of input_bound, memory_bound,
-    no_tensor_cores, small_kernels, communication_bound, compute_bound, straggler."""
+    """A finding about one GPU: ``kind`` is one of :data:`KINDS`.
+
+    ``phase`` is the stretch of the run it judges (``steady``, ``warm-up``, ``cool-down``,
+    or ``whole run`` where no timeline split it); ``top`` marks the GPU's main cause (one per
+    GPU); ``fixes`` are remediation ids; ``numbers`` the values that decided it;
+    ``decides`` names the field that would settle an ``undetermined`` GPU.
+    """
 
     gpu_uuid: str
     kind: str
     evidence: str
+    phase: str = "whole run"
+    top: bool = False
+    fixes: tuple[str, ...] = ()
+    numbers: tuple[tuple[str, float], ...] = ()
+    decides: str | None = None
 
 
-def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern]) -> tuple[Diagnosis, ...]:
-    """Apply the decision tree to each GPU; a GPU may get several diagnoses."""
+@dataclass(frozen=True)
+class _View:
+    """What the tree reads for one stretch of one GPU."""
+
+    phase: str
+    util_pct: float
+    idle_share: float
+    busy_share: float
+    sm: float | None
+    tensor: float | None
+    dram: float | None
+    pcie: float | None
+    nvlink: float | None
+    mem_mib: float | None
+    power_cv: float | None
+
+
+def _spec(model: str | None) -> GpuSpec | None:
+    if not model or gpu_family(model) is None:
+        return None
+    try:
+        return spec_for(model)
+    except InputError:
+        return None
+
+
+def _whole_view(s: SeriesSignals) -> _View:
+    obs = s.observed_s or 1.0
+    cv = None
+    if s.mean_power_w and s.std_power_w is not None:
+        cv = s.std_power_w / s.mean_power_w
+    return _View(
+        phase="whole run", util_pct=s.mean_util_pct or 0.0, idle_share=s.idle_s / obs,
+        busy_share=s.busy_high_s / obs, sm=s.mean_sm_active, tensor=s.mean_tensor_active,
+        dram=s.mean_dram_active, pcie=s.mean_pcie_bytes_per_s,
+        nvlink=s.mean_nvlink_bytes_per_s, mem_mib=s.mem_used_max_mib, power_cv=cv)
+
+
+def _phase_view(p: RunPhase, whole: _View) -> _View:
+    """A stretch's own means; the power spread (not bucketed) is the whole run's."""
+    return _View(
+        phase=p.name, util_pct=p.mean_util_pct or 0.0, idle_share=p.idle_share,
+        busy_share=p.busy_share, sm=p.signal("sm_active"), tensor=p.signal("tensor_active"),
+        dram=p.signal("dram_active"), pcie=p.signal("pcie_bytes_per_s"),
+        nvlink=p.signal("nvlink_bytes_per_s"),
+        mem_mib=p.signal("mem_used_mib") if p.signal("mem_used_mib") is not None
+        else whole.mem_mib, power_cv=whole.power_cv)
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if x >= 0.01 or x == 0 else f"{x:.1%}"
+
+
+def _link(bps: float, link_bps: float | None, name: str) -> str:
+    share = f" = {_pct(bps / link_bps)} of its {link_bps / 1e9:.0f} GB/s per direction" \
+        if link_bps else ""
+    return f"{name} {bps / 1e9:.1f} GB/s{share}"
+
+
+def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
+           multi: bool) -> Diagnosis:
+    """The tree on one stretch: the first cause that fits."""
+    host_bps = spec.host_link_bytes_per_s if spec else None
+    nv_bps = spec.nvlink_bytes_per_s if spec else None
+    pcie_share = v.pcie / host_bps if v.pcie is not None and host_bps else None
+    nv_share = v.nvlink / nv_bps if v.nvlink is not None and nv_bps else None
+    total_mib = spec.memory_gb * 1024 if spec else None
+    held = None
+    if v.mem_mib is not None:
+        held = v.mem_mib >= max(HELD_MIN_MIB, HELD_MIN_SHARE * (total_mib or 0.0))
+    waiting = v.sm < SM_WAITING if v.sm is not None else v.util_pct < UTIL_WAITING_PCT
+    nums: list[tuple[str, float]] = [("util_pct", round(v.util_pct, 1)),
+                                     ("idle_share", round(v.idle_share, 3))]
+    for name, val in (("sm_active", v.sm), ("tensor_active", v.tensor),
+                      ("dram_active", v.dram), ("pcie_bytes_per_s", v.pcie),
+                      ("pcie_link_share", pcie_share), ("nvlink_bytes_per_s", v.nvlink),
+                      ("nvlink_link_share", nv_share), ("mem_used_mib", v.mem_mib)):
+        if val is not None:
+            nums.append((name, round(val, 4)))
+    numbers = tuple(nums)
+    sm_txt = f"SM active {_pct(v.sm)}" if v.sm is not None else f"utilization {v.util_pct:.0f}%"
+    held_txt = ""
+    if held and v.mem_mib is not None and v.idle_share >= 0.5:
+        held_txt = (f"held but idle: {v.mem_mib / 1024:.0f} GiB allocated while the GPU is idle "
+                    f"{v.idle_share:.0%} of the time; ")
+    host_busy = pcie_share is not None and pcie_share >= HOST_LINK_BUSY_SHARE
+
+    def d(kind: str, evidence: str, decides: str | None = None) -> Diagnosis:
+        fixes = FIXES[kind]
+        if kind == "compute_bound" and (spec is None or spec.fp8_dense_tflops is None):
+            fixes = ()  # leave it, or a faster GPU: no cheaper precision left on this one
+        return Diagnosis(uuid, kind, evidence, phase=v.phase, fixes=fixes, numbers=numbers,
+                         decides=decides)
+
+    host_txt = ("the host is feeding it (PCIe busy while SMs wait): CPU / NVMe offload or "
+                "input pipeline")
+    if v.idle_share >= IDLE_SHARE:
+        if host_busy and v.pcie is not None:
+            return d("host_bound", f"{held_txt}{_link(v.pcie, host_bps, 'PCIe')} while idle "
+                     f"{v.idle_share:.0%}: {host_txt}")
+        if held is None:
+            return d("idle", f"idle {v.idle_share:.0%} of the time; memory used not measured, "
+                     "so a forgotten process cannot be told from a free GPU",
+                     decides="mem_used_mib (nvidia-smi memory.used, DCGM_FI_DEV_FB_USED)")
+        if held:
+            assert v.mem_mib is not None
+            return d("held_idle", f"held but idle: {v.mem_mib / 1024:.1f} GiB allocated while "
+                     f"the GPU is idle {v.idle_share:.0%} of the time and no host traffic: a "
+                     "forgotten notebook or a stuck job")
+        return d("idle", f"idle {v.idle_share:.0%} of the time with nothing held "
+                 f"({(v.mem_mib or 0):.0f} MiB): shut it down or give it back")
+    if multi and nv_share is not None and nv_share >= NVLINK_BUSY_SHARE and (
+            v.sm is None or v.sm < SM_BUSY):
+        assert v.nvlink is not None
+        return d("communication_bound", f"{_link(v.nvlink, nv_bps, 'NVLink')} while "
+                 f"{sm_txt}: waiting on collectives")
+    if host_busy and waiting and v.pcie is not None:
+        return d("host_bound", f"{held_txt}{_link(v.pcie, host_bps, 'PCIe')} sustained while "
+                 f"{sm_txt}: {host_txt}")
+    bursty = pattern is not None and pattern.kind == "bursty"
+    sawtooth = (v.power_cv is not None and v.power_cv >= POWER_SAWTOOTH_CV
+                and v.idle_share >= 0.1 and v.busy_share >= 0.1)
+    if bursty or sawtooth:
+        why = f"utilization bounces idle/busy ({pattern.evidence})" if bursty and pattern \
+            else f"power sawtooth (spread {v.power_cv:.0%} of its mean)"
+        if v.pcie is not None:
+            why += f"; {_link(v.pcie, host_bps, 'PCIe')}"
+        return d("input_bound", f"{why}: the input pipeline starves it between batches")
+    if v.sm is not None:
+        if v.util_pct >= 70 and v.sm < SM_BUSY:
+            return d("small_kernels", f"utilization {v.util_pct:.0f}% but SM active only "
+                     f"{_pct(v.sm)}: kernels too small to fill the GPU (launch-bound or tiny "
+                     "batches)")
+        if v.dram is not None and v.dram >= DRAM_BOUND_SHARE and v.dram > (v.tensor or 0.0):
+            bw = f" of {spec.memory_bandwidth_gb_per_s:.0f} GB/s peak" if spec else " of peak"
+            return d("memory_bound", f"DRAM active {_pct(v.dram)}{bw} with tensor active "
+                     f"{'n/a' if v.tensor is None else _pct(v.tensor)}, SM active "
+                     f"{_pct(v.sm)}: bandwidth-bound kernels")
+        has_tc = spec is None or spec.fp16_dense_tflops is not None
+        if v.sm >= SM_BUSY and v.tensor is not None and v.tensor < TENSOR_IDLE and has_tc:
+            return d("no_tensor_cores", f"SM active {_pct(v.sm)} but tensor pipes active "
+                     f"{_pct(v.tensor)} on a tensor-core GPU: math runs on CUDA cores (FP32?)")
+        if v.sm >= SM_BUSY:
+            return d("compute_bound", f"SM active {_pct(v.sm)}, utilization "
+                     f"{v.util_pct:.0f}%" + (f", tensor active {_pct(v.tensor)}"
+                                              if v.tensor is not None else "")
+                     + ": compute-bound; leave it, or a faster GPU / lower precision")
+        return d("small_kernels", f"steadily part-busy ({v.util_pct:.0f}%), SM active "
+                 f"{_pct(v.sm)}, no host or peer traffic to wait on: launch-bound or batches "
+                 "too small to fill the GPU")
+    if v.util_pct >= 80:
+        return d("compute_bound", f"utilization {v.util_pct:.0f}%; tensor activity not "
+                 "measured: compute-bound as far as utilization can tell")
+    return d("undetermined", f"utilization {v.util_pct:.0f}%, idle {v.idle_share:.0%}, not "
+             "bursty: the fields present cannot tell input-bound from launch-bound",
+             decides="enable DCGM profiling fields (DCGM_FI_PROF_SM_ACTIVE, "
+             "DCGM_FI_PROF_PCIE_TX_BYTES / _RX_BYTES) or NVML GPM to tell input-bound "
+             "from launch-bound")
+
+
+def _job(s: SeriesSignals) -> tuple[str, tuple[str, ...]]:
+    return (s.host, s.pods)
+
+
+def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern]
+             ) -> tuple[Diagnosis, ...]:
+    """The top diagnosis of each GPU (on its steady stretch), then its warm-up and cool-down
+    judged apart where they differ, then the stragglers' effect on their jobs."""
     by_uuid = {p.gpu_uuid: p for p in patterns}
-    out: list[Diagnosis] = []
+    sizes: dict[tuple[str, tuple[str, ...]], int] = {}
     for s in series:
-        u = s.mean_util_pct
-        if u is None:
+        sizes[_job(s)] = sizes.get(_job(s), 0) + 1
+    tops: dict[str, Diagnosis] = {}
+    extra: list[Diagnosis] = []
+    for s in series:
+        if s.mean_util_pct is None:
             continue
         pat = by_uuid.get(s.gpu_uuid)
-        sm, tensor, dram = s.mean_sm_active, s.mean_tensor_active, s.mean_dram_active
-        if pat is not None and pat.kind == "bursty":
-            ev = f"utilization bounces idle/busy ({pat.evidence})"
-            if s.mean_pcie_bytes_per_s is not None:
-                ev += f"; PCIe {s.mean_pcie_bytes_per_s / 1e9:.1f} GB/s"
-            out.append(Diagnosis(s.gpu_uuid, "input_bound", ev))
-        if u >= 70 and sm is not None and sm < 0.5:
-            out.append(Diagnosis(
-                s.gpu_uuid, "small_kernels",
-                f"utilization {u:.0f}% but SM active only {sm:.0%}: kernels too small to fill "
-                "the GPU (launch-bound or tiny batches)"))
-        if sm is not None and sm >= 0.5 and tensor is not None and tensor < 0.05:
-            out.append(Diagnosis(
-                s.gpu_uuid, "no_tensor_cores",
-                f"SM active {sm:.0%} but tensor pipes active {tensor:.1%}: math runs on CUDA "
-                "cores (FP32?)"))
-        if dram is not None and dram >= 0.6 and (tensor is None or tensor < 0.2):
-            out.append(Diagnosis(
-                s.gpu_uuid, "memory_bound",
-                f"DRAM active {dram:.0%} with tensor active "
-                f"{'n/a' if tensor is None else f'{tensor:.0%}'}: bandwidth-bound kernels"))
-        nv = s.mean_nvlink_bytes_per_s
-        if nv is not None and nv >= _NVLINK_BUSY_BYTES_PER_S and (sm is None or sm < 0.5):
-            out.append(Diagnosis(
-                s.gpu_uuid, "communication_bound",
-                f"NVLink {nv / 1e9:.0f} GB/s while SM active "
-                f"{'n/a' if sm is None else f'{sm:.0%}'}: waiting on collectives"))
-        pcie = s.mean_pcie_bytes_per_s
-        if (pcie is not None and pcie >= _PCIE_BUSY_BYTES_PER_S and u < 70
-                and not any(d.gpu_uuid == s.gpu_uuid and d.kind == "input_bound" for d in out)):
-            out.append(Diagnosis(
-                s.gpu_uuid, "input_bound",
-                f"PCIe {pcie / 1e9:.1f} GB/s while utilization is {u:.0f}%: host-to-device "
-                "copies gate the GPU"))
-        if u >= 90 and (tensor is None or tensor >= 0.05):
-            out.append(Diagnosis(
-                s.gpu_uuid, "compute_bound",
-                f"utilization {u:.0f}%"
-                + (f", tensor active {tensor:.0%}" if tensor is not None else "")))
-    out.extend(_stragglers(series))
-    return tuple(out)
+        spec = _spec(s.gpu_model)
+        whole = _whole_view(s)
+        multi = sizes[_job(s)] >= 2
+        steady = pat.steady if pat is not None else None
+        split = pat is not None and len(pat.run_phases) > 1 and steady is not None
+        view = _phase_view(steady, whole) if split and steady is not None else whole
+        tops[s.gpu_uuid] = replace(_judge(s.gpu_uuid, view, spec, pat, multi), top=True)
+        if split and pat is not None:
+            for p in pat.run_phases:
+                if p.name == "steady" or p.observed_s <= 0:
+                    continue
+                e = _judge(s.gpu_uuid, _phase_view(p, whole), spec, None, multi)
+                if e.kind != tops[s.gpu_uuid].kind:
+                    extra.append(e)
+    for st in _stragglers(series, tops):
+        tops[st.gpu_uuid] = replace(st, top=True, phase=tops[st.gpu_uuid].phase)
+    return (*(tops[s.gpu_uuid] for s in series if s.gpu_uuid in tops), *extra)
 
 
-def _stragglers(series: Sequence[SeriesSignals]) -> list[Diagnosis]:
-    """In a multi-GPU job (same host and pod), the GPU far busier than its peers holds them up:
-    the others idle at each synchronisation waiting for it."""
-    groups: dict[tuple[str, tuple[str, ...]], list[SeriesSignals]] = {}
+def _stragglers(series: Sequence[SeriesSignals], tops: dict[str, Diagnosis]
+                ) -> list[Diagnosis]:
+    """In a multi-GPU job (same host and pod set), the GPU far busier than its peers holds
+    them up: the others idle at each synchronisation waiting for it. Both it and the peers
+    get ``straggler``: the fix is on the straggler."""
+    groups: dict[tuple[str, tuple[str, ...]], list[tuple[SeriesSignals, float]]] = {}
     for s in series:
-        if s.mean_util_pct is not None:
-            groups.setdefault((s.host, s.pods), []).append(s)
+        top = tops.get(s.gpu_uuid)
+        if top is None:
+            continue
+        u = dict(top.numbers).get("util_pct", s.mean_util_pct or 0.0)
+        groups.setdefault(_job(s), []).append((s, u))
     out: list[Diagnosis] = []
     for members in groups.values():
         if len(members) < 3:
             continue
-        utils = [m.mean_util_pct for m in members if m.mean_util_pct is not None]
-        mid = median(utils)
-        if mid < 20:
-            continue
-        for m in members:
-            assert m.mean_util_pct is not None
-            if m.mean_util_pct - mid >= 25:
-                out.append(Diagnosis(
-                    m.gpu_uuid, "straggler",
-                    f"{m.mean_util_pct:.0f}% busy while its {len(members) - 1} peers on "
-                    f"{m.host} median {mid:.0f}%: peers wait for it at each step"))
+        for m, u in members:
+            peers = [pu for p, pu in members if p.gpu_uuid != m.gpu_uuid]
+            mid = median(peers)
+            if mid < 20 or u - mid < STRAGGLER_GAP_PCT:
+                continue
+            nums = (("util_pct", round(u, 1)), ("peer_median_util_pct", round(mid, 1)))
+            out.append(Diagnosis(
+                m.gpu_uuid, "straggler",
+                f"{u:.0f}% busy while its {len(peers)} peers on {m.host} median {mid:.0f}%: "
+                "peers wait for it at each step (check its clocks and throttling, its data "
+                "shard, its node)", fixes=FIXES["straggler"], numbers=nums))
+            for p, pu in members:
+                if p.gpu_uuid != m.gpu_uuid:
+                    out.append(Diagnosis(
+                        p.gpu_uuid, "straggler",
+                        f"{pu:.0f}% busy, waiting for straggler {m.gpu_uuid} ({u:.0f}% busy) "
+                        "at each step", fixes=FIXES["straggler"],
+                        numbers=(("util_pct", round(pu, 1)), ("straggler_util_pct", round(u, 1)))))
+            break
+    return out
+
+
+def job_diagnoses(series: Sequence[SeriesSignals], diagnoses: Sequence[Diagnosis]
+                  ) -> dict[str, tuple[str, int, int]]:
+    """Per job (host and pod set, as :func:`gpuaudit.classify.patterns.job_key`): the most
+    common top diagnosis, how many GPUs have it, and how many GPUs the job has."""
+    tops = {d.gpu_uuid: d.kind for d in diagnoses if d.top}
+    jobs: dict[str, list[str]] = {}
+    for s in series:
+        if s.gpu_uuid in tops:
+            jobs.setdefault(job_key(s), []).append(tops[s.gpu_uuid])
+    out = {}
+    for job, kinds in jobs.items():
+        best = max(KINDS, key=lambda k: (kinds.count(k), -KINDS.index(k)))
+        out[job] = (best, kinds.count(best), len(kinds))
     return out

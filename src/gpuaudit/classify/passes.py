@@ -26,7 +26,7 @@ from gpuaudit.classify.parallel import (
     available_cpus,
     classify_ranges,
 )
-from gpuaudit.classify.patterns import detect_patterns
+from gpuaudit.classify.patterns import detect_patterns, job_patterns
 from gpuaudit.classify.phases import (
     _LARGE_ROWS,
     _NS,
@@ -103,7 +103,7 @@ def classify(
         cells=engine.cells_table(),
         by=keys,
         series=series,
-        patterns=detect_patterns(series, engine.interval_s or 1.0),
+        patterns=detect_patterns(series, engine.interval_s or 1.0, folded),
         window_start=start,
         window_end=end,
         interval_s=engine.interval_s or 1.0,
@@ -118,7 +118,11 @@ def classify(
     if timeline and folded is None and (isinstance(samples, Recording)
                                         or getattr(samples, "rereadable", False)):
         usage = replace(usage, timeline=timeline_for(samples, usage))
-    return usage
+    if usage.timeline is not None and folded is None:
+        # the run's phases (warm-up, steady, cool-down) are judged on the timeline
+        usage = replace(usage, patterns=detect_patterns(series, usage.interval_s,
+                                                        usage.timeline))
+    return replace(usage, job_patterns=job_patterns(series, usage.patterns))
 
 
 def _grid_up_front(samples: SampleSource | Recording, interval_s: float | None) -> Grid | None:

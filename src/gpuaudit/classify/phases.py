@@ -540,7 +540,8 @@ class _Engine:
             if len(self.series_index) > _TIMELINE_MAX_SERIES:
                 self.timeline = None  # too wide to hold here: the caller makes a second pass
             else:
-                self.timeline.add(r["code"], r["ts"], u_ok, read_w, len(self.series_index))
+                self.timeline.add(r["code"], r["ts"], u_ok, read_w, len(self.series_index),
+                                  _timeline_signals(r))
         self._series_stats(r, obs, u, no_reading if has_nr else None, u_ok, read_w)
 
     def _series_stats(
@@ -836,6 +837,21 @@ class _Engine:
                 pods=tuple(sorted(self.pods.get(code, ()))),
             ))
         return tuple(out)
+
+
+def _timeline_signals(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The rows' diagnostic signals under their timeline names (classify.timeline.SIGNALS)."""
+    out = {}
+    if "sm" in r:
+        out["sm_active"] = r["sm"]
+    for name in ("sm_occupancy", "tensor_active", "dram_active"):
+        if f"sig_{name}" in r:
+            out[name] = r[f"sig_{name}"]
+    for ours, theirs in (("pcie_bytes_per_s", "sig_pcie"), ("nvlink_bytes_per_s", "sig_nvlink"),
+                         ("power_w", "sig_power"), ("mem_used_mib", "max_mem_used_mib")):
+        if theirs in r:
+            out[ours] = r[theirs]
+    return out
 
 
 def _concat(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

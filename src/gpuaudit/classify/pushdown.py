@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from gpuaudit.classify.patterns import detect_patterns
+from gpuaudit.classify.patterns import detect_patterns, job_patterns
 from gpuaudit.classify.phases import group_key_names
 from gpuaudit.classify.pushdown_queries import (
     MAX_FIELDS,
@@ -397,8 +397,10 @@ def usage_from_pushdown(
     series = tuple(_signals(uuid, meta[uuid], g, s) for uuid, g in per_gpu.items())
     t0 = min((g["first"] for g in per_gpu.values()), default=None)
     t1 = max((g["last"] for g in per_gpu.values()), default=None)
+    patterns = detect_patterns(series, s)
     usage = Usage(
-        cells=cells, by=keys, series=series, patterns=detect_patterns(series, s),
+        cells=cells, by=keys, series=series, patterns=patterns,
+        job_patterns=job_patterns(series, patterns),
         window_start=_dt(t0), window_end=_dt(t1 + s if t1 is not None else None),
         interval_s=s, cap_s=s, source="prometheus-pushdown", origin=data.origin,
         notes=tuple(data.notes),

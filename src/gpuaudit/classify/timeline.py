@@ -36,11 +36,23 @@ from gpuaudit.classify.usage import (
 )
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["HIST_EDGES_PCT", "Grid", "Timeline", "TimelineAcc", "build_timeline", "resample_mean",
-           "timeline_for", "timeline_grid"]
+__all__ = ["HIST_EDGES_PCT", "SIGNALS", "Grid", "Timeline", "TimelineAcc", "build_timeline",
+           "resample_mean", "timeline_for", "timeline_grid"]
 
 _NS = 1_000_000_000
 _N_HIST = len(HIST_EDGES_PCT) - 1
+#: Diagnostic signals bucketed beside utilization (so the diagnosis can judge a run's warm-up,
+#: steady state and cool-down apart): name -> the sample-table columns summed into it.
+SIGNALS: dict[str, tuple[str, ...]] = {
+    "sm_active": ("sm_active",),
+    "sm_occupancy": ("sm_occupancy",),
+    "tensor_active": ("tensor_active",),
+    "dram_active": ("dram_active",),
+    "pcie_bytes_per_s": ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
+    "nvlink_bytes_per_s": ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
+    "mem_used_mib": ("mem_used_mib",),
+    "power_w": ("power_w",),
+}
 
 class _Acc:
     """Per (series, bucket) accumulators that grow with the number of series seen."""
@@ -51,17 +63,28 @@ class _Acc:
         self.w = np.zeros((0, n_buckets))
         self.uw = np.zeros((0, n_buckets))
         self.ph = np.zeros((0, n_buckets, len(PHASES)))
+        # per signal: (time with a reading, time-weighted sum), made on first sight
+        self.sig: dict[str, tuple[np.ndarray, np.ndarray]] = {}
 
     def ensure(self, n: int) -> None:
         if n <= self.rows:
             return
         new = max(n, 2 * self.rows, 16)
-        for name in ("w", "uw", "ph"):
-            a = getattr(self, name)
+
+        def grown(a: np.ndarray) -> np.ndarray:
             g = np.zeros((new, *a.shape[1:]))
             g[: a.shape[0]] = a
-            setattr(self, name, g)
+            return g
+
+        for name in ("w", "uw", "ph"):
+            setattr(self, name, grown(getattr(self, name)))
+        self.sig = {k: (grown(t), grown(x)) for k, (t, x) in self.sig.items()}
         self.rows = new
+
+    def signal(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        if name not in self.sig:
+            self.sig[name] = (np.zeros((self.rows, self.nb)), np.zeros((self.rows, self.nb)))
+        return self.sig[name]
 
 
 @dataclass(frozen=True)
@@ -98,9 +121,10 @@ class TimelineAcc:
         self.hist = np.zeros(_N_HIST)
 
     def add(self, code: np.ndarray, ts_ns: np.ndarray, u_pct: np.ndarray, w_s: np.ndarray,
-            n_series: int) -> None:
+            n_series: int, signals: dict[str, np.ndarray] | None = None) -> None:
         """Rows of series ``code`` at ``ts_ns`` with utilization ``u_pct`` standing for
-        ``w_s`` observed seconds (0 for rows without a reading, whose ``u_pct`` is ignored)."""
+        ``w_s`` observed seconds (0 for rows without a reading, whose ``u_pct`` is ignored).
+        ``signals``: per-row values of some :data:`SIGNALS` (NaN where not measured)."""
         acc, g = self.acc, self.grid
         acc.ensure(n_series)
         if code.shape[0] == 0:
@@ -127,6 +151,17 @@ class TimelineAcc:
         hb = (u // 5.0).astype(np.int64)
         np.clip(hb, 0, _N_HIST - 1, out=hb)
         self.hist += np.bincount(hb, weights=w_s, minlength=_N_HIST)
+        if signals:
+            cell //= k
+            for name, x in signals.items():
+                ok = ~np.isnan(x)
+                if not ok.any():
+                    continue
+                t, xs = acc.signal(name)
+                wt = np.where(ok, w_s, 0.0)
+                t[:rows, lo:hi] += np.bincount(cell, weights=wt, minlength=size).reshape(rows, span)
+                xs[:rows, lo:hi] += np.bincount(cell, weights=wt * np.where(ok, x, 0.0),
+                                                minlength=size).reshape(rows, span)
 
     def absorb(self, other: TimelineAcc, codes: np.ndarray, n_series: int) -> None:
         """Add another accumulator over the same grid whose series ``i`` is ``codes[i]`` here."""
@@ -136,6 +171,10 @@ class TimelineAcc:
         self.acc.w[codes] += other.acc.w[:n]
         self.acc.uw[codes] += other.acc.uw[:n]
         self.acc.ph[codes] += other.acc.ph[:n]
+        for name, (t, x) in other.acc.sig.items():
+            mine_t, mine_x = self.acc.signal(name)
+            mine_t[codes] += t[:n]
+            mine_x[codes] += x[:n]
         self.hist += other.hist
 
     def timeline(self, uuids: Sequence[str], hosts: Sequence[str], max_gpus: int = 512
@@ -149,10 +188,16 @@ class TimelineAcc:
         with np.errstate(invalid="ignore", divide="ignore"):
             util = np.where(w > 0, acc.uw[:keep] / np.where(w > 0, w, 1.0), np.nan)
         phase = np.where(w > 0, np.argmax(acc.ph[:keep], axis=2), -1).astype(np.int8)
+        signals = {}
+        with np.errstate(invalid="ignore", divide="ignore"):
+            for name, (t, x) in acc.sig.items():
+                signals[name] = np.where(t[:keep] > 0, x[:keep] / np.where(t[:keep] > 0,
+                                                                           t[:keep], 1.0), np.nan)
         return Timeline(
             start=g.start, bucket_s=g.width_ns / _NS, gpu_uuids=tuple(uuids[:keep]),
             hosts=tuple(hosts[:keep]), util_pct=util, phase=phase, observed_s=w.copy(),
             hist_s=self.hist.copy(), truncated_gpus=n_gpus - keep,
+            phase_s=acc.ph[:keep].copy(), signals=signals,
         )
 
 
@@ -208,8 +253,9 @@ def build_timeline(
         if done.any():
             w_s = np.minimum(dt[done], cap_ns) / _NS * r["share"][done]
             u = r["u"][done]
+            sig = {name: r[f"sig_{name}"][done] for name in SIGNALS if f"sig_{name}" in r}
             tl.add(r["code"][done], r["ts"][done], np.nan_to_num(u), np.where(np.isnan(u), 0.0, w_s),
-                   len(index))
+                   len(index), sig)
         return left
 
     for batch in source.batches():
@@ -217,7 +263,10 @@ def build_timeline(
             continue
         rows = _rows(batch, index, hosts)
         if pending is not None and pending["code"].shape[0]:
-            rows = {k: np.concatenate([pending[k], rows[k]]) for k in rows}
+            n_old, n_new = pending["code"].shape[0], rows["code"].shape[0]
+            rows = {k: np.concatenate([pending.get(k, np.full(n_old, np.nan)),
+                                       rows.get(k, np.full(n_new, np.nan))])
+                    for k in set(rows) | set(pending)}
         pending = consume(rows, final=False)
     if pending is not None and pending["code"].shape[0]:
         consume(pending, final=True)
@@ -247,12 +296,22 @@ def _rows(batch: pa.RecordBatch, index: dict[str, int], hosts: list[str]) -> dic
     gr = _float(batch, "gr_engine_active", n)
     u = np.where(np.isnan(u), gr * 100.0, u)
     share = _float(batch, "gpu_share", n)
-    return {
+    out = {
         "code": mapping[idx],
         "ts": batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False),
         "u": u,
         "share": np.where(np.isnan(share), 1.0, share),
     }
+    for name, cols in SIGNALS.items():
+        total: np.ndarray | None = None
+        for c in cols:
+            if batch.column(c).null_count == n:
+                continue
+            x = _float(batch, c, n)
+            total = x if total is None else np.where(np.isnan(total), x, total + np.nan_to_num(x))
+        if total is not None:
+            out[f"sig_{name}"] = total
+    return out
 
 
 def _float(batch: pa.RecordBatch, name: str, n: int) -> np.ndarray:

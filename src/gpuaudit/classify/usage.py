@@ -25,8 +25,10 @@ __all__ = [
     "IDLE_BELOW_PCT",
     "PHASES",
     "PHASE_LOWER_PCT",
+    "JobPattern",
     "Pattern",
     "PhaseTime",
+    "RunPhase",
     "SeriesSignals",
     "Timeline",
     "Usage",
@@ -196,12 +198,39 @@ class SeriesSignals:
 
 
 @dataclass(frozen=True)
+class RunPhase:
+    """One stretch of a GPU's run: ``warm-up``, ``steady`` or ``cool-down`` (see
+    :func:`gpuaudit.classify.patterns.split_run`), with its time-weighted means.
+
+    ``start_s``/``end_s`` are seconds from the window start. ``signals`` holds the means of
+    the diagnostic fields measured in it (names as in ``classify.timeline.SIGNALS``:
+    ``sm_active``, ``tensor_active``, ``dram_active``, ``sm_occupancy``, ``pcie_bytes_per_s``,
+    ``nvlink_bytes_per_s``, ``mem_used_mib``, ``power_w``).
+    """
+
+    name: str
+    start_s: float
+    end_s: float
+    observed_s: float
+    mean_util_pct: float | None
+    idle_share: float
+    busy_share: float
+    signals: dict[str, float] = field(default_factory=dict)
+
+    def signal(self, name: str) -> float | None:
+        return self.signals.get(name)
+
+
+@dataclass(frozen=True)
 class Pattern:
     """The shape of one GPU's utilization series, with the numbers that decided it.
 
     kinds: ``idle`` (almost always idle), ``bursty`` (bouncing between idle and busy in short
     runs: an input-starved loop), ``phased`` (long idle stretches beside busy stretches),
     ``steady`` (steadily half-busy), ``saturated`` (busy nearly always), ``mixed``.
+    Where the run has a warm-up or cool-down that differs from its steady state, ``kind`` is
+    the steady state's shape and ``shape`` says the whole (``warm-up, then saturated, then
+    cool-down``); ``run_phases`` holds each stretch.
     """
 
     gpu_uuid: str
@@ -211,6 +240,24 @@ class Pattern:
     busy_share: float
     mean_idle_run_s: float | None
     max_idle_run_s: float = 0.0
+    shape: str = ""
+    run_phases: tuple[RunPhase, ...] = ()
+
+    @property
+    def steady(self) -> RunPhase | None:
+        return next((p for p in self.run_phases if p.name == "steady"), None)
+
+
+@dataclass(frozen=True)
+class JobPattern:
+    """The shape of a job (GPUs of one host and pod set, or one ``job`` label): the shape
+    most of its GPUs share, named once, with the count that decided it."""
+
+    job: str
+    gpu_uuids: tuple[str, ...]
+    kind: str
+    shape: str
+    evidence: str
 
 
 #: Histogram bin edges, percent: 0, 5, ..., 100 (the last bin includes 100).
@@ -234,6 +281,11 @@ class Timeline:
     observed_s: np.ndarray
     hist_s: np.ndarray
     truncated_gpus: int = 0
+    #: observed seconds per phase, ``(gpus, buckets, len(PHASES))``
+    phase_s: np.ndarray | None = None
+    #: time-weighted bucket means of the diagnostic signals a source measured
+    #: (``classify.timeline.SIGNALS``), each ``(gpus, buckets)``, NaN where a bucket has none
+    signals: dict[str, np.ndarray] = field(default_factory=dict)
 
     @property
     def buckets(self) -> int:
@@ -287,6 +339,8 @@ class Usage:
     findings: tuple[object, ...] = field(default=())
     #: the per-GPU timeline, built in the same pass where the window was known up front
     timeline: Timeline | None = None
+    #: one shape per job (see :func:`gpuaudit.classify.patterns.job_patterns`)
+    job_patterns: tuple[JobPattern, ...] = ()
 
     @property
     def wall_s(self) -> float:

@@ -10,7 +10,12 @@ it acts on. :mod:`gpuaudit.recommend.savings` combines them.
 - underutilized and bursty (input-starved): DataLoader workers/pinning/prefetch, DALI;
 - underutilized and steady: larger batch, MPS/MIG, a smaller GPU;
 - compute-bound: AMP/bf16, FP8 (Hopper+), torch.compile; NCCL when communication-bound;
-- rates: spot, commitments (alternatives for an hour).
+- rates: spot, commitments (alternatives for an hour);
+- every top diagnosis (classify/diagnose.py) feeds its own fixes, in the order the diagnosis
+  lists them, each with its catalog efficiency fraction, acting on the diagnosed GPUs: fixes
+  for a waiting GPU (host-fed, input-starved, straggler, idle) are capped by those GPUs'
+  waste, compute-side fixes by their busy share. A GPU whose top diagnosis names a cause
+  (host-fed, straggler) gets that cause's fixes instead of the shape-only rules above.
 """
 
 from __future__ import annotations
@@ -66,6 +71,7 @@ class _Context:
         self.patterns: dict[str, Pattern] = {p.gpu_uuid: p for p in usage.patterns}
         self.series: dict[str, SeriesSignals] = usage.series_by_uuid()
         self.diagnoses = diagnoses
+        self.top: dict[str, Diagnosis] = {d.gpu_uuid: d for d in diagnoses if d.top}
         self.findings = {f.signal: f for f in findings}
         self.monthly = cost.monthly_cost
 
@@ -78,6 +84,10 @@ class _Context:
     def kind(self, uuid: str) -> str:
         p = self.patterns.get(uuid)
         return p.kind if p else "unknown"
+
+    def top_kind(self, uuid: str) -> str | None:
+        d = self.top.get(uuid)
+        return d.kind if d else None
 
     def diagnosed(self, kind: str) -> list[Diagnosis]:
         return [d for d in self.diagnoses if d.kind == kind]
@@ -111,9 +121,79 @@ def candidate_recommendations(
     out += _input(ctx, cat)
     out += _steady(ctx, cat)
     out += _compute(ctx, cat)
+    out = _merge(out, _diagnosed(ctx, cat))
     out += _rates(ctx, cat)
     out = _capacity(ctx, cat, out)
     return [r for r in out if r.fraction > 0 or not r.counted]
+
+
+#: Top diagnoses whose idle time is waiting on something (not shut-down-able idle).
+_WAITING = frozenset({"host_bound", "input_bound", "straggler", "communication_bound"})
+#: Diagnoses whose fixes act on the GPU's waiting time (capped by its waste); the others act
+#: on busy time (capped by the busy share, as the compute rules are).
+_WAIT_SIDE = frozenset({"host_bound", "input_bound", "straggler", "idle", "held_idle",
+                        "small_kernels"})
+#: host_bound: only the fixes that remove the host transfers are counted; the others act on
+#: the same stall and are listed with their standalone effect.
+_HOST_COUNTED = frozenset({"offload_less", "overlap_transfers"})
+
+
+def _merge(out: list[Recommendation], extra: list[Recommendation]) -> list[Recommendation]:
+    """``extra`` added to ``out``: a fix already recommended and counted stays as it is; a
+    counted diagnosis-driven fix replaces an uncounted (unverified) one of the same id."""
+    by_id = {r.id: i for i, r in enumerate(out)}
+    merged = list(out)
+    for r in extra:
+        i = by_id.get(r.id)
+        if i is None:
+            by_id[r.id] = len(merged)
+            merged.append(r)
+        elif r.counted and not merged[i].counted:
+            merged[i] = r
+    return merged
+
+
+def _diagnosed(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    """Each top diagnosis's fixes on the GPUs it names, with the catalog's fraction."""
+    by_kind: dict[str, list[Diagnosis]] = {}
+    for d in ctx.top.values():
+        if d.gpu_uuid in ctx.lines and d.fixes:
+            by_kind.setdefault(d.kind, []).append(d)
+    out: list[Recommendation] = []
+    for kind, ds in by_kind.items():
+        uuids = [d.gpu_uuid for d in ds]
+        cost = sum((ctx.lines[u].observed_cost for u in uuids), ZERO)
+        waste = sum((ctx.lines[u].waste for u in uuids), ZERO)
+        idle = sum((ctx.lines[u].phase_cost["idle"] for u in uuids), ZERO)
+        busy = sum((ctx.lines[u].observed_cost * Decimal(str(
+            (ctx.series[u].mean_util_pct or 0) / 100)) for u in uuids), ZERO)
+        cap = ctx.share(waste) if kind in _WAIT_SIDE else ctx.share(busy)
+        ev = (f"{kind.replace('_', ' ')} on {len(uuids)} GPU(s) ({_names(uuids)}): "
+              f"{ds[0].evidence}; waste ${waste:.2f} of ${cost:.2f}")
+        fixes: list[str] = []
+        for d in ds:
+            fixes += [f for f in d.fixes if f not in fixes and f in cat]
+        for fid in fixes:
+            rem = cat[fid]
+            counted, why_not = True, None
+            if fid == "idle_shutdown":
+                f = ctx.share(idle)
+                rec_cap = f
+            elif "default_speedup" in rem.params:
+                f = ctx.share(cost) * _speedup_fraction(rem.params["default_speedup"])
+                rec_cap = cap
+            else:
+                f = cap * Decimal(str(rem.params.get("default_fraction", 0.0)))
+                rec_cap = cap
+            if kind == "host_bound" and fid not in _HOST_COUNTED:
+                counted = False
+                why_not = ("acts on the same host-transfer stall as offload_less and "
+                           "overlap_transfers: listed with its own effect, not counted again")
+            if fid == "fp8":
+                counted = False
+                why_not = "compute-bound: a precision change needs the job's convergence checked"
+            out.append(ctx.rec(rem, f, rec_cap, ev, uuids, counted=counted, why_not=why_not))
+    return out
 
 
 #: Finding signals from capacity planning (gpuaudit.capacity, converted in the composition
@@ -147,7 +227,8 @@ def _capacity(ctx: _Context, cat: dict[str, Remediation], recs: list[Recommendat
 
 def _idle(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
     out: list[Recommendation] = []
-    idle_gpus = ctx.gpus(lambda u: ctx.kind(u) in ("idle", "phased"))
+    idle_gpus = ctx.gpus(lambda u: ctx.kind(u) in ("idle", "phased")
+                         and ctx.top_kind(u) not in _WAITING)
     if idle_gpus:
         idle_cost = sum((ctx.lines[u].phase_cost["idle"] for u in idle_gpus), ZERO)
         longest = max(ctx.patterns[u].max_idle_run_s for u in idle_gpus)
@@ -195,7 +276,8 @@ def _rate_model(ctx: _Context, uuid: str) -> str | None:
 
 
 def _input(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
-    bursty = ctx.gpus(lambda u: ctx.kind(u) == "bursty")
+    bursty = ctx.gpus(lambda u: ctx.kind(u) == "bursty"
+                      and ctx.top_kind(u) not in ("host_bound", "straggler"))
     stall_cost = sum((ctx.lines[u].phase_cost["idle"] for u in bursty), ZERO)
     stall = ctx.share(stall_cost)
     evidence = ""

@@ -488,9 +488,15 @@ def _findings(result: AuditResult) -> str:
     for pat in u.patterns:
         items.append(f"<li><b>{esc(pat.kind)}</b> on <code>{esc(pat.gpu_uuid)}</code>: "
                      f"{esc(pat.evidence)}</li>")
+    for j in u.job_patterns:
+        if len(j.gpu_uuids) > 1:
+            items.append(f"<li><b>{esc(j.kind)}</b> on job <code>{esc(j.job)}</code>: "
+                         f"{esc(j.evidence)}</li>")
     for d in result.diagnoses:
-        items.append(f"<li><b>{esc(d.kind)}</b> on <code>{esc(d.gpu_uuid)}</code>: "
-                     f"{esc(d.evidence)}</li>")
+        items.append(f"<li><b>{esc(d.kind)}</b> ({esc(d.phase)}) on "
+                     f"<code>{esc(d.gpu_uuid)}</code>: {esc(d.evidence)}"
+                     + (f"; fixes: {esc(', '.join(d.fixes))}" if d.fixes else "")
+                     + (f"; to decide: {esc(d.decides)}" if d.decides else "") + "</li>")
     health = "".join(f"<li><b>[{esc(h.severity)}] {esc(h.kind)}</b> on "
                      f"<code>{esc(h.gpu_uuid)}</code>: {esc(h.evidence)}</li>"
                      for h in result.health)

@@ -77,6 +77,13 @@ def cost_line_dict(ln: CostLine) -> dict[str, Any]:
     }
 
 
+def _run_phase(r: Any) -> dict[str, Any]:
+    return {"name": r.name, "start_s": round(r.start_s, 3), "end_s": round(r.end_s, 3),
+            "mean_util_pct": None if r.mean_util_pct is None else round(r.mean_util_pct, 2),
+            "idle_share": round(r.idle_share, 4), "busy_share": round(r.busy_share, 4),
+            "signals": {k: round(v, 4) for k, v in r.signals.items()}}
+
+
 def to_dict(result: AuditResult) -> dict[str, Any]:
     u, c, p = result.usage, result.cost, result.plan
     cp, wp = c.cost_projection, c.waste_projection
@@ -156,9 +163,15 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         },
         "gpus": gpus,
         "groups": {"by": list(c.group_keys), "rows": groups},
-        "patterns": [{"gpu_uuid": x.gpu_uuid, "kind": x.kind, "evidence": x.evidence}
+        "patterns": [{"gpu_uuid": x.gpu_uuid, "kind": x.kind, "evidence": x.evidence,
+                      "shape": x.shape or x.kind,
+                      "run_phases": [_run_phase(r) for r in x.run_phases]}
                      for x in u.patterns],
-        "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence}
+        "job_patterns": [{"job": j.job, "gpu_uuids": list(j.gpu_uuids), "kind": j.kind,
+                          "shape": j.shape, "evidence": j.evidence} for j in u.job_patterns],
+        "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence,
+                       "phase": d.phase, "top": d.top, "fixes": list(d.fixes),
+                       "numbers": dict(d.numbers), "decides": d.decides}
                       for d in result.diagnoses],
         "health": [{"gpu_uuid": h.gpu_uuid, "kind": h.kind, "severity": h.severity,
                     "evidence": h.evidence} for h in result.health],

@@ -68,9 +68,14 @@ def render_markdown(result: AuditResult) -> str:
     if u.patterns:
         out += ["", "## Patterns", ""]
         out += [f"- `{_esc(x.gpu_uuid)}`: **{x.kind}**: {_esc(x.evidence)}" for x in u.patterns]
+    if u.job_patterns:
+        out += [f"- job `{_esc(j.job)}`: **{j.kind}**: {_esc(j.evidence)}"
+                for j in u.job_patterns if len(j.gpu_uuids) > 1]
     if result.diagnoses:
         out += ["", "## Diagnoses", ""]
-        out += [f"- `{_esc(d.gpu_uuid)}`: **{d.kind}**: {_esc(d.evidence)}"
+        out += [f"- `{_esc(d.gpu_uuid)}`: **{d.kind}** ({d.phase}): {_esc(d.evidence)}"
+                + (f"; fixes: {', '.join(d.fixes)}" if d.fixes else "")
+                + (f"; to decide: {_esc(d.decides)}" if d.decides else "")
                 for d in result.diagnoses]
     if result.health:
         out += ["", "## Health", ""]

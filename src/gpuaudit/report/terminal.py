@@ -145,8 +145,20 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         for kind, ids in kinds.items():
             ex = next(x for x in u.patterns if x.kind == kind)
             con.print(f"  {kind}: {len(ids)} GPU(s), e.g. {ids[0]}: {ex.evidence}")
-        for d in result.diagnoses[:MAX_ROWS]:
-            con.print(f"  {d.kind} on {d.gpu_uuid}: {d.evidence}")
+        for j in u.job_patterns:
+            if len(j.gpu_uuids) > 1:
+                con.print(f"  job {j.job}: {j.shape} ({len(j.gpu_uuids)} GPUs)")
+        # one line per cause and stretch of the run, with the GPUs it names
+        causes: dict[tuple[str, str, bool], list[str]] = {}
+        for d in result.diagnoses:
+            causes.setdefault((d.kind, d.phase, d.top), []).append(d.gpu_uuid)
+        for (kind, phase, top), ids in list(causes.items())[:MAX_ROWS]:
+            d = next(x for x in result.diagnoses
+                     if (x.kind, x.phase, x.top) == (kind, phase, top))
+            where = f"{len(ids)} GPU(s), e.g. {ids[0]}" if len(ids) > 1 else ids[0]
+            con.print(f"  {kind} ({phase}) on {where}: {d.evidence}"
+                      + (f"; fixes: {', '.join(d.fixes)}" if d.fixes else "")
+                      + (f"; to decide: {d.decides}" if d.decides else ""))
         con.print()
     if result.health:
         con.print(Text("Health", style="bold"))
