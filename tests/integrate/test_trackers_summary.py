@@ -148,3 +148,21 @@ def test_core_import_stays_light() -> None:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=120, check=True)
     assert p.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("attr", "blocked", "extra"), [
+    ("LightningCallback", ("lightning", "lightning.pytorch", "pytorch_lightning"), "lightning"),
+    ("HFCallback", ("transformers",), "hf"),
+    ])
+def test_callbacks_name_their_extra(monkeypatch: pytest.MonkeyPatch, attr: str,
+                                    blocked: tuple[str, ...], extra: str) -> None:
+    import gpuaudit.integrate
+
+    for name in blocked:  # what Python does for a package that is not installed
+        monkeypatch.setitem(sys.modules, name, None)
+    for mod in ("gpuaudit.integrate.lightning_callback", "gpuaudit.integrate.hf_callback"):
+        monkeypatch.delitem(sys.modules, mod, raising=False)
+    monkeypatch.delitem(vars(gpuaudit.integrate), attr, raising=False)
+    with pytest.raises(MissingExtraError) as err:
+        getattr(gpuaudit.integrate, attr)
+    assert f"pip install 'gpuaudit[{extra}]'" in str(err.value)

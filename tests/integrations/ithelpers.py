@@ -53,6 +53,8 @@ def _log_chunks(data: bytes) -> list[bytes]:
             pos += left
             continue
         chunk = data[pos + 7:pos + 7 + length]
+        if len(chunk) < length:  # the writer is still writing this record
+            break
         pos += 7 + length
         if kind == 1:
             out.append(chunk)
@@ -122,6 +124,16 @@ class WandbRun:
         return int(exits[-1].exit_code) if exits else None
 
 
-def wandb_runs(root: Path, run_id: str) -> list[WandbRun]:
-    """Every offline run directory under ``root`` for ``run_id``, oldest first."""
-    return [WandbRun(p) for p in sorted(root.rglob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))]
+def wandb_runs(root: Path, run_id: str, timeout_s: float = 120.0) -> list[WandbRun]:
+    """Every offline run directory under ``root`` for ``run_id``, oldest first, once each
+    file holds its exit record: ``run.finish()`` returns before W&B's writer process has
+    written the last records, so the reader waits for them (bounded)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        paths = sorted(root.rglob(f"offline-run-*-{run_id}/run-{run_id}.wandb"))
+        runs = [WandbRun(p) for p in paths]
+        if (runs and all(r.exit_code is not None for r in runs)) or time.monotonic() > deadline:
+            return runs
+        time.sleep(0.2)

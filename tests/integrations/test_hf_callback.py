@@ -86,9 +86,13 @@ def test_callback_counts_the_batches_without_changing_training(tmp_path: Path) -
 def test_callback_logs_to_the_trainers_mlflow_run(mlflow_server: str, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     import mlflow
+    import mlflow.tracking.fluent
 
     import gpuaudit.integrate
 
+    # the Trainer's MLflowCallback calls mlflow.set_experiment(), a process-wide choice; put
+    # it back after this test so later tests see MLflow's choice from their own environment
+    monkeypatch.setattr(mlflow.tracking.fluent, "_active_experiment_id", None)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     monkeypatch.setenv("MLFLOW_EXPERIMENT_NAME", "hf-gpuaudit")
     monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
