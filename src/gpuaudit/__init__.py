@@ -8,10 +8,10 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Report", "__version__", "audit", "monitor", "monitored"]
+__all__ = ["Report", "__version__", "audit", "bill", "monitor", "monitored"]
 
 _LAZY = {"monitor": "gpuaudit.monitor", "monitored": "gpuaudit.monitor",
-         "audit": "gpuaudit.api", "Report": "gpuaudit.api"}
+         "audit": "gpuaudit.api", "Report": "gpuaudit.api", "bill": "gpuaudit.api"}
 
 
 def __getattr__(name: str) -> object:

@@ -8,6 +8,8 @@ Each stage is also callable alone: :func:`gpuaudit.classify.classify`,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import replace as dc_replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,8 @@ from gpuaudit.recommend import Finding, recommend
 from gpuaudit.result import AuditResult
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["Report", "assemble", "audit", "open_source", "rates_for"]
+__all__ = ["Report", "assemble", "audit", "bill", "fleet_usage", "local_kpis", "open_source",
+           "rates_for"]
 
 
 class Report(AuditResult):
@@ -149,3 +152,247 @@ def assemble(
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
                   health=check_health(usage.series), extra=dict(extra or {}))
 
+
+def fleet_usage(
+    prometheus: str,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    since_s: float = 7 * 86400.0,
+    step_s: float | None = None,
+    by: Sequence[str] = (),
+    mapping: Any = None,
+    matchers: Mapping[str, str] | None = None,
+    raw: bool = False,
+    client_kwargs: Mapping[str, Any] | None = None,
+    chunk_s: float = 86400.0,
+) -> tuple[Usage, pa.Table | None, dict[str, float | None], dict[str, Any]]:
+    """Measured GPU time of a fleet in a Prometheus-compatible store: the classification
+    pushed down as PromQL (``raw``: samples pulled and classified here), attributed by pod
+    labels and ``mapping`` (a :class:`~gpuaudit.price.attribution.MappingFile`).
+
+    Returns the :class:`Usage` over ``by`` (group keys, e.g. team, namespace, pod), the cells
+    per chunk of ``chunk_s`` (column ``day_start``: the chunk's start), the fleet's mean
+    utilization over the last 1 h and 24 h, and what crossed the wire. ``gpuaudit fleet`` and
+    ``gpuaudit bill --prometheus`` (hourly chunks) both read the fleet so.
+    """
+    import time
+
+    from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
+    from gpuaudit.errors import InputError
+    from gpuaudit.measure.dcgm import series_id
+    from gpuaudit.measure.prometheus import (
+        PromClient,
+        PrometheusSource,
+        detect_interval_s,
+        pod_labels,
+    )
+    from gpuaudit.price.attribution import Attributor, attribute_table
+
+    fine_keys = tuple(by)
+    daily: pa.Table | None = None
+    client = PromClient(prometheus, **dict(client_kwargs or {}))
+    try:
+        end = end_s if end_s is not None else time.time()
+        start = start_s if start_s is not None else end - since_s
+        if end <= start:
+            raise InputError("the range is empty (--end is not after --start)",
+                             fix="give --since, or --start before --end")
+        step = step_s or detect_interval_s(client, end_s=end, matchers=matchers)
+        if step is None:
+            raise InputError(
+                "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
+                "DCGM_FI_PROF_GR_ENGINE_ACTIVE) in the last hour of the range",
+                where=prometheus, fix="check --start/--end/--since and --match, or give "
+                "--step (the scrape interval)")
+        step = float(step)
+        start = (start // step + 1) * step
+        end = (end // step) * step
+        kube = pod_labels(client, start_s=start, end_s=end)
+        attributor = Attributor(mapping, kube)
+        if raw:
+            src = PrometheusSource(client, start_s=start, end_s=end, step_s=step,
+                                   matchers=matchers)
+            batches = list(src.batches())
+            from gpuaudit.schema import SAMPLE_SCHEMA, Recording
+
+            table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
+            table = attribute_table(table, attributor)
+            rec = Recording(table=table, source="prometheus", origin=src.origin,
+                            interval_s=step, notes=src.notes)
+            usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
+            daily, util_window = local_kpis(table, fine_keys, step, start_s=start,
+                                             chunk_s=chunk_s)
+        else:
+            data = pull_aggregates(client, identify=series_id, start_s=start, end_s=end,
+                                   step_s=step, matchers=matchers, chunk_s=chunk_s)
+            usage_fine, daily = usage_from_pushdown(
+                data, by=fine_keys,
+                labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
+                                                          dict(sid.labels)))
+            util_window = dict(data.fleet_util_pct)
+        transfer = {"mode": "raw query_range" if raw else "PromQL pushdown",
+                    "url": prometheus, "requests": client.requests,
+                    "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
+                    "step_s": step, "start": _iso(start), "end": _iso(end),
+                    "kube_pod_labels": len(kube)}
+    finally:
+        client.close()
+    return usage_fine, daily, util_window, transfer
+
+
+def _iso(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
+
+
+def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
+                start_s: float | None = None, chunk_s: float = 86400.0,
+                ) -> tuple[Any, dict[str, float | None]]:
+    """Per-day cells (classify over each day's rows) and mean utilization over the last 1 h
+    and 24 h, from a sample table already attributed."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpuaudit.classify import classify
+
+    if table.num_rows == 0:
+        return None, {}
+    ts = table.column("ts").cast(pa.int64()).to_numpy()
+    t0 = float(start_s) if start_s is not None else float(ts.min()) / 1e9
+    day = ((ts / 1e9 - t0) // chunk_s).astype(np.int64)
+    parts = []
+    for d in np.unique(day):
+        sub = table.filter(pa.array(day == d))
+        u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0)
+        cells = u.cells
+        start_ns = int((t0 + d * chunk_s) * 1e9)
+        parts.append(cells.add_column(0, "day_start", pa.array(
+            [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))))
+    daily = pa.concat_tables(parts, promote_options="permissive")
+    end_ns = int(ts.max())
+    out: dict[str, float | None] = {}
+    for label, secs in (("1h", 3600), ("24h", 86400)):
+        sub = table.filter(pc.greater(table.column("ts").cast(pa.int64()),
+                                      end_ns - secs * 1_000_000_000))
+        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0).overall() \
+            .mean_util_pct if sub.num_rows else None
+    return daily, out
+
+
+
+
+@dataclass(frozen=True)
+class BillReport(Report):
+    """What :func:`bill` returns: the :class:`Report` (priced at the bill's real rates) with
+    ``extra["bill"]`` (the reconciled split, docs/json-schema.md) and ``showback``: one row
+    per charge period, currency, line and phase, ``amount`` in whole cents (Arrow table)."""
+
+    showback: pa.Table | None = None
+
+
+def bill(
+    bill_path: str | Path | Sequence[str | Path],
+    *,
+    telemetry: SampleSource | Recording | pa.Table | str | Path | None = None,
+    prometheus: str | None = None,
+    by: Sequence[str] = ("team",),
+    method: str = "allocation",
+    fmt: str | None = None,
+    cost: str = "billed",
+    budgets: str | Path | None = None,
+    map_file: str | Path | None = None,
+    matchers: Mapping[str, str] | None = None,
+    step_s: float | None = None,
+    client_kwargs: Mapping[str, Any] | None = None,
+    host_aliases: Mapping[str, str] | None = None,
+    catalog: str | Path | None = None,
+    workers: int | None = None,
+    today: Any = None,
+    sql_dir: str | Path | None = None,
+) -> BillReport:
+    """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
+    table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
+
+    ``method``: ``allocation`` (who held the GPU pays for all of it) or ``usage`` (who kept
+    it busy pays for the non-idle phases; a team's idle time goes to ``idle``). ``fmt``:
+    ``focus``, ``cur`` or ``gcp`` (detected by columns when None). ``cost``: which of the
+    bill's costs is split: ``billed`` (the invoice), ``effective`` or ``list``. ``budgets``: a
+    TOML of monthly budgets (docs/billing.md). ``sql_dir``: write the join's inputs and SQL
+    there (to run it in Athena, Trino or BigQuery). Every charge period's lines sum to its
+    billed cost to the cent; see ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
+    """
+    from datetime import datetime, timezone
+
+    from gpuaudit.classify.phases import group_key_names
+    from gpuaudit.errors import InputError
+    from gpuaudit.price.attribution import coarse_usage, load_mapping
+    from gpuaudit.price.billing import open_bill
+    from gpuaudit.price.billing.allocate import HOUR_KEY, allocate, usage_hours
+    from gpuaudit.price.billing.rates import bill_rates
+
+    if (telemetry is None) == (prometheus is None):
+        raise InputError("give the measured GPU time: either --telemetry FILE or "
+                         "--prometheus URL", fix="gpuaudit bill BILL --telemetry run.parquet")
+    if method not in ("allocation", "usage"):
+        raise InputError(f"unknown method {method!r}", fix="use --method allocation or usage")
+    if cost not in ("billed", "effective", "list"):
+        raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
+    names = [k.strip() for k in by if k.strip()] or ["team"]
+    keys = group_key_names(names)
+    names = [k[6:] if k.startswith("label:") else k for k in keys]
+    opened = open_bill(bill_path, fmt=fmt)
+    fine = tuple(dict.fromkeys([*keys, "pod"]))
+    if telemetry is not None:
+        source = open_source(telemetry)
+        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers)
+        window = (usage_h.window_start, usage_h.window_end)
+    else:
+        assert prometheus is not None
+        span = opened.con.execute(
+            "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchone()
+        if span[0] is None:
+            raise InputError("the bill has no lines", where=opened.origin,
+                             fix="give a bill export with usage lines")
+        start_s, end_s = span[0].timestamp(), span[1].timestamp()
+        step = step_s or 60.0
+        mapping = load_mapping(map_file) if map_file else None
+        fleet_fine = tuple(dict.fromkeys([*keys, "namespace", "pod"]))
+        usage_f, hourly, _util, _transfer = fleet_usage(
+            prometheus, start_s=start_s - step, end_s=end_s, step_s=step_s, by=fleet_fine,
+            mapping=mapping, matchers=matchers, client_kwargs=client_kwargs, chunk_s=3600.0)
+        if hourly is None:
+            raise InputError("no dcgm-exporter series in the bill's period", where=prometheus,
+                             fix="check the bill's dates and --match")
+        usage_h = dc_replace(usage_f, cells=hourly.append_column(
+            HOUR_KEY, _epoch_text(hourly.column("day_start"))))
+        window = (datetime.fromtimestamp(start_s, tz=timezone.utc),
+                  datetime.fromtimestamp(end_s, tz=timezone.utc))
+    if window[0] is None or window[1] is None:
+        raise InputError("the telemetry has no samples", fix="give a recording with samples")
+    hours = usage_hours(usage_h.cells, list(keys))
+    alloc = allocate(opened, hours, names, method=method, cost=cost,
+                     window=(window[0], window[1]), host_aliases=host_aliases,
+                     sql_dir=sql_dir)
+    summary = alloc.summary
+    usage = coarse_usage(usage_h, keys)
+    rates = bill_rates(usage, summary, catalog=catalog)
+    if budgets is not None:
+        from gpuaudit.price.billing.budgets import budget_status, load_budgets
+
+        summary["budgets"] = budget_status(load_budgets(budgets), alloc.showback, names,
+                                           today=today)
+    rep = assemble(usage, rates, extra={"bill": summary})
+    return BillReport(usage=rep.usage, cost=rep.cost, plan=rep.plan, diagnoses=rep.diagnoses,
+                      health=rep.health, extra=rep.extra, showback=alloc.showback)
+
+
+def _epoch_text(ts: Any) -> pa.Array:
+    """A timestamp column as epoch seconds in text (classify's ``period:<s>`` values)."""
+    import pyarrow.compute as pc
+
+    secs = pc.divide(pc.cast(pc.cast(ts, pa.timestamp("ns", tz="UTC")), pa.int64()),
+                     1_000_000_000)
+    return pc.cast(secs, pa.string())

@@ -147,6 +147,9 @@ class Recording:
     ``prometheus``, ``parquet``, ``csv``, ``trace``); ``origin`` is a human sentence naming
     the file, URL or public dataset the samples came from, shown in every report.
     ``interval_s`` is the nominal sampling interval (None when unknown: classify infers it).
+    ``series_end_ns`` says where a series' observation ends (``gpu_uuid`` -> Unix ns) when
+    the source knows it, as a profiler trace knows its window's end: that series' last sample
+    stands until then instead of one nominal interval.
     """
 
     table: pa.Table
@@ -156,6 +159,7 @@ class Recording:
     notes: tuple[ImportNote, ...] = ()
     events: tuple[str, ...] = ()
     meta: Mapping[str, str] = field(default_factory=dict)
+    series_end_ns: Mapping[str, int] = field(default_factory=dict)
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         """The table as record batches, so a Recording is also a :class:`SampleSource`."""

@@ -89,7 +89,7 @@ def classify(
         engine = _Engine(keys, interval, cap_intervals, grid)
         for i, batch in enumerate(samples.batches()):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
-    engine.finish()
+    engine.finish(getattr(samples, "series_end_ns", None))
     series = engine.series_signals()
     start = _dt(engine.t_min)
     end = _dt(engine.t_end)

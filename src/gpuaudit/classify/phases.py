@@ -2,7 +2,8 @@
 
 A sample stands for the time until the next sample of the same GPU (``gpu_uuid``), capped at
 ``cap_intervals`` nominal intervals; the rest of a longer gap is *unobserved*. A series' last
-sample stands for one nominal interval. Utilization ``u`` is ``util_gpu_pct``; where that is
+sample stands for one nominal interval (or until the series' known end, where the source
+states it: a profiler trace's window). Utilization ``u`` is ``util_gpu_pct``; where that is
 null and ``gr_engine_active`` was measured (DCGM on MIG instances reports no GPU_UTIL) it is
 ``100 x gr_engine_active``. A sample with neither is unobserved time ("no reading").
 
@@ -19,7 +20,7 @@ batch size whatever the recording's length.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -71,14 +72,21 @@ def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
     """Normalise ``--by`` keys: table columns stay, anything else is a label key.
 
     ``gpu`` means per GPU (the default view, no extra key). Label keys may be written
-    ``team`` or ``label:team``; both become ``label:team``.
+    ``team`` or ``label:team``; both become ``label:team``. ``period:<seconds>`` groups by
+    the UTC period a sample starts in (``period:3600``: the hour; its value is the period's
+    start in epoch seconds, as text): the bill's join reads measured time per hour so.
     """
     out: list[str] = []
     for raw in by:
         key = raw.strip()
         if not key or key in ("gpu", "gpu_uuid"):
             continue
-        if key.startswith("label:"):
+        if key.startswith("period:"):
+            secs = key[7:]
+            if not secs.isdigit() or int(secs) <= 0:
+                raise InputError(f"group key {key!r}: the period is not whole seconds",
+                                 fix="write period:<seconds>, e.g. period:3600 for hours")
+        elif key.startswith("label:"):
             key = key
         elif key not in _GROUP_COLUMNS:
             key = f"label:{key}"
@@ -224,14 +232,18 @@ class _Engine:
             for k in _MAX_SIGNALS:
                 self.series_max[k] = grow(self.series_max[k], np.nan)
 
-    def _group_values(self, batch: pa.RecordBatch) -> list[list[str | None]]:
-        values: list[list[str | None]] = []
+    def _group_values(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        values: list[pa.Array] = []
         for key in self.by:
             if key.startswith("label:"):
                 arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
+            elif key.startswith("period:"):
+                secs = int(key[7:])
+                ts = pc.cast(batch.column("ts"), pa.int64())
+                arr = pc.multiply(pc.divide(ts, secs * _NS), secs)  # ts >= 0: floor
             else:
                 arr = batch.column(key)
-            values.append(arr.cast(pa.string()).to_pylist())
+            values.append(arr.cast(pa.string()))
         return values
 
     def _cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
@@ -245,12 +257,14 @@ class _Engine:
         # distinct combinations (few), not per row.
         combo_codes = np.zeros(codes.shape[0], dtype=np.int64)
         key_tables: list[list[str | None]] = []
+        key_inds: list[np.ndarray] = []
         for vals in group_vals:
-            enc = pc.dictionary_encode(pa.array(vals, type=pa.string()))
-            key_tables.append(enc.dictionary.to_pylist())
-            ind = enc.indices.fill_null(len(key_tables[-1])).to_numpy(
+            enc = pc.dictionary_encode(vals)
+            key_tables.append([*enc.dictionary.to_pylist(), None])  # last: null
+            ind = enc.indices.fill_null(len(key_tables[-1]) - 1).to_numpy(
                 zero_copy_only=False).astype(np.int64)
-            combo_codes = combo_codes * (len(key_tables[-1]) + 1) + ind
+            key_inds.append(ind)
+            combo_codes = combo_codes * len(key_tables[-1]) + ind
         combined = codes.astype(np.int64) * int(combo_codes.max() + 1 if combo_codes.size else 1)
         combined = combined + combo_codes
         uniq, inverse = np.unique(combined, return_inverse=True)
@@ -258,7 +272,7 @@ class _Engine:
         first_rows[inverse[::-1]] = np.arange(codes.shape[0])[::-1]
         cell_of_uniq = np.empty(uniq.shape[0], dtype=np.int64)
         for j, row in enumerate(first_rows):
-            key = tuple(vals[row] for vals in group_vals)
+            key = tuple(tbl[ind[row]] for tbl, ind in zip(key_tables, key_inds))
             cell_of_uniq[j] = self._cell(int(codes[row]), key)
         return np.asarray(cell_of_uniq[inverse])
 
@@ -383,17 +397,30 @@ class _Engine:
         self._dictionary = None
         self._mapping = np.zeros(0, dtype=np.int64)
 
-    def finish(self) -> None:
+    def finish(self, series_end_ns: Mapping[str, int] | None = None) -> None:
+        """Account the last samples: each stands for one nominal interval, or until its
+        series' known end (``series_end_ns``, see :class:`~gpuaudit.schema.Recording`)."""
         pending, self.pending = self.pending, None
         if pending is not None and pending["code"].shape[0]:
-            self._process(pending, final=True, position="end of stream")
+            self._process(pending, final=True, position="end of stream",
+                          ends=series_end_ns)
 
-    def _process(self, rows: dict[str, np.ndarray], *, final: bool, position: str) -> None:
+    def _process(self, rows: dict[str, np.ndarray], *, final: bool, position: str,
+                 ends: Mapping[str, int] | None = None) -> None:
         r, dt_ns, done = self._sort_and_step(rows, position)
         if final:
             assert self.interval_s is not None
             done = np.ones(r["code"].shape[0], dtype=bool)
             dt_ns = np.full(done.shape[0], round(self.interval_s * _NS), dtype=np.int64)
+            if ends:
+                end_by_code = np.full(len(self.series_index), -1, dtype=np.int64)
+                for uuid, end in ends.items():
+                    code = self.series_index.get(uuid)
+                    if code is not None:
+                        end_by_code[code] = int(end)
+                end = end_by_code[r["code"]]
+                known = end > r["ts"]
+                dt_ns = np.where(known, end - r["ts"], dt_ns)
         self._finish_rows(r, dt_ns, done)
 
     def _finish_rows(self, r: dict[str, np.ndarray], dt_ns: np.ndarray, done: np.ndarray

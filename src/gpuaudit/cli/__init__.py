@@ -18,6 +18,7 @@ from gpuaudit import __version__
 # command name -> "module:attribute" (module relative to gpuaudit.cli)
 COMMANDS: dict[str, str] = {
     "audit": "audit:audit_cmd",
+    "bill": "bill:bill_cmd",
     "report": "report:report_cmd",
     "trace": "trace:trace_cmd",
     "run": "run:run_cmd",

@@ -35,9 +35,17 @@ __all__ = ["alerts_cmd"]
               "honorLabels: false).")
 @click.option("--selector", default="", metavar='LABEL="VALUE",...',
               help='Extra label matchers for every rule, e.g. cluster="prod".')
-def alerts_cmd(output: Path | None, **kw: object) -> None:
-    """Write Prometheus alerting rules (YAML) for GPU waste and GPU health."""
+@click.option("--budgets", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Add GpuBudgetForecastExceeded per team of this budget file "
+              "(TOML, docs/billing.md).")
+def alerts_cmd(output: Path | None, budgets: Path | None, **kw: object) -> None:
+    """Write Prometheus alerting rules (YAML) for GPU waste, GPU health and budgets."""
     from gpuaudit.integrate.alerts import AlertThresholds, rules_yaml
 
-    text = rules_yaml(AlertThresholds(**kw))  # type: ignore[arg-type]
+    loaded = None
+    if budgets is not None:
+        from gpuaudit.price.billing.budgets import load_budgets
+
+        loaded = load_budgets(budgets)
+    text = rules_yaml(AlertThresholds(**kw), budgets=loaded)  # type: ignore[arg-type]
     write_output(text, output, "alert rules", f"(check: promtool check rules {output})")

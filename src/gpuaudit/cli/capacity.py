@@ -122,7 +122,7 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: str | None, 
                    bench_name=bench.name if bench else "benchmark", user_catalog=user,
                    owned=owned, duty=duty, headroom=headroom, max_busy_pct=max_busy)
     findings = []
-    best = rs.best
+    best = rs.best_for(rate.purchase, rate.provider)
     now = rs.current_usd_per_hour
     if best is not None and now > 0 and best.usd_per_hour < now:
         share = float(Decimal(1) - best.usd_per_hour / now)

@@ -108,17 +108,9 @@ def audit_fleet(
     ``extra["fleet"]`` holds the showback, KPIs and histograms (see report/fleet.py)."""
     import pyarrow as pa
 
-    from gpuaudit.api import assemble, rates_for
+    from gpuaudit.api import assemble, fleet_usage, local_kpis, rates_for
     from gpuaudit.classify import classify
     from gpuaudit.classify.phases import group_key_names
-    from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
-    from gpuaudit.measure.dcgm import series_id
-    from gpuaudit.measure.prometheus import (
-        PromClient,
-        PrometheusSource,
-        detect_interval_s,
-        pod_labels,
-    )
     from gpuaudit.price.attribution import (
         Attributor,
         attribute_table,
@@ -143,57 +135,14 @@ def audit_fleet(
         rec = read_samples(recording)
         table = attribute_table(rec.table, Attributor(mapping, {}))
         usage_fine = classify(replace(rec, table=table), by=fine_keys)
-        daily, util_window = _local_kpis(table, fine_keys, usage_fine.interval_s)
+        daily, util_window = local_kpis(table, fine_keys, usage_fine.interval_s)
         transfer = {"mode": "recording", "path": str(recording)}
     else:
         assert prometheus is not None
-        client = PromClient(prometheus, **dict(client_kwargs or {}))
-        try:
-            end = end_s if end_s is not None else time.time()
-            start = start_s if start_s is not None else end - since_s
-            if end <= start:
-                raise InputError("the range is empty (--end is not after --start)",
-                                 fix="give --since, or --start before --end")
-            step = step_s or detect_interval_s(client, end_s=end, matchers=matchers)
-            if step is None:
-                raise InputError(
-                    "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-                    "DCGM_FI_PROF_GR_ENGINE_ACTIVE) in the last hour of the range",
-                    where=prometheus, fix="check --start/--end/--since and --match, or give "
-                    "--step (the scrape interval)")
-            step = float(step)
-            start = (start // step + 1) * step
-            end = (end // step) * step
-            kube = pod_labels(client, start_s=start, end_s=end)
-            attributor = Attributor(mapping, kube)
-            if raw:
-                src = PrometheusSource(client, start_s=start, end_s=end, step_s=step,
-                                       matchers=matchers)
-                batches = list(src.batches())
-                from gpuaudit.schema import SAMPLE_SCHEMA, Recording
-
-                table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
-                table = attribute_table(table, attributor)
-                rec = Recording(table=table, source="prometheus", origin=src.origin,
-                                interval_s=step, notes=src.notes)
-                usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
-                daily, util_window = _local_kpis(table, fine_keys, step, start_s=start,
-                                                 chunk_s=chunk_s)
-            else:
-                data = pull_aggregates(client, identify=series_id, start_s=start, end_s=end,
-                                       step_s=step, matchers=matchers, chunk_s=chunk_s)
-                usage_fine, daily = usage_from_pushdown(
-                    data, by=fine_keys,
-                    labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
-                                                              dict(sid.labels)))
-                util_window = dict(data.fleet_util_pct)
-            transfer = {"mode": "raw query_range" if raw else "PromQL pushdown",
-                        "url": prometheus, "requests": client.requests,
-                        "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
-                        "step_s": step, "start": _iso(start), "end": _iso(end),
-                        "kube_pod_labels": len(kube)}
-        finally:
-            client.close()
+        usage_fine, daily, util_window, transfer = fleet_usage(
+            prometheus, start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
+            by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
+            client_kwargs=client_kwargs, chunk_s=chunk_s)
     usage = coarse_usage(usage_fine, user_keys)
     rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
                       provider=pricing.get("provider"),
@@ -209,41 +158,6 @@ def audit_fleet(
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
-
-
-def _local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
-                start_s: float | None = None, chunk_s: float = 86400.0,
-                ) -> tuple[Any, dict[str, float | None]]:
-    """Per-day cells (classify over each day's rows) and mean utilization over the last 1 h
-    and 24 h, from a sample table already attributed."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from gpuaudit.classify import classify
-
-    if table.num_rows == 0:
-        return None, {}
-    ts = table.column("ts").cast(pa.int64()).to_numpy()
-    t0 = float(start_s) if start_s is not None else float(ts.min()) / 1e9
-    day = ((ts / 1e9 - t0) // chunk_s).astype(np.int64)
-    parts = []
-    for d in np.unique(day):
-        sub = table.filter(pa.array(day == d))
-        u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0)
-        cells = u.cells
-        start_ns = int((t0 + d * chunk_s) * 1e9)
-        parts.append(cells.add_column(0, "day_start", pa.array(
-            [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))))
-    daily = pa.concat_tables(parts, promote_options="permissive")
-    end_ns = int(ts.max())
-    out: dict[str, float | None] = {}
-    for label, secs in (("1h", 3600), ("24h", 86400)):
-        sub = table.filter(pc.greater(table.column("ts").cast(pa.int64()),
-                                      end_ns - secs * 1_000_000_000))
-        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0).overall() \
-            .mean_util_pct if sub.num_rows else None
-    return daily, out
 
 
 def _matchers(items: Sequence[str]) -> dict[str, str]:

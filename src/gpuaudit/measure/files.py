@@ -138,6 +138,8 @@ class FileSource:
         _check_file(path)
         self.path = path
         self.fmt = fmt or _sniff_format(path)
+        if self.fmt != "parquet":
+            _refuse_profiler_trace(path)
         self.mapping = dict(mapping) if mapping else None
         self.fields = _split_fields(fields)
         self.host = host or _stem(path)
@@ -593,6 +595,19 @@ def _sniff_format(path: Path) -> str:
     if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
         return "jsonl"
     return "csv"
+
+
+def _refuse_profiler_trace(path: Path) -> None:
+    """A PyTorch profiler (Kineto/Chrome) trace is one JSON object with a ``traceEvents``
+    array, not a table of samples: say so and name the command that reads it, rather than
+    failing on its layout ("the first line is empty")."""
+    head = _read_head(path).lstrip(b"\xef\xbb\xbf \t\r\n")
+    if head.startswith(b"{") and (b'"traceEvents"' in head or (
+            b'"schemaVersion"' in head and b'"deviceProperties"' in head)):
+        raise InputError(
+            "this is a profiler trace (PyTorch profiler / Kineto JSON), not a table of GPU "
+            "samples: use gpuaudit trace", where=str(path),
+            fix=f"gpuaudit trace {path} (add --gpu-model/--provider or --price as for report)")
 
 
 def _head_lines(path: Path) -> tuple[bytes, list[str]]:

@@ -29,6 +29,7 @@ from gpuaudit.hardware import gpu_family
 from gpuaudit.price.catalog import Rate, embedded_catalog
 from gpuaudit.price.cost import CostLine, CostReport
 from gpuaudit.recommend.plan import Finding, Recommendation, Remediation, remediation_catalog
+from gpuaudit.units import duration
 
 __all__ = ["candidate_recommendations"]
 
@@ -234,7 +235,7 @@ def _idle(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
         longest = max(ctx.patterns[u].max_idle_run_s for u in idle_gpus)
         ev = (f"{len(idle_gpus)} GPU(s) idle in long stretches ({_names(idle_gpus)}): "
               f"${idle_cost:.2f} of ${ctx.total:.2f} observed cost is idle time; the longest "
-              f"idle stretch lasted {longest:.0f} s")
+              f"idle stretch lasted {duration(longest)}")
         share = ctx.share(idle_cost)
         out.append(ctx.rec(cat["idle_shutdown"], share, share, ev, idle_gpus))
     # Consolidation: GPUs that are mostly idle or steadily low could share one GPU.
@@ -444,11 +445,12 @@ def _rates(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
         d = ONE - rate.committed_usd_per_gpu_hour / od
         busy = ONE - ctx.share(ctx.cost.total.phase_cost["idle"])
         hours = ctx.cost.wall_hours
-        ev = (f"{rate.committed_source}; the GPUs were in use {busy:.0%} of {hours:.1f} "
-              f"observed hours (breakeven {ONE - d:.0%})")
+        ev = (f"{rate.committed_source}; the GPUs were in use {busy:.0%} of "
+              f"{duration(float(hours) * 3600)} observed (breakeven {ONE - d:.0%})")
         why_not = None
         if hours < MIN_COMMITMENT_EVIDENCE_HOURS:
-            why_not = (f"{hours:.1f} h of data cannot show a steady baseline; audit at least "
+            why_not = (f"{duration(float(hours) * 3600)} of data cannot show a steady "
+                       "baseline; audit at least "
                        f"{MIN_COMMITMENT_EVIDENCE_HOURS} h before committing")
         elif busy < ONE - d:
             why_not = "use below the breakeven: commit only to the steady baseline"

@@ -26,6 +26,7 @@ from gpuaudit.classify.usage import PHASE_LOWER_PCT, PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import format_usd
 from gpuaudit.result import AuditResult
+from gpuaudit.units import duration
 
 __all__ = ["render_html"]
 
@@ -118,8 +119,8 @@ def usd(x: Decimal) -> str:
 
 
 def _hours(s: float) -> str:
-    h = s / 3600
-    return f"{h:,.2f} h" if h >= 0.1 else f"{s:,.0f} s"
+    """GPU time or a window at its scale (us, ms, s, h): :func:`gpuaudit.units.duration`."""
+    return duration(s)
 
 
 def _pct(x: float | Decimal) -> str:
@@ -144,8 +145,8 @@ def _header(result: AuditResult) -> str:
     return (
         f"<header><h1>gpuaudit report</h1>{banner}"
         f'<p class="meta">source: {esc(u.source)}: {esc(u.origin)}<br>'
-        f"window: {esc(window)}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
-        f"(gaps over {u.cap_s:g} s count as unobserved)<br>price: {esc(rates)}"
+        f"window: {esc(window)}; {len(u.series)} GPU(s); sample interval {duration(u.interval_s)} "
+        f"(gaps over {duration(u.cap_s)} count as unobserved)<br>price: {esc(rates)}"
         + "".join(f"<br>price row: {esc(r.choice)}" for r in c.rates.values() if r.choice)
         + "</p></header>"
     )
@@ -207,6 +208,9 @@ def _phases(result: AuditResult) -> str:
            '<div class="scroll"><table><thead><tr><th>phase</th><th class="n">GPU time</th>'
            f'<th class="n">share</th><th class="n">cost</th></tr></thead><tbody>{rows}'
            "</tbody></table></div>"]
+    if 0 < c.total.observed_cost < Decimal("0.005"):
+        out.append(f'<p class="meta">The {esc(_hours(result.usage.wall_s))} window cost under '
+                   "a cent; the rates per hour and the projections carry the figures.</p>")
     if t.has_sm_view:
         secs = t.sm_phase_seconds()
         sm_shares = t.sm_phase_shares_pct()
@@ -559,12 +563,17 @@ def generic_html(value: object, depth: int = 0) -> str:
 
 def _extras(result: AuditResult) -> str:
     out = []
+    bill = result.extra.get("bill")
+    if isinstance(bill, Mapping):
+        from gpuaudit.report.bill import bill_html
+
+        out.append(bill_html(bill))
     titles = {"fleet": "Fleet", "trace": "Profiler trace"}
     for key, title in titles.items():
         if key in result.extra and result.extra[key] is not None:
             out.append(_section(f"extra-{key}", title, generic_html(result.extra[key])))
     rest = {k: v for k, v in result.extra.items()
-            if k not in titles and k not in ("timeline", "demo")}
+            if k not in titles and k not in ("timeline", "demo", "bill")}
     if rest:
         out.append(_section("extra-other", "More data", generic_html(rest)))
     return "".join(out)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from gpuaudit.classify.usage import PHASES
 from gpuaudit.price.money import format_rate
 from gpuaudit.report.terminal import PHASE_LABEL, usd
 from gpuaudit.result import AuditResult
+from gpuaudit.units import duration
 
 __all__ = ["render_markdown"]
 
@@ -29,21 +32,24 @@ def render_markdown(result: AuditResult) -> str:
     out.append(f"- **source**: {_esc(u.source)}: {_esc(u.origin)}")
     if u.window_start and u.window_end:
         out.append(f"- **window**: {u.window_start:%Y-%m-%d %H:%M:%S} to "
-                   f"{u.window_end:%Y-%m-%d %H:%M:%S} UTC, {len(u.series)} GPU(s), interval "
-                   f"{u.interval_s:g} s")
+                   f"{u.window_end:%Y-%m-%d %H:%M:%S} UTC ({duration(u.wall_s)}), "
+                   f"{len(u.series)} GPU(s), interval {duration(u.interval_s)}")
     for k, rate in c.rates.items():
         out.append(f"- **price** ({_esc(rate.gpu_model or k or 'GPU')}): {_esc(rate.describe())}")
         if rate.choice:
             out.append(f"- **price row**: {_esc(rate.choice)}")
     out += ["", "## Where the GPU time went", "",
-            "| phase | GPU-hours | share | cost |", "|---|---:|---:|---:|"]
+            "| phase | GPU time | share | cost |", "|---|---:|---:|---:|"]
     shares = t.phase_shares_pct()
     tc = c.total.in_cents()
     for ph in PHASES:
-        out.append(f"| {PHASE_LABEL[ph]} | {getattr(t, f'{ph}_s') / 3600:,.3f} | {shares[ph]}% "
+        out.append(f"| {PHASE_LABEL[ph]} | {duration(getattr(t, f'{ph}_s'))} | {shares[ph]}% "
                    f"| {usd(tc.phase[ph])} |")
-    out.append(f"| unobserved | {t.unobserved_s / 3600:,.3f} | | {usd(tc.unobserved)} |")
-    out.append(f"| **total** | {t.total_s / 3600:,.3f} | 100% | **{usd(tc.observed)}** |")
+    out.append(f"| unobserved | {duration(t.unobserved_s)} | | {usd(tc.unobserved)} |")
+    out.append(f"| **total** | {duration(t.total_s)} | 100% | **{usd(tc.observed)}** |")
+    if 0 < c.total.observed_cost < Decimal("0.005"):
+        out += ["", f"The {duration(u.wall_s)} window cost under a cent; the rates per hour and "
+                "the projections below carry the figures."]
     out += ["", "## Cost", "",
             "| | observed | rate per hour | daily | monthly (720 h) | yearly (8,760 h) |",
             "|---|---:|---:|---:|---:|---:|",

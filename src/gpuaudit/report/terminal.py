@@ -15,6 +15,7 @@ from gpuaudit.classify.usage import PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import format_rate, format_usd
 from gpuaudit.result import AuditResult
+from gpuaudit.units import duration
 
 __all__ = ["render_terminal"]
 
@@ -36,8 +37,8 @@ def _bar(pct: float, width: int = 24) -> str:
 
 
 def _hours(s: float) -> str:
-    h = s / 3600
-    return f"{h:,.2f} h" if h >= 0.1 else f"{s:,.0f} s"
+    """GPU time or a window at its scale (us, ms, s, h): :func:`gpuaudit.units.duration`."""
+    return duration(s)
 
 
 def _phase_table(t: PhaseTime, line: CostLine) -> Table:
@@ -88,8 +89,8 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
     head = Text.assemble(
         ("gpuaudit report\n", "bold"),
         (f"source: {u.source} - {u.origin}\n", ""),
-        (f"window: {window}; {len(u.series)} GPU(s); sample interval {u.interval_s:g} s "
-         f"(gaps over {u.cap_s:g} s count as unobserved)\n", ""),
+        (f"window: {window}; {len(u.series)} GPU(s); sample interval {duration(u.interval_s)} "
+         f"(gaps over {duration(u.cap_s)} count as unobserved)\n", ""),
         (f"price: {rates}", "dim"),
         *((f"\nprice row: {r.choice}", "dim") for r in c.rates.values() if r.choice),
     )
@@ -99,6 +100,9 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
     con.print(Panel(head, box=box.ROUNDED))
     t = c.total.time
     con.print(_phase_table(t, c.total))
+    if 0 < c.total.observed_cost < Decimal("0.005"):
+        con.print(f"  the {_hours(u.wall_s)} window cost under a cent; the rates per hour and "
+                  "the projections below carry the figures")
     sm = _sm_view(t)
     if sm is not None:
         con.print(sm)

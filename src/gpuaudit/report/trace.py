@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gpuaudit.units import duration
+
 __all__ = ["render_trace_markdown", "render_trace_terminal"]
 
 _TOP = 5
@@ -19,7 +21,8 @@ _NAME_CHARS = 90
 
 
 def _ms(ns: float | int | None) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.1f} ms"
+    """A trace duration at its scale (us, ms, s): :func:`gpuaudit.units.duration`."""
+    return "-" if ns is None else duration(ns / 1e9)
 
 
 def _pct(x: float | None, digits: int = 1) -> str:

@@ -1,10 +1,15 @@
 """A profiler trace as a gpuaudit recording (the sample table) plus trace-only findings.
 
 Each rank becomes one GPU series: the kernel timeline is cut into windows (100 ms by
-default) and ``util_gpu_pct`` is the busy share of each window (the union of the rank's GPU
-events over all streams), the same meaning as NVML ``utilization.gpu``. The last window is
-as long as what remains of the profiled window. Timestamps are the trace clock plus
-Kineto's ``baseTimeNanoseconds`` (Unix time when present).
+default) and each window becomes two samples, its busy time (``util_gpu_pct`` 100: the union
+of the rank's GPU events over all streams) then its idle time (0), so the phase split of the
+priced recording *is* the trace's own busy/idle split: idle share = the trace's idle share,
+to the nanosecond, whatever the window. (One sample per window at its busy share, as NVML
+``utilization.gpu`` reads, would call a window 22% busy "underutilized" and show idle 0%
+beside a trace that is 77% idle.) The last window is as long as what remains of the
+profiled window: the recording states each series' end (``series_end_ns``), so the last
+sample stands until the last kernel ends, not one nominal interval past it. Timestamps are
+the trace clock plus Kineto's ``baseTimeNanoseconds`` (Unix time when present).
 """
 
 from __future__ import annotations
@@ -55,6 +60,7 @@ def trace_to_recording(trace: Trace, *, window_s: float = 0.1,
     uuids: list[str] = []
     models: list[str | None] = []
     labels: list[list[tuple[str, str]]] = []
+    ends: dict[str, int] = {}
     notes: list[ImportNote] = [ImportNote(n.reason, n.count, n.where, n.column)
                                for n in trace.all_notes()]
     for r in trace.ranks:
@@ -67,15 +73,20 @@ def trace_to_recording(trace: Trace, *, window_s: float = 0.1,
         lo, hi = int(ms.min()), int(me.max())
         edges = np.arange(lo, hi, window_ns, dtype=np.int64)
         edges = np.append(edges, hi)
-        busy = busy_in_windows(ms, me, edges)
-        length = np.diff(edges)
-        util = np.clip(100.0 * busy / np.maximum(length, 1), 0.0, 100.0)
-        n = busy.size
+        busy = np.clip(busy_in_windows(ms, me, edges), 0, np.diff(edges))
+        # each window: its busy part (100%) from its start, then its idle part (0%)
+        ts = np.stack([edges[:-1], edges[:-1] + busy], axis=1).ravel()
+        util = np.tile(np.array([100.0, 0.0], dtype=np.float32), busy.size)
+        length = np.stack([busy, np.diff(edges) - busy], axis=1).ravel()
+        keep = length > 0
+        ts, util = ts[keep], util[keep]
+        n = ts.size
         device = r.first_device()
-        cols["ts"].append(edges[:-1] + r.base_time_ns)
-        cols["util"].append(util.astype(np.float32))
+        cols["ts"].append(ts + r.base_time_ns)
+        cols["util"].append(util)
         cols["index"].append(np.full(n, -1 if device is None else device, dtype=np.int16))
         uuid = f"trace:{r.host}:rank{r.rank}:gpu{device if device is not None else 'unknown'}"
+        ends[uuid] = hi + r.base_time_ns
         hosts += [r.host] * n
         uuids += [uuid] * n
         models += [r.device_name(device)] * n
@@ -98,10 +109,11 @@ def trace_to_recording(trace: Trace, *, window_s: float = 0.1,
     files = ", ".join(sorted({r.path.name for r in trace.ranks}))
     return Recording(
         table=table, source="trace",
-        origin=f"PyTorch profiler trace(s) {files}: GPU busy share per "
+        origin=f"PyTorch profiler trace(s) {files}: GPU busy and idle time per "
         f"{window_s * 1000:g} ms window from the kernel timeline",
         interval_s=window_s, notes=tuple(notes),
         meta={"ranks": str(len(trace.ranks)), "window_s": str(window_s)},
+        series_end_ns=ends,
     )
 
 

@@ -1,0 +1,124 @@
+"""``gpuaudit bill``: the cloud bill (FOCUS, AWS CUR, GCP export) split over measured GPU time.
+
+``--format`` takes both kinds of name, because they never collide: an input format
+(``focus``, ``cur``, ``gcp``: forces how the bill is read; otherwise detected from its
+columns) and an output format (``terminal``, ``json``, ``markdown``, ``html``, ``csv``,
+``parquet``). Give it twice for both: ``--format cur --format json``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from gpuaudit.cli.output import write_output
+from gpuaudit.errors import InputError
+
+__all__ = ["bill_cmd"]
+
+INPUT_FORMATS = ("focus", "cur", "gcp")
+OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
+
+
+@click.command("bill")
+@click.argument("bill_path", metavar="FILE|DIR",
+                type=click.Path(exists=True, path_type=Path))
+@click.option("--telemetry", type=click.Path(exists=True, path_type=Path), default=None,
+              help="Measured GPU time: a recording (Parquet, CSV, nvidia-smi log).")
+@click.option("--prometheus", metavar="URL", default=None,
+              help="Measured GPU time from dcgm-exporter series (pushdown, hourly).")
+@click.option("--by", "by", multiple=True, metavar="KEY",
+              help="Split by team, project, user, namespace or any label (comma-separate; "
+              "default team).")
+@click.option("--method", type=click.Choice(["allocation", "usage"]), default="allocation",
+              show_default=True, help="allocation: who held the GPU pays; usage: who kept it "
+              "busy pays, idle time goes to the idle line.")
+@click.option("--format", "formats", multiple=True, metavar="FORMAT",
+              help="Bill format (focus, cur, gcp; default: detected) and/or report format "
+              "(terminal, json, markdown, html, csv, parquet). Repeat for both.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the report here instead of stdout.")
+@click.option("--cost", type=click.Choice(["billed", "effective", "list"]), default="billed",
+              show_default=True, help="Which cost to split: the invoice (BilledCost), the "
+              "amortized EffectiveCost, or ListCost.")
+@click.option("--budgets", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="Monthly budgets per team (TOML, docs/billing.md).")
+@click.option("--map-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="namespace/label -> team mapping (with --prometheus).")
+@click.option("--match", "match", multiple=True, metavar="LABEL=VALUE",
+              help="Only series with this label value (with --prometheus).")
+@click.option("--step", default=None, help="Scrape interval (with --prometheus; default 60s).")
+@click.option("--host-alias", "host_alias", multiple=True, metavar="HOST=RESOURCE_ID",
+              help="Telemetry host HOST is the bill's resource RESOURCE_ID (when the names "
+              "differ, e.g. a Kubernetes node name and an EC2 instance id).")
+@click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Your own prices (TOML) for models the bill does not price.")
+@click.option("--workers", type=int, default=None, help="Processes for a large recording.")
+@click.option("--sql-out", "sql_out", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Also write the join's inputs (Parquet) and its SQL here, to "
+              "run the same query in Athena, Trino or BigQuery (docs/billing.md).")
+def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
+             by: tuple[str, ...], method: str, formats: tuple[str, ...], output: Path | None,
+             cost: str, budgets: Path | None, map_file: Path | None, match: tuple[str, ...],
+             step: str | None, host_alias: tuple[str, ...], catalog: Path | None,
+             workers: int | None, sql_out: Path | None) -> None:
+    """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
+    from gpuaudit.api import bill
+    from gpuaudit.cli.fleet import _matchers, parse_duration_s
+
+    in_fmt, out_fmt = _formats(formats)
+    if out_fmt == "parquet" and output is None:
+        raise InputError("--format parquet needs -o FILE", fix="add -o showback.parquet")
+    aliases: dict[str, str] = {}
+    for item in host_alias:
+        h, sep, r = item.partition("=")
+        if not sep or not h or not r:
+            raise InputError(f"cannot read --host-alias {item!r}", fix="write HOST=RESOURCE_ID")
+        aliases[h.strip()] = r.strip()
+    groups = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
+    result = bill(bill_path, telemetry=telemetry, prometheus=prometheus,
+                  by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
+                  budgets=budgets, map_file=map_file, matchers=_matchers(match),
+                  step_s=parse_duration_s(step) if step else None, host_aliases=aliases,
+                  catalog=catalog, workers=workers, sql_dir=sql_out)
+    emit_bill(result, out_fmt, output)
+
+
+def _formats(values: tuple[str, ...]) -> tuple[str | None, str]:
+    in_fmt: str | None = None
+    out_fmt = "terminal"
+    for v in values:
+        if v in INPUT_FORMATS:
+            in_fmt = v
+        elif v in OUTPUT_FORMATS:
+            out_fmt = v
+        else:
+            raise InputError(f"unknown --format {v!r}",
+                             fix=f"bill formats: {', '.join(INPUT_FORMATS)}; report formats: "
+                             f"{', '.join(OUTPUT_FORMATS)}")
+    return in_fmt, out_fmt
+
+
+def emit_bill(result: Any, fmt: str, output: Path | None) -> None:
+    """The bill section first, then the audit of the measured time at the bill's rates."""
+    import sys
+
+    from gpuaudit.report.bill import render_bill, showback_csv, write_showback_parquet
+
+    if fmt == "csv":
+        write_output(showback_csv(result.showback), output, "showback CSV")
+        return
+    if fmt == "parquet":
+        assert output is not None
+        write_showback_parquet(result.showback, output)
+        click.echo(f"wrote showback Parquet to {output}", err=True)
+        return
+    tty = output is None and sys.stdout.isatty()
+    if fmt in ("terminal", "markdown"):
+        text = render_bill(result.extra["bill"], fmt) + "\n" + result.render(
+            fmt, width=100, color=tty)
+    else:
+        text = result.render(fmt, width=100, color=False)
+    write_output(text, output, f"{fmt} report")

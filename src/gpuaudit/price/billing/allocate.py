@@ -1,0 +1,392 @@
+"""Split an opened bill over measured GPU time and reconcile it to the cent.
+
+:func:`usage_hours` turns classify's hourly cells (group key ``period:3600``) into the
+``usage_hours`` relation of ``join.py``; :func:`allocate` runs the join and the
+reconciliation and returns a :class:`BillAllocation`: the showback rows (one per charge period,
+currency, line and phase, in whole cents) and the summary dict the report shows
+(``extra["bill"]``, docs/json-schema.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit.errors import InputError
+from gpuaudit.price.billing.gpu_lines import match_skus
+from gpuaudit.price.billing.join import METHODS, PHASE_COLS, UNITS_PER_USD, allocation_sql
+from gpuaudit.price.billing.readers import Bill
+from gpuaudit.price.billing.reconcile import (
+    UNITS_PER_CENT,
+    cents_of_units,
+    reconcile_cents,
+    split_cents,
+)
+from gpuaudit.price.catalog import CatalogEntry
+
+__all__ = ["HOUR_KEY", "BillAllocation", "allocate", "usage_hours"]
+
+HOUR_KEY = "period:3600"
+UNATTRIBUTED = "unattributed"
+_VALUE = {"idle_ms": "idle_s", "underutilized_ms": "underutilized_s",
+          "productive_ms": "productive_s", "compute_bound_ms": "compute_bound_s"}
+
+
+def usage_hours(cells: pa.Table, keys: Sequence[str]) -> pa.Table:
+    """classify's cells grouped by ``period:3600`` (and ``keys``, optionally ``pod``) as the
+    ``usage_hours`` relation: per host, hour, held flag and group, integer milliseconds.
+
+    A GPU is *held* where a pod holds it; telemetry without pods (one box, one job) is held
+    by whoever its labels name, ``unattributed`` where they name nobody.
+    """
+    n = cells.num_rows
+    has_pods = "pod" in cells.column_names and cells.column("pod").null_count < n
+    held = pc.is_valid(cells.column("pod")) if has_pods else pa.array([True] * n)
+    cols: dict[str, Any] = {
+        "host": cells.column("host").cast(pa.string()),
+        "period_start": pc.cast(pc.cast(cells.column(HOUR_KEY), pa.int64()),
+                                pa.timestamp("s", tz="UTC")),
+        "held": held,
+    }
+    for i, k in enumerate(keys):
+        v = cells.column(k).cast(pa.string())
+        v = pc.if_else(held, pc.fill_null(v, UNATTRIBUTED), pa.scalar(None, pa.string()))
+        cols[f"g_{i}"] = v
+    for out, src in _VALUE.items():
+        cols[out] = pc.cast(pc.round(pc.multiply(cells.column(src), 1000.0)), pa.int64())
+    unobs = pc.add(cells.column("gap_s"), cells.column("no_reading_s"))
+    cols["unobserved_ms"] = pc.cast(pc.round(pc.multiply(unobs, 1000.0)), pa.int64())
+    t = pa.table(cols)
+    group = ["host", "period_start", "held", *(f"g_{i}" for i in range(len(keys)))]
+    agg = t.group_by(group, use_threads=False).aggregate(
+        [(c, "sum") for c in (*_VALUE, "unobserved_ms")])
+    return agg.rename_columns([c[:-4] if c.endswith("_sum") else c for c in agg.column_names])
+
+
+@dataclass(frozen=True)
+class BillAllocation:
+    """The bill split and reconciled: ``showback`` (Arrow table, whole cents as int64) and
+    ``summary`` (plain JSON-able dict, money as strings with two decimals)."""
+
+    showback: pa.Table
+    summary: dict[str, Any]
+
+
+def _usd(cents: int) -> str:
+    sign = "-" if cents < 0 else ""
+    c = abs(int(cents))
+    return f"{sign}{c // 100}.{c % 100:02d}"
+
+
+def _dec_usd(x: Decimal | None) -> str | None:
+    return None if x is None else str(x.quantize(Decimal("0.01")))
+
+
+def _iso(t: Any) -> str:
+    if isinstance(t, datetime):
+        return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return str(t)
+
+
+def _host_candidates(resource_id: str | None, name: str | None) -> list[str]:
+    out = []
+    for v in (resource_id, name):
+        if v:
+            out.append(v.lower())
+            tail = v.replace(":", "/").rstrip("/").rsplit("/", 1)[-1]
+            out.append(tail.lower())
+    return out
+
+
+def allocate(
+    bill: Bill,
+    hours: pa.Table,
+    keys: Sequence[str],
+    *,
+    method: str = "allocation",
+    cost: str = "billed",
+    window: tuple[datetime, datetime] | None = None,
+    catalog: Sequence[CatalogEntry] | None = None,
+    host_aliases: Mapping[str, str] | None = None,
+    sql_dir: str | Path | None = None,
+) -> BillAllocation:
+    """Join ``bill`` to measured ``hours`` (:func:`usage_hours`) and reconcile.
+
+    ``keys``: the group keys' display names (``team``, ``project``), in ``g_i`` order.
+    ``window``: the telemetry's [start, end); charge periods outside it are not covered.
+    ``host_aliases``: telemetry host -> bill resource id, where the names differ.
+    ``sql_dir``: also write the join's inputs (``bill_lines``, ``gpu_skus``, ``host_map``,
+    ``usage_hours`` as Parquet) and its SQL (``join.sql``) there, to run the same query in a
+    warehouse (docs/billing.md).
+    """
+    if method not in METHODS:
+        raise InputError(f"unknown method {method!r}", fix="use allocation or usage")
+    con = bill.con
+    # GPU SKUs from the catalog, over the bill's distinct SKU texts
+    texts = [r[0] for r in con.execute(
+        "SELECT DISTINCT sku_text FROM bill_lines WHERE sku_text IS NOT NULL").fetchall()]
+    skus = match_skus(texts, catalog)
+    con.register("gpu_skus_arrow", pa.table({
+        "sku_text": pa.array(list(skus), pa.string()),
+        "instance": pa.array([s.instance for s in skus.values()], pa.string()),
+        "gpu_model": pa.array([s.gpu_model for s in skus.values()], pa.string()),
+        "gpus_per_instance": pa.array([s.gpus_per_instance for s in skus.values()], pa.int64()),
+        "per_gpu": pa.array([s.per_gpu for s in skus.values()], pa.bool_()),
+    }))
+    con.execute("CREATE OR REPLACE TEMP TABLE gpu_skus AS SELECT * FROM gpu_skus_arrow")
+    # which telemetry host each GPU resource is
+    hosts = sorted(set(hours.column("host").to_pylist())) if hours.num_rows else []
+    by_name = {h.lower(): h for h in hosts}
+    for alias, target in (host_aliases or {}).items():
+        by_name[target.lower()] = alias
+    resources = con.execute(
+        "SELECT DISTINCT b.resource_id, b.resource_name FROM bill_lines b "
+        "JOIN gpu_skus s ON b.sku_text = s.sku_text").fetchall()
+    pairs: dict[str, str] = {}
+    for rid, name in resources:
+        for cand in _host_candidates(rid, name):
+            if cand in by_name and rid is not None:
+                pairs[rid] = by_name[cand]
+                break
+    con.register("host_map_arrow", pa.table({
+        "resource_id": pa.array(list(pairs), pa.string()),
+        "host": pa.array(list(pairs.values()), pa.string())}))
+    con.execute("CREATE OR REPLACE TEMP TABLE host_map AS SELECT * FROM host_map_arrow")
+    con.register("usage_hours_arrow", hours)
+    con.execute("CREATE OR REPLACE TEMP TABLE usage_hours AS SELECT * FROM usage_hours_arrow")
+    win = None if window is None else (_iso(window[0]), _iso(window[1]))
+    sql = allocation_sql(len(keys), method, cost, win)
+    if sql_dir is not None:
+        out = Path(sql_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        for rel in ("bill_lines", "gpu_skus", "host_map", "usage_hours"):
+            dest = str(out / f"{rel}.parquet").replace("'", "''")
+            con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
+        (out / "join.sql").write_text(sql, encoding="utf-8")
+    con.execute(sql)
+    return _summarise(bill, keys, method, cost, window, pairs, hosts)
+
+
+def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
+               window: tuple[datetime, datetime] | None, pairs: Mapping[str, str],
+               hosts: Sequence[str]) -> BillAllocation:
+    con = bill.con
+    gk = [f"g_{i}" for i in range(len(keys))]
+    # periods and their exact billed totals
+    periods = con.execute(
+        "SELECT currency, charge_start, charge_end, CAST(units AS VARCHAR), billed_gpu_ms "
+        "FROM period_totals ORDER BY currency, charge_start, charge_end").fetchall()
+    pindex = {(c, s, e): i for i, (c, s, e, _u, _m) in enumerate(periods)}
+    # each currency's total rounds once; its periods get whole cents summing to it
+    targets = [0] * len(periods)
+    for ccy in {p[0] for p in periods}:
+        idx = [i for i, p in enumerate(periods) if p[0] == ccy]
+        units = [int(periods[i][3]) for i in idx]
+        for i, c in zip(idx, split_cents(units, cents_of_units(sum(units)))):
+            targets[i] = c
+    g_sel = "".join(f"{g}, " for g in gk)
+    floor = (f"(CASE WHEN units >= 0 THEN units // {UNITS_PER_CENT} "
+             f"ELSE -((-units + {UNITS_PER_CENT - 1}) // {UNITS_PER_CENT}) END)")
+    rows = con.sql(
+        f"SELECT currency, charge_start, charge_end, kind, reason, {g_sel}phase, "
+        f"CAST({floor} AS BIGINT) AS fl, "
+        f"CAST(units - {floor} * {UNITS_PER_CENT} AS BIGINT) AS rem, "
+        "gpu_ms FROM alloc ORDER BY currency, charge_start, charge_end, kind, reason, "
+        f"{g_sel}phase").to_arrow_table()
+    rem_units = rows.column("rem").to_numpy(zero_copy_only=False).astype(np.int64)
+    cur = rows.column("currency").to_pylist()
+    st = rows.column("charge_start").to_pylist()
+    en = rows.column("charge_end").to_pylist()
+    pidx = np.array([pindex[(c, s, e)] for c, s, e in zip(cur, st, en)], dtype=np.int64)
+    fl = rows.column("fl").to_numpy(zero_copy_only=False).astype(np.int64)
+    cents = reconcile_cents(pidx, fl, rem_units, targets)
+    gpu_h = pc.divide(pc.cast(rows.column("gpu_ms"), pa.float64()), 3_600_000.0)
+    showback = pa.table({
+        "period_start": rows.column("charge_start"),
+        "period_end": rows.column("charge_end"),
+        "currency": rows.column("currency"),
+        "line": pa.array([_line_label(k, r, [rows.column(g)[i].as_py() for g in gk], keys)
+                          for i, (k, r) in enumerate(zip(rows.column("kind").to_pylist(),
+                                                         rows.column("reason").to_pylist()))],
+                         pa.string()),
+        "kind": rows.column("kind"),
+        "reason": rows.column("reason"),
+        **{k: rows.column(g) for k, g in zip(keys, gk)},
+        "phase": rows.column("phase"),
+        "method": pa.array([method] * rows.num_rows, pa.string()),
+        "amount": pa.array(cents, pa.int64()),
+        "gpu_hours": gpu_h,
+    })
+    summary = _summary_dict(bill, keys, method, cost, window, periods, targets, showback,
+                            pairs, hosts, fl, rem_units)
+    return BillAllocation(showback=showback, summary=summary)
+
+
+def _line_label(kind: str, reason: str, vals: Sequence[str | None], keys: Sequence[str]) -> str:
+    named = "/".join(v for v in vals if v is not None)
+    if kind == "team":
+        return named or UNATTRIBUTED
+    if kind == "idle":
+        return f"idle (held by {named})" if reason == "held" and named else "idle (held by nobody)"
+    return f"unallocated ({reason})"
+
+
+def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
+                  window: tuple[datetime, datetime] | None,
+                  periods: Sequence[tuple[Any, ...]], targets: Sequence[int],
+                  showback: pa.Table, pairs: Mapping[str, str], hosts: Sequence[str],
+                  floor_cents: np.ndarray, rem_units: np.ndarray) -> dict[str, Any]:
+    con = bill.con
+    out: dict[str, Any] = {
+        "version": "1.0",
+        "files": list(bill.files),
+        "format": bill.fmt,
+        "dialect": bill.dialect,
+        "method": method,
+        "cost_basis": cost,
+        "group_keys": list(keys),
+        "notes": list(bill.notes),
+        "telemetry_window": None if window is None else
+        {"start": _iso(window[0]), "end": _iso(window[1])},
+        "currencies": {},
+    }
+    sb_cur = showback.column("currency").to_pylist()
+    sb_kind = showback.column("kind").to_pylist()
+    sb_line = showback.column("line").to_pylist()
+    sb_reason = showback.column("reason").to_pylist()
+    sb_phase = showback.column("phase").to_pylist()
+    sb_amt = showback.column("amount").to_pylist()
+    sb_h = showback.column("gpu_hours").to_pylist()
+    sb_keys = [showback.column(k).to_pylist() for k in keys]
+    sb_start = showback.column("period_start").to_pylist()
+    sb_end = showback.column("period_end").to_pylist()
+    currencies = sorted({p[0] for p in periods} | {r[0] for r in con.execute(
+        "SELECT DISTINCT currency FROM bill_lines").fetchall()}, key=lambda c: (c != "USD", c))
+    for ccy in currencies:
+        lines: dict[tuple[Any, ...], dict[str, Any]] = {}
+        per_period: dict[tuple[Any, Any], dict[str, int]] = {}
+        for i in range(len(sb_amt)):
+            if sb_cur[i] != ccy:
+                continue
+            group = {k: sb_keys[j][i] for j, k in enumerate(keys)}
+            lkey = (sb_kind[i], sb_line[i])
+            ln = lines.setdefault(lkey, {
+                "line": sb_line[i], "kind": sb_kind[i], "reason": sb_reason[i],
+                "group": group if sb_kind[i] != "unallocated" else {},
+                "units": 0, "gpu_hours": 0.0, "phase_units": {}})
+            u = int(floor_cents[i]) * UNITS_PER_CENT + int(rem_units[i])
+            ln["units"] += u
+            ln["gpu_hours"] += sb_h[i]
+            ln["phase_units"][sb_phase[i]] = ln["phase_units"].get(sb_phase[i], 0) + u
+            pp = per_period.setdefault((sb_start[i], sb_end[i]), {
+                "team": 0, "idle": 0, "unallocated": 0})
+            pp[sb_kind[i]] += sb_amt[i]
+        kind_order = {"team": 0, "idle": 1, "unallocated": 2}
+        c_periods = [(p, t) for p, t in zip(periods, targets) if p[0] == ccy]
+        billed_cents = sum(t for _p, t in c_periods)
+        # each line rounds once from its exact amount; the lines sum to the billed total
+        vals = list(lines.values())
+        for ln, c in zip(vals, split_cents([ln["units"] for ln in vals], billed_cents)):
+            ln["cents"] = c
+            ph = list(ln["phase_units"])
+            ln["phase_cents"] = dict(zip(ph, split_cents([ln["phase_units"][p] for p in ph], c)))
+        line_list = sorted(vals, key=lambda d: (kind_order[d["kind"]], -d["cents"], d["line"]))
+        period_rows = []
+        all_exact = True
+        for p, t in c_periods:
+            pp = per_period.get((p[1], p[2]), {"team": 0, "idle": 0, "unallocated": 0})
+            s = pp["team"] + pp["idle"] + pp["unallocated"]
+            all_exact = all_exact and s == t
+            period_rows.append({"start": _iso(p[1]), "end": _iso(p[2]), "billed": _usd(t),
+                                "teams": _usd(pp["team"]), "idle": _usd(pp["idle"]),
+                                "unallocated": _usd(pp["unallocated"]),
+                                "billed_gpu_hours": round(int(p[4] or 0) / 3_600_000, 4)})
+        exact_units = sum(int(p[3]) for p, _t in c_periods)
+        sum_lines = sum(ln["cents"] for ln in line_list)
+        gpu = con.execute(
+            "SELECT sum(billed_cost), sum(effective_cost), sum(list_cost), "
+            "sum(billed_gpu_ms) FROM gpu_lines WHERE currency = ?", [ccy]).fetchone()
+        non_gpu = con.execute(
+            "SELECT COALESCE(service, '(no service)'), COALESCE(charge_category, ''), "
+            "sum(billed_cost), sum(effective_cost), sum(list_cost), count(*) "
+            "FROM bill_lines b WHERE currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
+            "WHERE s.sku_text = b.sku_text) GROUP BY ALL ORDER BY 3 DESC", [ccy]).fetchall()
+        all_total = con.execute(
+            "SELECT sum(billed_cost), count(*) FROM bill_lines WHERE currency = ?",
+            [ccy]).fetchone()
+        rates = con.execute(
+            "SELECT instance, gpu_model, COALESCE(pricing_category, 'Standard'), "
+            "sum(billed_gpu_ms), sum(billed_cost), sum(effective_cost), sum(list_cost), "
+            "count(*) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC",
+            [ccy]).fetchall()
+        out["currencies"][ccy] = {
+            "bill_total": _dec_usd(all_total[0] or Decimal(0)),
+            "bill_lines": int(all_total[1]),
+            "gpu": {"billed": _dec_usd(gpu[0] or Decimal(0)),
+                    "effective": _dec_usd(gpu[1] or Decimal(0)),
+                    "list": _dec_usd(gpu[2] or Decimal(0)),
+                    "gpu_hours": round(int(gpu[3] or 0) / 3_600_000, 4)},
+            "non_gpu": {
+                "billed": _dec_usd(sum((r[2] for r in non_gpu), Decimal(0))),
+                "lines": sum(int(r[5]) for r in non_gpu),
+                "by_service": [{"service": r[0], "charge_category": r[1],
+                                "billed": _dec_usd(r[2]), "effective": _dec_usd(r[3]),
+                                "list": _dec_usd(r[4]), "lines": int(r[5])}
+                               for r in non_gpu]},
+            "lines": [{"line": ln["line"], "kind": ln["kind"], "reason": ln["reason"],
+                       "group": ln["group"], "amount": _usd(ln["cents"]),
+                       "gpu_hours": round(ln["gpu_hours"], 4),
+                       "phases": {p: _usd(ln["phase_cents"].get(p, 0))
+                                  for p in (*PHASE_COLS, "unobserved")
+                                  if p in ln["phase_cents"]}}
+                      for ln in line_list],
+            "reconciliation": {
+                "periods": len(c_periods),
+                "every_period_exact": all_exact,
+                "billed": _usd(billed_cents),
+                "sum_of_lines": _usd(sum_lines),
+                "difference": _usd(sum_lines - billed_cents),
+                "exact_billed": str(Decimal(exact_units).scaleb(-12)),
+            },
+            "periods": period_rows,
+            "rates": [_rate_row(r) for r in rates],
+        }
+    unmatched = con.execute(
+        "SELECT resource_id, any_value(instance), currency, sum(billed_cost), "
+        "sum(billed_gpu_ms) FROM gpu_lines WHERE resource_id IS NULL OR resource_id NOT IN "
+        "(SELECT resource_id FROM host_map) GROUP BY resource_id, currency "
+        "ORDER BY 4 DESC").fetchall()
+    out["bill_without_telemetry"] = [
+        {"resource_id": r[0], "instance": r[1], "currency": r[2], "billed": _dec_usd(r[3]),
+         "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]
+    billed_hosts = set(pairs.values())
+    out["telemetry_without_bill"] = [h for h in hosts if h not in billed_hosts]
+    return out
+
+
+def _rate_row(r: tuple[Any, ...]) -> dict[str, Any]:
+    hours = Decimal(int(r[3] or 0)) / Decimal(3_600_000)
+
+    def per_h(x: Decimal | None) -> str | None:
+        if x is None or hours == 0:
+            return None
+        return str((x / hours).quantize(Decimal("0.0001")))
+
+    return {"instance": r[0], "gpu_model": r[1], "pricing_category": r[2],
+            "gpu_hours": float(round(hours, 4)), "billed": _dec_usd(r[4]),
+            "effective": _dec_usd(r[5]), "list": _dec_usd(r[6]), "lines": int(r[7]),
+            "billed_per_gpu_hour": per_h(r[4]),
+            "effective_per_gpu_hour": per_h(r[5]),
+            "list_per_gpu_hour": per_h(r[6])}
+
+
+def units_to_decimal(units: int) -> Decimal:
+    return Decimal(units) / UNITS_PER_USD

@@ -1,0 +1,466 @@
+"""Read a cloud bill into one canonical DuckDB relation, ``bill_lines``.
+
+Formats (detected by their columns, or forced with ``fmt``):
+
+- ``focus``: FinOps FOCUS 1.0, 1.1 and 1.2 (``BilledCost``, ``ChargePeriodStart``, ...);
+- ``cur``: AWS Cost and Usage Report, legacy (``lineItem/UsageType``) or CUR 2.0
+  (``line_item_usage_type``); ``cur`` accepts both and tells them apart by column names;
+- ``gcp``: the Google Cloud billing export (``usage_start_time``, ``cost``, ``sku.description``,
+  flattened in CSV or as structs in Parquet).
+
+Files are CSV, CSV.gz or Parquet, one file or a folder of them (searched recursively, so a
+Hive-partitioned export such as ``year=2026/month=10/part-0.parquet`` reads as one bill).
+Real exports break the spec (the FOCUS sample data: dates without ``T``/``Z``, literal
+``NULL``); those are tolerated. A required column that is missing, or a value that is not a
+number or a timestamp, raises :class:`~gpuaudit.errors.InputError` naming the file, the
+column and the row. Money is ``DECIMAL(38,12)`` in DuckDB and ``Decimal`` in Python.
+
+The canonical columns (``CANONICAL``) are what the join (``billing/join.py``) reads; the same
+view can be written as SQL against Athena, Trino or BigQuery (docs/billing.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gpuaudit.errors import InputError
+
+__all__ = ["BILL_FORMATS", "CANONICAL", "Bill", "detect_format", "open_bill"]
+
+#: Input formats of ``gpuaudit bill --format``: disjoint from the output formats.
+BILL_FORMATS: tuple[str, ...] = ("focus", "cur", "gcp")
+
+MONEY = "DECIMAL(38,12)"
+
+#: The canonical view's columns, in order, with their DuckDB types.
+CANONICAL: tuple[tuple[str, str], ...] = (
+    ("src_file", "VARCHAR"),
+    ("src_row", "BIGINT"),
+    ("provider", "VARCHAR"),
+    ("charge_start", "TIMESTAMPTZ"),
+    ("charge_end", "TIMESTAMPTZ"),
+    ("charge_category", "VARCHAR"),
+    ("pricing_category", "VARCHAR"),
+    ("service", "VARCHAR"),
+    ("resource_id", "VARCHAR"),
+    ("resource_name", "VARCHAR"),
+    ("sku_text", "VARCHAR"),
+    ("quantity", "DOUBLE"),
+    ("unit", "VARCHAR"),
+    ("billed_cost", MONEY),
+    ("effective_cost", MONEY),
+    ("list_cost", MONEY),
+    ("currency", "VARCHAR"),
+)
+
+_NULLS = ("NULL", "null", "Null", "")
+
+
+@dataclass(frozen=True)
+class _Field:
+    """One canonical column: where each format finds it and how it is typed.
+
+    ``sources``: candidate source columns, first present wins (``coalesce`` over those
+    present when ``coalesce``); ``kind``: text, money, number or time.
+    """
+
+    name: str
+    kind: str
+    sources: tuple[str, ...]
+    required: bool = False
+    coalesce: bool = False
+    concat: bool = False
+
+
+def _f(name: str, kind: str, *sources: str, required: bool = False, coalesce: bool = False,
+       concat: bool = False) -> _Field:
+    return _Field(name, kind, tuple(sources), required, coalesce, concat)
+
+
+# FOCUS names (1.0 -> 1.2: ProviderName became ServiceProviderName; both read).
+_FOCUS = (
+    _f("provider", "text", "ServiceProviderName", "ProviderName", "InvoiceIssuerName"),
+    _f("charge_start", "time", "ChargePeriodStart", required=True),
+    _f("charge_end", "time", "ChargePeriodEnd", required=True),
+    _f("charge_category", "text", "ChargeCategory"),
+    _f("pricing_category", "text", "PricingCategory"),
+    _f("service", "text", "ServiceName"),
+    _f("resource_id", "text", "ResourceId"),
+    _f("resource_name", "text", "ResourceName"),
+    _f("sku_text", "text", "x_InstanceType", "x_UsageType", "SkuId", "SkuPriceId",
+       "ResourceType", "SkuMeter", "x_SkuMeterName", "ChargeDescription", concat=True),
+    _f("quantity", "number", "ConsumedQuantity", "PricingQuantity"),
+    _f("unit", "text", "ConsumedUnit", "PricingUnit"),
+    _f("billed_cost", "money", "BilledCost", required=True),
+    _f("effective_cost", "money", "EffectiveCost"),
+    _f("list_cost", "money", "ListCost"),
+    _f("currency", "text", "BillingCurrency"),
+)
+
+_CUR_LEGACY = (
+    _f("provider", "text", "bill/BillingEntity"),
+    _f("charge_start", "time", "lineItem/UsageStartDate", required=True),
+    _f("charge_end", "time", "lineItem/UsageEndDate", required=True),
+    _f("charge_category", "text", "lineItem/LineItemType"),
+    _f("pricing_category", "text", "pricing/term"),
+    _f("service", "text", "product/ProductName", "lineItem/ProductCode"),
+    _f("resource_id", "text", "lineItem/ResourceId"),
+    _f("resource_name", "text", "resourceTags/user:Name", "resourceTags/user:node",
+       "resourceTags/user:kubernetes.io/hostname"),
+    _f("sku_text", "text", "product/instanceType", "lineItem/UsageType",
+       "lineItem/LineItemDescription", concat=True),
+    _f("quantity", "number", "lineItem/UsageAmount"),
+    _f("unit", "text", "pricing/unit"),
+    _f("billed_cost", "money", "lineItem/NetUnblendedCost", "lineItem/UnblendedCost",
+       required=True, coalesce=True),
+    _f("_sp", "money", "savingsPlan/SavingsPlanEffectiveCost"),
+    _f("_ri", "money", "reservation/EffectiveCost"),
+    _f("list_cost", "money", "pricing/publicOnDemandCost"),
+    _f("currency", "text", "lineItem/CurrencyCode"),
+)
+
+_CUR2 = (
+    _f("provider", "text", "bill_billing_entity"),
+    _f("charge_start", "time", "line_item_usage_start_date", required=True),
+    _f("charge_end", "time", "line_item_usage_end_date", required=True),
+    _f("charge_category", "text", "line_item_line_item_type"),
+    _f("pricing_category", "text", "pricing_term"),
+    _f("service", "text", "product_product_name", "line_item_product_code"),
+    _f("resource_id", "text", "line_item_resource_id"),
+    _f("resource_name", "text", "resource_tags_user_name", "resource_tags_user_node"),
+    _f("sku_text", "text", "product_instance_type", "line_item_usage_type",
+       "line_item_line_item_description", concat=True),
+    _f("quantity", "number", "line_item_usage_amount"),
+    _f("unit", "text", "pricing_unit"),
+    _f("billed_cost", "money", "line_item_net_unblended_cost", "line_item_unblended_cost",
+       required=True, coalesce=True),
+    _f("_sp", "money", "savings_plan_savings_plan_effective_cost"),
+    _f("_ri", "money", "reservation_effective_cost"),
+    _f("list_cost", "money", "pricing_public_on_demand_cost"),
+    _f("currency", "text", "line_item_currency_code"),
+)
+
+_GCP = (
+    _f("charge_start", "time", "usage_start_time", required=True),
+    _f("charge_end", "time", "usage_end_time", required=True),
+    _f("charge_category", "text", "cost_type"),
+    _f("service", "text", "service.description"),
+    _f("resource_id", "text", "resource.global_name", "resource.name"),
+    _f("resource_name", "text", "resource.name"),
+    _f("sku_text", "text", "system_labels.compute.googleapis.com/machine_spec",
+       "sku.description", concat=True),
+    _f("quantity", "number", "usage.amount_in_pricing_units", "usage.amount"),
+    _f("unit", "text", "usage.pricing_unit", "usage.unit"),
+    _f("billed_cost", "money", "cost", required=True),
+    _f("list_cost", "money", "cost_at_list"),
+    _f("currency", "text", "currency", required=True),
+)
+
+_MARKERS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
+    ("focus", "FOCUS", ("BilledCost", "ChargePeriodStart")),
+    ("cur", "AWS CUR (legacy)", ("lineItem/UsageStartDate", "lineItem/UnblendedCost")),
+    ("cur", "AWS CUR 2.0", ("line_item_usage_start_date", "line_item_unblended_cost")),
+    ("gcp", "GCP billing export", ("usage_start_time", "cost")),
+)
+
+_FIELDS = {"FOCUS": _FOCUS, "AWS CUR (legacy)": _CUR_LEGACY, "AWS CUR 2.0": _CUR2,
+           "GCP billing export": _GCP}
+
+
+@dataclass
+class Bill:
+    """An opened bill: a DuckDB connection holding the view ``bill_lines``.
+
+    ``dialect`` is the exact format found (e.g. ``AWS CUR 2.0``, ``FOCUS 1.2``);
+    ``notes`` say what was assumed (a missing optional column, a currency assumed USD).
+    """
+
+    con: Any
+    files: tuple[str, ...]
+    fmt: str
+    dialect: str
+    notes: list[str] = field(default_factory=list)
+    columns: tuple[str, ...] = ()
+
+    @property
+    def origin(self) -> str:
+        return self.files[0] if len(self.files) == 1 else \
+            f"{len(self.files)} files under {Path(self.files[0]).parent}"
+
+
+def _files(path: str | Path | Sequence[str | Path]) -> list[Path]:
+    paths = [Path(p) for p in path] if isinstance(path, (list, tuple)) else [Path(path)]  # type: ignore[arg-type]
+    out: list[Path] = []
+    for p in paths:
+        if p.is_dir():
+            found = sorted(q for q in p.rglob("*") if q.is_file() and _kind(q) is not None)
+            if not found:
+                raise InputError("no bill files (.csv, .csv.gz, .parquet) in this folder",
+                                 where=str(p), fix="point at a FOCUS/CUR/GCP export folder")
+            out.extend(found)
+        elif p.is_file():
+            if _kind(p) is None:
+                raise InputError("not a bill file: expected .csv, .csv.gz or .parquet",
+                                 where=str(p), fix="export the bill as CSV or Parquet")
+            out.append(p)
+        else:
+            raise InputError("bill file not found", where=str(p),
+                             fix="give an existing file or folder")
+    return out
+
+
+def _kind(p: Path) -> str | None:
+    name = p.name.lower()
+    if name.endswith((".csv", ".csv.gz", ".csv.zst")):
+        return "csv"
+    if name.endswith((".parquet", ".parq", ".snappy.parquet")):
+        return "parquet"
+    return None
+
+
+def _sql_str(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _raw_scan(files: Sequence[Path], kind: str) -> str:
+    lst = "[" + ", ".join(_sql_str(str(f)) for f in files) + "]"
+    if kind == "csv":
+        nulls = "[" + ", ".join(_sql_str(n) for n in _NULLS) + "]"
+        return (f"read_csv({lst}, header=true, all_varchar=true, union_by_name=true, "
+                f"filename=true, nullstr={nulls}, quote='\"', escape='\"')")
+    return f"read_parquet({lst}, union_by_name=true, filename=true, file_row_number=true, " \
+           "hive_partitioning=false)"
+
+
+def detect_format(columns: Sequence[str]) -> tuple[str, str] | None:
+    """``(fmt, dialect)`` from a bill's column names, or None when nothing matches."""
+    cols = set(columns)
+    flat = cols | {c.split(".")[0] for c in cols}
+    for fmt, dialect, needed in _MARKERS:
+        if all(n in flat or n in cols for n in needed):
+            if dialect == "FOCUS":
+                return fmt, f"FOCUS {_focus_version(cols)}"
+            return fmt, dialect
+    return None
+
+
+def _focus_version(cols: set[str]) -> str:
+    if {"ServiceProviderName", "InvoiceId", "PricingCurrency"} & cols:
+        return "1.2"
+    if {"CapacityReservationId", "ServiceSubcategory", "SkuMeter"} & cols:
+        return "1.1"
+    return "1.0"
+
+
+def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None,
+              con: Any = None) -> Bill:
+    """Open a bill (a file or a folder) and create the ``bill_lines`` view on ``con``.
+
+    ``fmt`` forces ``focus``, ``cur`` or ``gcp``; otherwise the columns decide. Every money,
+    number and time value is checked before the view is used: the first bad one raises
+    :class:`InputError` naming file, column and row.
+    """
+    import duckdb
+
+    if fmt is not None and fmt not in BILL_FORMATS:
+        raise InputError(f"unknown bill format {fmt!r}",
+                         fix=f"use one of {', '.join(BILL_FORMATS)} (or leave it out to detect)")
+    files = _files(path)
+    kinds = {_kind(f) for f in files}
+    if len(kinds) > 1:
+        raise InputError("the folder mixes CSV and Parquet bill files",
+                         where=str(files[0].parent), fix="give one format per run")
+    kind = kinds.pop() or "csv"
+    con = con if con is not None else duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    scan = _raw_scan(files, kind)
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW bill_raw AS SELECT * FROM {scan}")
+        desc = con.execute("DESCRIBE bill_raw").fetchall()
+    except duckdb.Error as exc:
+        raise InputError(f"cannot read the bill: {str(exc).splitlines()[0]}",
+                         where=str(files[0]),
+                         fix="give a CSV (optionally .gz) or Parquet bill export") from None
+    types = {str(r[0]): str(r[1]) for r in desc}
+    columns = _flat_columns(types)
+    found = detect_format(list(columns))
+    if found is None:
+        raise InputError(
+            "cannot tell the bill's format from its columns (" + ", ".join(list(columns)[:8])
+            + (", ..." if len(columns) > 8 else "") + ")", where=str(files[0]),
+            fix="give a FOCUS (BilledCost, ChargePeriodStart), AWS CUR (lineItem/UsageType or "
+            "line_item_usage_type) or GCP billing export (usage_start_time, cost)")
+    got_fmt, dialect = found
+    if fmt is not None and fmt != got_fmt:
+        # forced: read with the forced format's columns when they are there
+        alt = [d for f_, d, need in _MARKERS if f_ == fmt
+               and all(n in columns for n in need)]
+        if not alt:
+            raise InputError(
+                f"--format {fmt} was given but the columns are those of {dialect}",
+                where=str(files[0]), fix=f"drop --format {fmt} (the format is detected) or "
+                "give the right file")
+        dialect = alt[0]
+        got_fmt = fmt
+    bill = Bill(con=con, files=tuple(str(f) for f in files), fmt=got_fmt, dialect=dialect,
+                columns=tuple(columns))
+    spec = _FIELDS[dialect.split(" 1.")[0] if dialect.startswith("FOCUS") else dialect]
+    _build_view(bill, spec, columns, kind)
+    return bill
+
+
+def _flat_columns(types: dict[str, str]) -> dict[str, str]:
+    """Column name -> SQL expression; struct fields of Parquet exports (GCP's
+    ``sku STRUCT(description ...)``) appear as ``sku.description``."""
+    out: dict[str, str] = {}
+    for name, typ in types.items():
+        if name in ("filename", "file_row_number"):
+            continue
+        out[name] = _q(name)
+        if typ.startswith("STRUCT("):
+            for sub in _struct_fields(typ):
+                out.setdefault(f"{name}.{sub}", f"{_q(name)}.{_q(sub)}")
+    return out
+
+
+def _struct_fields(typ: str) -> list[str]:
+    inner = typ[len("STRUCT("):-1]
+    names, depth, cur = [], 0, ""
+    for ch in inner:
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            names.append(cur.strip().split(" ")[0].strip('"'))
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        names.append(cur.strip().split(" ")[0].strip('"'))
+    return names
+
+
+def _q(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _typed(expr: str, kind: str) -> str:
+    if kind == "money":
+        return f"TRY_CAST({expr} AS {MONEY})"
+    if kind == "number":
+        return f"TRY_CAST({expr} AS DOUBLE)"
+    if kind == "time":
+        return f"TRY_CAST({expr} AS TIMESTAMPTZ)"
+    return f"NULLIF(TRIM(CAST({expr} AS VARCHAR)), '')"
+
+
+def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kind: str) -> None:
+    con = bill.con
+    exprs: dict[str, str] = {}
+    checks: list[tuple[str, str, str]] = []  # (column name, raw expr, kind)
+    for fld in spec:
+        present = [s for s in fld.sources if s in columns]
+        if not present:
+            if fld.required:
+                raise InputError(
+                    f"required column {fld.sources[0]!r} is missing ({bill.dialect})",
+                    where=f"{bill.files[0]}, column {fld.sources[0]}",
+                    fix="export the bill with all of its standard columns")
+            exprs[fld.name] = "NULL"
+            if fld.name == "list_cost" or (fld.name == "effective_cost"
+                                           and bill.fmt == "focus"):
+                bill.notes.append(f"no {fld.sources[0]} column: {fld.name.replace('_', ' ')} "
+                                  "taken as billed cost")
+            continue
+        if fld.concat:
+            parts = [_typed(columns[s], "text") for s in present]
+            exprs[fld.name] = "NULLIF(CONCAT_WS(' | ', " + ", ".join(parts) + "), '')"
+            continue
+        use = present if fld.coalesce else present[:1]
+        for s in use:
+            if fld.kind != "text":
+                checks.append((s, columns[s], fld.kind))
+        typed = [_typed(columns[s], fld.kind) for s in use]
+        exprs[fld.name] = typed[0] if len(typed) == 1 else "COALESCE(" + ", ".join(typed) + ")"
+    if exprs["currency"] == "NULL":
+        exprs["currency"] = "'USD'"
+        bill.notes.append("no currency column: amounts assumed USD")
+    exprs["effective_cost"] = f"COALESCE({exprs.get('effective_cost', 'NULL')}, " \
+        f"{exprs['billed_cost']})"
+    exprs["list_cost"] = f"COALESCE({exprs['list_cost']}, {exprs['billed_cost']})"
+    if bill.dialect.startswith("AWS CUR"):
+        exprs["charge_category"] = _cur_charge_category(exprs["charge_category"])
+        lit = next((columns[c] for c in ("lineItem/LineItemType", "line_item_line_item_type")
+                    if c in columns), "NULL")
+        exprs["pricing_category"] = _cur_pricing_category(exprs["pricing_category"], lit,
+                                                          exprs["sku_text"])
+        sp, ri = (exprs.pop("_sp", "NULL"), exprs.pop("_ri", "NULL"))
+        exprs["effective_cost"] = (
+            f"CASE {lit} WHEN 'SavingsPlanCoveredUsage' THEN COALESCE({sp}, 0) "
+            f"WHEN 'DiscountedUsage' THEN COALESCE({ri}, 0) "
+            f"WHEN 'SavingsPlanNegation' THEN 0 ELSE {exprs['billed_cost']} END")
+        exprs["provider"] = f"COALESCE({exprs['provider']}, 'AWS')"
+    elif bill.dialect == "GCP billing export":
+        exprs["provider"] = "'Google Cloud'"
+        exprs["pricing_category"] = "NULL"
+        exprs["charge_category"] = (
+            f"CASE lower({exprs['charge_category']}) WHEN 'tax' THEN 'Tax' "
+            f"WHEN 'adjustment' THEN 'Adjustment' WHEN 'rounding_error' THEN 'Adjustment' "
+            f"ELSE 'Usage' END")
+    row = "file_row_number + 1" if kind == "parquet" else \
+        "row_number() OVER (PARTITION BY filename)"
+    select = ",\n  ".join(
+        ["filename AS src_file", f"CAST({row} AS BIGINT) AS src_row"]
+        + [f"CAST({exprs[n]} AS {t}) AS {n}" for n, t in CANONICAL[2:]])
+    _check_values(bill, checks, row)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW bill_lines AS SELECT\n  {select}\nFROM bill_raw")
+
+
+def _cur_charge_category(raw: str) -> str:
+    return (f"CASE {raw} WHEN 'Tax' THEN 'Tax' "
+            "WHEN 'Fee' THEN 'Purchase' WHEN 'RIFee' THEN 'Purchase' "
+            "WHEN 'SavingsPlanUpfrontFee' THEN 'Purchase' "
+            "WHEN 'SavingsPlanRecurringFee' THEN 'Purchase' "
+            "WHEN 'Credit' THEN 'Credit' WHEN 'Refund' THEN 'Credit' "
+            "ELSE 'Usage' END")
+
+
+def _cur_pricing_category(term: str, lit: str, sku: str) -> str:
+    return (f"CASE WHEN {lit} IN ('SavingsPlanCoveredUsage', 'DiscountedUsage') "
+            "THEN 'Committed' "
+            f"WHEN lower({term}) = 'spot' OR {sku} LIKE '%SpotUsage%' THEN 'Dynamic' "
+            f"WHEN lower({term}) = 'reserved' THEN 'Committed' "
+            f"WHEN lower({term}) = 'ondemand' OR {term} = 'On Demand' THEN 'Standard' "
+            "ELSE NULL END")
+
+
+def _check_values(bill: Bill, checks: Sequence[tuple[str, str, str]], row: str) -> None:
+    """One scan counting the values that do not parse, then the first bad row of the first
+    bad column, so the error names file, column and row."""
+    if not checks:
+        return
+    con = bill.con
+    conds = []
+    for _name, expr, kind in checks:
+        typed = _typed(expr, kind)
+        conds.append(f"({expr} IS NOT NULL AND {typed} IS NULL)")
+    counts = con.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE {c})" for c in conds)
+                         + " FROM bill_raw").fetchone()
+    for (name, expr, kind), cond, n in zip(checks, conds, counts):
+        if not n:
+            continue
+        where = con.execute(
+            f"SELECT filename, rn, CAST(v AS VARCHAR) FROM (SELECT filename, {row} AS rn, "
+            f"{expr} AS v, {cond} AS bad FROM bill_raw) WHERE bad ORDER BY filename, rn "
+            "LIMIT 1").fetchone()
+        what = {"money": "an amount", "number": "a number", "time": "a timestamp"}[kind]
+        fix = {"money": "amounts are plain decimals, e.g. 32.7726 (no currency sign)",
+               "number": "quantities are plain numbers",
+               "time": "timestamps are ISO 8601, e.g. 2026-10-01T00:00:00Z"}[kind]
+        raise InputError(
+            f"value {where[2]!r} is not {what} ({n} such value{'s' if n > 1 else ''} in "
+            "this column)", where=f"{where[0]}, column {name}, row {where[1]}", fix=fix)

@@ -1,0 +1,32 @@
+"""Durations as a reader reads them, at the scale of the figure: a profiler trace's window is
+436 ms, a sampling gap 993 ms, a job 266 s, a fleet 1,234.50 h. One function, so every report
+and every sentence of evidence writes time the same way (no "(0 s)" for 436 ms, no "0.0
+observed hours")."""
+
+from __future__ import annotations
+
+__all__ = ["duration"]
+
+
+def _trim(x: float) -> str:
+    text = f"{x:,.1f}"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` in us, ms, s or h: under 1 ms in microseconds, under 1 s in milliseconds
+    (one decimal where it has one), under 10 s with one decimal, under 6 minutes in whole
+    seconds, longer in hours to the hundredth."""
+    s = float(seconds)
+    a = abs(s)
+    if a == 0:
+        return "0 s"
+    if a < 1e-3:
+        return f"{_trim(s * 1e6)} us"
+    if a < 1:
+        return f"{_trim(s * 1e3)} ms"
+    if a < 10:
+        return f"{_trim(s)} s"
+    if a < 360:
+        return f"{s:,.0f} s"
+    return f"{s / 3600:,.2f} h"
