@@ -198,13 +198,13 @@ def fleet_usage(
         if end <= start:
             raise InputError("the range is empty (--end is not after --start)",
                              fix="give --since, or --start before --end")
-        step = step_s or detect_interval_s(client, end_s=end, matchers=matchers)
+        step = step_s or detect_interval_s(client, end_s=end, start_s=start,
+                                           matchers=matchers)
         if step is None:
             raise InputError(
                 "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE) in the last hour of the range",
-                where=prometheus, fix="check --start/--end/--since and --match, or give "
-                "--step (the scrape interval)")
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
+                f"{_iso(end)}", where=prometheus, fix="check --start/--end/--since and --match")
         step = float(step)
         start = (start // step + 1) * step
         end = (end // step) * step

@@ -33,7 +33,8 @@ def test_offload_run_from_issue_16_gets_the_host_fed_diagnosis_and_its_fixes():
     assert len(tops) == 8
     for d in tops.values():
         assert d.kind == "host_bound"
-        assert d.evidence.startswith("held but idle: 32 GiB allocated while the GPU is idle 8")
+        assert d.phase == "steady"
+        assert d.evidence.startswith("held but idle: 32 GiB allocated while the GPU is idle 80%")
         assert "the host is feeding it (PCIe busy while SMs wait): CPU / NVMe offload or input " \
                "pipeline" in d.evidence
         assert d.fixes == ("offload_less", "larger_batch", "overlap_transfers", "dataloader")
@@ -59,6 +60,7 @@ def test_offload_run_from_issue_16_gets_the_host_fed_diagnosis_and_its_fixes():
         plan.efficiency_fraction
     # the shape is named per GPU and per job, not "mixed"
     assert {p.kind for p in r.usage.patterns} == {"bursty"}
+    assert {p.shape for p in r.usage.patterns} == {"warm-up, then bursty, then cool-down"}
     assert [j.kind for j in r.usage.job_patterns] == ["bursty"]
 
 

@@ -39,6 +39,7 @@ from gpuaudit.price.catalog import (
     resolve_rate,
 )
 from gpuaudit.price.owned import OwnedGpu, break_even_duty
+from gpuaudit.validate import THROUGHPUT_PER_S
 
 __all__ = ["BenchRow", "Candidate", "Rightsize", "load_bench", "parse_throughput", "rightsize"]
 
@@ -65,10 +66,7 @@ def parse_throughput(text: str) -> float:
                          fix="write e.g. 1200/s, 72000/min or 5e6/h") from None
     if per and per not in _PER:
         raise InputError(f"unknown time unit in throughput {text!r}", fix="use /s, /min or /h")
-    rate = value / _PER.get(per or "s", 1.0)
-    if not rate > 0:
-        raise InputError(f"throughput {text!r} must be above 0", fix="pass the rate served")
-    return rate
+    return THROUGHPUT_PER_S.check(value / _PER.get(per or "s", 1.0), "throughput")
 
 
 @dataclass(frozen=True)

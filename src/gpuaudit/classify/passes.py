@@ -37,8 +37,8 @@ from gpuaudit.classify.phases import (
 )
 from gpuaudit.classify.timeline import Grid, timeline_for, timeline_grid
 from gpuaudit.classify.usage import Usage
-from gpuaudit.errors import InputError
 from gpuaudit.schema import Recording, SampleSource
+from gpuaudit.validate import CAP_INTERVALS, INTERVAL_S, WORKERS
 
 __all__ = ["classify"]
 
@@ -67,11 +67,11 @@ def classify(
     """
     if isinstance(samples, pa.Table):
         samples = Recording(table=samples, source="table", origin="an in-memory sample table")
-    if cap_intervals < 1.0:
-        raise InputError(
-            f"cap_intervals={cap_intervals} is below 1",
-            fix="a sample must stand for at least one nominal interval",
-        )
+    cap_intervals = CAP_INTERVALS.check(cap_intervals, "cap_intervals")
+    if interval_s is not None:
+        interval_s = INTERVAL_S.check(interval_s, "interval_s")
+    if workers is not None:
+        workers = int(WORKERS.check(workers, "workers"))
     keys = group_key_names(by)
     interval = interval_s if interval_s is not None else samples.interval_s
     rows = getattr(samples, "num_rows", None)

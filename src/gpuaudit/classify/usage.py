@@ -250,7 +250,7 @@ class Pattern:
 
 @dataclass(frozen=True)
 class JobPattern:
-    """The shape of a job (GPUs of one host and pod set, or one ``job`` label): the shape
+    """The shape of a job (the GPUs of one host and pod set): the shape
     most of its GPUs share, named once, with the count that decided it."""
 
     job: str

@@ -20,13 +20,16 @@ import subprocess
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import click
 
 from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.params import Number, OutputFile
 from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.validate import FLUSH_S, HZ
 
 __all__ = ["parse_labels", "run_cmd", "run_workload"]
 
@@ -152,13 +155,13 @@ def run_workload(
     "run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("--hz", type=click.FloatRange(min=0.01, max=1000.0), default=10.0,
+@click.option("--hz", type=Number(HZ), default=10.0,
               show_default=True, help="samples per second")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="attribution label on every sample (repeatable)")
-@click.option("-r", "--record", "record", type=click.Path(dir_okay=False), default=None,
+@click.option("-r", "--record", "record", type=OutputFile(), default=None,
               help="recording path (Parquet); default gpuaudit-run-<UTC time>.parquet")
-@click.option("--flush-s", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
+@click.option("--flush-s", type=Number(FLUSH_S), default=5.0, show_default=True,
               help="seconds between journal flushes: at most this much is lost if killed")
 @click.option("--no-report", is_flag=True, help="record only; print no report")
 @click.option("--process/--no-process", "process", default=None,
@@ -173,7 +176,7 @@ def run_workload(
 @output_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: str | None,
+def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: Path | None,
             flush_s: float, no_report: bool, process: bool | None, to_mlflow: bool,
             to_wandb: bool, command: tuple[str, ...], **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
@@ -186,11 +189,12 @@ def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: s
     from gpuaudit.integrate.tracker_runs import begin_trackers, make_trackers
 
     label_map = parse_labels(labels)
-    trackers = make_trackers(mlflow=to_mlflow, wandb=to_wandb, child=True)  # a missing extra: error, exit 2
+    # a missing extra, or a tracker that cannot be reached: error, exit 2, before the job
+    trackers = make_trackers(mlflow=to_mlflow, wandb=to_wandb, child=True)
     env = begin_trackers(trackers)
-    record = record or default_output("run")
+    record_path = str(record) if record else default_output("run")
     code, recording, unavailable = run_workload(
-        command, hz=hz, labels=label_map, output=record, flush_s=flush_s,
+        command, hz=hz, labels=label_map, output=record_path, flush_s=flush_s,
         process=process, env=env)
     fmt = opts.pop("fmt", None) or "terminal"
     out = opts.pop("output", None)
@@ -208,7 +212,7 @@ def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: s
             click.echo(f"gpuaudit: report failed: {exc}", err=True)
     if trackers:
         _log_trackers(trackers, result, recording, unavailable, label_map, code,
-                      record if recording is not None else None)
+                      record_path if recording is not None else None)
     ctx.exit(code)
 
 

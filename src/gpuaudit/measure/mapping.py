@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -327,13 +327,14 @@ class BatchConverter:
             fmt = smi.detect_time_format(arr, self.tz, sc.target.ts_unit)
             if fmt is None:
                 return arr
+            fmt = replace(fmt, example_where=locate(fmt.example_row))
             self._time_fmt = fmt
             if fmt.kind == "epoch" and sc.target.ts_unit is None:
                 self.notes.add(f"epoch timestamps read as {fmt.epoch_unit} since 1970 "
-                               "(told by their magnitude)", 1, locate(0), sc.name)
+                               "(told by their magnitude)", 1, fmt.example_where, sc.name)
             if fmt.assumed_tz:
                 self.notes.add(f"timestamps carry no time zone; assumed {fmt.assumed_tz} "
-                               "(pass --tz to change)", 1, locate(0), sc.name)
+                               "(pass --tz to change)", 1, fmt.example_where, sc.name)
         out = smi.parse_timestamp(arr, self._time_fmt, column=sc.name, locate=locate)
         if out.null_count:
             row = _first_null(out)

@@ -224,11 +224,11 @@ def _demo(notice: Any) -> dict[str, str] | None:
 
 
 def presented(value: Any) -> Any:
-    """Floats as a reader should see them: 12 significant digits, so binary noise such as
+    """Floats as a reader should see them: 15 significant digits, so binary noise such as
     ``0.9930000000000001`` (0.331 x 3) reads ``0.993``. The one place the JSON report rounds
     a float; every other field is already exact (money is a string of Decimal)."""
     if isinstance(value, float):
-        return float(f"{value:.12g}") if value == value and value not in (
+        return float(f"{value:.15g}") if value == value and value not in (
             float("inf"), float("-inf")) else value
     if isinstance(value, dict):
         return {k: presented(v) for k, v in value.items()}
