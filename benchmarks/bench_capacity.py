@@ -206,6 +206,9 @@ def main() -> None:
                             "H100", "--format", "json", "-o", os.devnull,
                             *([flag] if flag else [])], check=True, capture_output=True)
             res[name] = round(time.perf_counter() - t, 2)
+        # the largest child so far: the measured process and the two CLI runs
+        res["max_child_rss_mib"] = round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     res["load_after"] = os.getloadavg()
     res["nproc"] = os.cpu_count()
     print(json.dumps(res, indent=2))

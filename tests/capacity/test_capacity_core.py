@@ -394,8 +394,14 @@ def test_simulate_cli_on_a_recording_feeds_the_recommender(tmp_path):
     assert float(sav["efficiency_fraction"]) <= float(sav["waste_fraction"]) + 1e-9
 
 
-def test_simulate_cli_errors():
+def test_simulate_cli_errors(tmp_path):
     assert main(["simulate"]) == 2
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "l4.parquet"
+    pq.write_table(_table(2, 5, np.full((2, 5), 5.0), np.full((2, 5), 100.0),
+                          model="NVIDIA L4"), path)
+    assert main(["simulate", str(path), "--policy", "mig", "--no-plan"]) == 2
     assert main(["simulate", str(NANOGPT), "--gpu-model", "Voodoo5"]) == 2
 
 

@@ -162,3 +162,14 @@ def test_queue_cli(ksm_prom: str, tmp_path: Path, capsys: pytest.CaptureFixture[
                  str(T0 - 3600), "--format", "json"]) == 0
     assert "was Pending" in capsys.readouterr().out
     assert main(["queue", "--prometheus", "prom:9090", "--since", "1d"]) == 2
+
+
+def test_simulate_from_prometheus_by_team_reads_kube_pod_labels(prom: str, fleet: Fleet,
+                                                                 tmp_path: Path):
+    out = tmp_path / "team.json"
+    assert main(["simulate", "--prometheus", prom, "--start", str(fleet.start_s - 1),
+                 "--end", str(fleet.end_s), "--policy", "timeslice", "--by", "team",
+                 "--no-plan", "--format", "json", "-o", str(out)]) == 0
+    groups = {g["group"]["team"] for g in json.loads(out.read_text())["simulate"]["groups"]}
+    labelled = {kl["team-id"] for kl in fleet.pods.values() if kl}
+    assert labelled and labelled <= groups

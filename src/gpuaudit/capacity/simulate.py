@@ -306,6 +306,9 @@ def simulate(
             group_results.append(r)
         results += group_results
         totals.append(_total(pol, group_results, today_all, monthly_today_all, p.steps))
+    if not totals:
+        raise InputError(f"{tspec.gpu_model} has no MIG, and MIG was the only policy asked for",
+                         fix="pass --gpu-model A100, H100, H200 or B200, or --policy all")
     return Simulation(target_model=tspec.gpu_model, target_rate=target_rate, step_s=p.step_s,
                       steps=p.steps, workloads=len(p), results=tuple(results),
                       totals=tuple(totals), headroom=headroom, replicas=replicas,

@@ -34,6 +34,12 @@ from gpuaudit.validate import (
 
 __all__ = ["queue_cmd", "rightsize_cmd", "simulate_cmd"]
 
+#: the dcgm-exporter fields profiles read (utilization, SM, memory, power, DRAM and tensor
+#: activity): a raw pull of only these, not every field the fleet audit reads
+PROFILE_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                   "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE",
+                   "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
+
 
 def _prom_options(f: Any) -> Any:
     for opt in reversed([
@@ -200,14 +206,20 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | Non
         s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
         s = (s // step_s + 1) * step_s
         e = (e // step_s) * step_s
+        import pyarrow as pa
+
+        from gpuaudit.measure.prometheus import pod_labels
+        from gpuaudit.price.attribution import Attributor, attribute_table
+        from gpuaudit.schema import SAMPLE_SCHEMA
+
         with PromClient(prometheus, timeout_s=timeout_s,
                         bearer_token_file=bearer_token_file) as client:
-            src = PrometheusSource(client, start_s=s, end_s=e, step_s=step_s)
-            import pyarrow as pa
-
-            from gpuaudit.schema import SAMPLE_SCHEMA
-
+            src = PrometheusSource(client, start_s=s, end_s=e, step_s=step_s,
+                                   metrics=PROFILE_METRICS)
             table = pa.Table.from_batches(list(src.batches()), schema=SAMPLE_SCHEMA)
+            # team / project / user from kube_pod_labels, as the fleet audit attributes them
+            kube = pod_labels(client, start_s=s, end_s=e)
+            table = attribute_table(table, Attributor(None, kube))
         if table.num_rows == 0:
             raise InputError("no dcgm-exporter samples in the range", where=prometheus,
                              fix="check --since/--start/--end")
