@@ -90,6 +90,10 @@ def test_fleet_and_alerts_check_their_numbers() -> None:
     _refused("step_s", "seconds", audit_fleet, prometheus="http://127.0.0.1:9", step_s=0)
     _refused("price", "USD per GPU-hour", audit_fleet, prometheus="http://127.0.0.1:9",
              pricing={"price": "inf"})
+    from gpuaudit.api import fleet_usage  # gpuaudit fleet and gpuaudit bill --prometheus
+
+    _refused("chunk_s", "seconds", fleet_usage, "http://127.0.0.1:9", chunk_s=-1)
+    _refused("end_s", "Unix epoch seconds", fleet_usage, "http://127.0.0.1:9", end_s=INF)
     _refused("underutil_pct", "percent", AlertThresholds, underutil_pct=NAN)
     _refused("for_duration", None, AlertThresholds, for_duration="1x5m")
     _refused("temperature_c", "degrees C", AlertThresholds, temperature_c=-3)
