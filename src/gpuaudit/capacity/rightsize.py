@@ -39,7 +39,7 @@ from gpuaudit.price.catalog import (
     resolve_rate,
 )
 from gpuaudit.price.owned import OwnedGpu, break_even_duty
-from gpuaudit.validate import THROUGHPUT_PER_S
+from gpuaudit.validate import BUSY_PCT, DUTY, HEADROOM, LATENCY_MS, THROUGHPUT_PER_S
 
 __all__ = ["BenchRow", "Candidate", "Rightsize", "load_bench", "parse_throughput", "rightsize"]
 
@@ -229,8 +229,14 @@ def rightsize(
     """Every candidate GPU priced and checked (module doc); ``best`` is the cheapest fit."""
     if unit not in UNIT_SCALE:
         raise InputError(f"unknown unit {unit!r}", fix=f"use one of {', '.join(UNIT_SCALE)}")
-    if not 0 < duty <= 1:
-        raise InputError(f"duty {duty} must be in (0, 1]", fix="pass --duty 0.5 for 12 h a day")
+    duty = DUTY.check(duty, "duty")
+    headroom = HEADROOM.check(headroom, "headroom")
+    max_busy_pct = BUSY_PCT.check(max_busy_pct, "max_busy_pct")
+    for name, ms in (("sla_p99_ms", sla_p99_ms), ("p99_ms_now", p99_ms_now)):
+        if ms is not None:
+            LATENCY_MS.check(ms, name)
+    if throughput_per_s is not None:
+        throughput_per_s = THROUGHPUT_PER_S.check(throughput_per_s, "throughput_per_s")
     if bench and throughput_per_s is None:
         raise InputError("--bench needs --throughput (the rate to serve)",
                          fix="add --throughput 1200/s")
