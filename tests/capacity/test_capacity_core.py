@@ -277,6 +277,22 @@ def test_rightsize_estimates_and_bench(tmp_path):
     assert all(c.gpus == 4 and c.basis.startswith("bench.csv:") for c in h100)  # 1200/(400x.9)
 
 
+def test_achieved_flops_from_a_known_count(capsys):
+    p = build_profiles(open_samples(NANOGPT), step_s=10)
+    rs = rightsize(p, current_rate=resolve_rate("H100"), throughput_per_s=1200, unit="tokens",
+                   flops_per_unit=1.4e10)
+    assert rs.achieved_tflops == pytest.approx(1200 * 1.4e10 / 1e12)
+    assert rs.mfu == pytest.approx(rs.achieved_tflops / (989 * 8))
+    assert any("below 10 %" in n for n in rs.notes)
+    with pytest.raises(InputError, match="needs --throughput"):
+        rightsize(p, current_rate=resolve_rate("H100"), flops_per_unit=1e9)
+    assert main(["rightsize", str(NANOGPT), "--throughput", "1200/s", "--unit", "tokens",
+                 "--flops-per-unit", "1.4e10", "--no-plan", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rightsize"]["achieved_tflops"] == pytest.approx(16.8)
+    assert main(["rightsize", str(NANOGPT), "--flops-per-unit", "-3"]) == 2
+
+
 def test_bench_table_errors_name_the_line(tmp_path):
     bad = tmp_path / "b.csv"
     bad.write_text("gpu_model,throughput_per_s,p99_ms\nH100,abc,3\n")
