@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from gpuaudit.classify import Usage, check_health, classify, diagnose
+from gpuaudit.classify.diagnose import job_diagnoses
 from gpuaudit.price import price_usage, resolve_rates
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding, recommend
@@ -150,7 +151,8 @@ def assemble(
     diagnoses = diagnose(usage.series, usage.patterns)
     plan = recommend(usage, cost, diagnoses, finding_list)
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
-                  health=check_health(usage.series), extra=dict(extra or {}))
+                  health=check_health(usage.series), extra=dict(extra or {}),
+                  job_diagnoses=job_diagnoses(usage.series, diagnoses))
 
 
 def fleet_usage(

@@ -172,12 +172,15 @@ def _stretch(name: str, tl: Timeline, row: int, lo: int, hi: int) -> RunPhase:
     seen = obs > 0
     mean_u = float(np.sum(util[seen] * obs[seen]) / total) if total > 0 else None
     signals: dict[str, float] = {}
+    # a bucket's mean of a signal read over idle (busy) time only weighs by that time
+    weight = {"pcie_idle_bytes_per_s": ph[:, 0], "nvlink_busy_bytes_per_s": ph[:, 1:].sum(axis=1)}
     for key, arr in tl.signals.items():
         v = arr[row, lo:hi]
-        m = seen & ~np.isnan(v)
-        w = float(obs[m].sum())
+        wk = weight.get(key, obs)
+        m = seen & ~np.isnan(v) & (wk > 0)
+        w = float(wk[m].sum())
         if w > 0:
-            signals[key] = float(np.sum(v[m] * obs[m]) / w)
+            signals[key] = float(np.sum(v[m] * wk[m]) / w)
     return RunPhase(
         name=name, start_s=lo * tl.bucket_s, end_s=hi * tl.bucket_s, observed_s=total,
         mean_util_pct=mean_u,

@@ -62,6 +62,10 @@ _MEAN_SIGNALS: dict[str, tuple[tuple[str, ...], float]] = {
     "pcie": (("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"), 1.0),
     "nvlink": (("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), 1.0),
     "power": (("power_w",), 1.0),
+    # derived below from the two above: PCIe over idle time (the host feeding a waiting GPU),
+    # NVLink over busy time (collectives run as kernels)
+    "pcie_idle": ((), 1.0),
+    "nvlink_busy": ((), 1.0),
 }
 _MAX_SIGNALS = ("temp_c", "mem_used_mib", "mem_total_mib", "power_limit_w")
 
@@ -319,6 +323,11 @@ class _Engine:
                 total = x if total is None else np.where(np.isnan(total), x, total + np.nan_to_num(x))
             if total is not None:
                 rows[f"sig_{name}"] = total
+        idle = u < IDLE_BELOW_PCT  # NaN (no reading) compares False on both sides
+        if "sig_pcie" in rows:
+            rows["sig_pcie_idle"] = np.where(idle, rows["sig_pcie"], np.nan)
+        if "sig_nvlink" in rows:
+            rows["sig_nvlink_busy"] = np.where(u >= IDLE_BELOW_PCT, rows["sig_nvlink"], np.nan)
         for name in _MAX_SIGNALS:
             x = _float(batch, name)
             if x is not None:
@@ -853,6 +862,8 @@ class _Engine:
                 mean_sm_active=mean("sm_active"), mean_sm_occupancy=mean("sm_occupancy"),
                 mean_tensor_active=mean("tensor_active"), mean_dram_active=mean("dram_active"),
                 mean_pcie_bytes_per_s=mean("pcie"), mean_nvlink_bytes_per_s=mean("nvlink"),
+                mean_pcie_idle_bytes_per_s=mean("pcie_idle"),
+                mean_nvlink_busy_bytes_per_s=mean("nvlink_busy"),
                 mean_power_w=p_mean, std_power_w=p_std, power_limit_w=mx("power_limit_w"),
                 max_temp_c=mx("temp_c"), mem_used_max_mib=mx("mem_used_mib"),
                 mem_total_mib=mx("mem_total_mib"),
@@ -875,6 +886,8 @@ def _timeline_signals(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if f"sig_{name}" in r:
             out[name] = r[f"sig_{name}"]
     for ours, theirs in (("pcie_bytes_per_s", "sig_pcie"), ("nvlink_bytes_per_s", "sig_nvlink"),
+                         ("pcie_idle_bytes_per_s", "sig_pcie_idle"),
+                         ("nvlink_busy_bytes_per_s", "sig_nvlink_busy"),
                          ("power_w", "sig_power"), ("mem_used_mib", "max_mem_used_mib")):
         if theirs in r:
             out[ours] = r[theirs]

@@ -171,6 +171,9 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                      for x in u.patterns],
         "job_patterns": [{"job": j.job, "gpu_uuids": list(j.gpu_uuids), "kind": j.kind,
                           "shape": j.shape, "evidence": j.evidence} for j in u.job_patterns],
+        "job_diagnoses": [{"job": j.job, "kind": j.kind, "gpu_uuids": list(j.gpu_uuids),
+                           "gpus_with_kind": j.with_kind, "evidence": j.evidence,
+                           "fixes": list(j.fixes)} for j in result.job_diagnoses],
         "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence,
                        "phase": d.phase, "top": d.top, "fixes": list(d.fixes),
                        "numbers": dict(d.numbers), "decides": d.decides}
