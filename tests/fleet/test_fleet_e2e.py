@@ -250,3 +250,19 @@ def test_interval_is_detected_where_the_data_is_not_in_the_last_hour(prom, fleet
                str(late + 7200), "--price", "1", "--no-progress"])
     err = capsys.readouterr().err
     assert rc == 2 and "has samples between" in err and "last hour" not in err
+
+
+def test_fleet_by_a_label_no_series_has_is_warned(prom, fleet, capsys, tmp_path):
+    out = tmp_path / "f.json"
+    rc = main(["fleet", "--prometheus", prom, "--start", str(fleet.start_s), "--end",
+               str(fleet.end_s), "--step", str(fleet.step_s), "--by", "nosuchlabel",
+               "--price", "1", "--format", "json", "-o", str(out), "--no-progress"])
+    assert rc == 0
+    assert "warning: --by nosuchlabel: no sample carries the label" in capsys.readouterr().err
+    notes = json.loads(out.read_text())["source"]["notes"]
+    assert [n["column"] for n in notes if n["where"] == "--by"] == ["nosuchlabel"]
+    # --by team (from the map file) is a real grouping: no note
+    rc = main(["fleet", "--prometheus", prom, "--start", str(fleet.start_s), "--end",
+               str(fleet.end_s), "--step", str(fleet.step_s), "--by", "team", "--map-file",
+               str(TEAMS), "--price", "1", "--format", "json", "-o", str(out), "--no-progress"])
+    assert rc == 0 and "warning" not in capsys.readouterr().err

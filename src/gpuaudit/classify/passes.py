@@ -34,6 +34,7 @@ from gpuaudit.classify.phases import (
     TIMELINE_BUCKETS,
     _Engine,
     group_key_names,
+    unmatched_group_notes,
 )
 from gpuaudit.classify.timeline import Grid, timeline_for, timeline_grid
 from gpuaudit.classify.usage import Usage
@@ -99,8 +100,9 @@ def classify(
             == engine.timeline.grid):  # the footer told the truth about the window
         folded = engine.timeline.timeline(list(engine.series_index),
                                             [m[0] for m in engine.series_meta])
+    cells = engine.cells_table()
     usage = Usage(
-        cells=engine.cells_table(),
+        cells=cells,
         by=keys,
         series=series,
         patterns=detect_patterns(series, engine.interval_s or 1.0, folded),
@@ -110,7 +112,7 @@ def classify(
         cap_s=(engine.interval_s or 1.0) * cap_intervals,
         source=samples.source,
         origin=samples.origin,
-        notes=tuple(samples.notes),
+        notes=(*samples.notes, *unmatched_group_notes(cells, keys, engine.label_keys)),
         events=tuple(samples.events),
         findings=tuple(findings),
         timeline=folded,

@@ -20,7 +20,7 @@ batch size whatever the recording's length.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -36,7 +36,7 @@ from gpuaudit.classify.usage import (
     add_phase_index,
 )
 from gpuaudit.errors import InputError, SampleTableError
-from gpuaudit.schema import series_order
+from gpuaudit.schema import ImportNote, series_order
 
 __all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
 
@@ -70,6 +70,34 @@ _MEAN_SIGNALS: dict[str, tuple[tuple[str, ...], float]] = {
 _MAX_SIGNALS = ("temp_c", "mem_used_mib", "mem_total_mib", "power_limit_w")
 
 _GROUP_COLUMNS = ("host", "gpu_model", "mig_profile", "namespace", "pod", "container")
+
+
+def unmatched_group_notes(cells: pa.Table, keys: Sequence[str],
+                          label_keys: Iterable[str] | None) -> list[ImportNote]:
+    """A note for each group key no sample has a value for (``--by nosuchlabel``): every
+    GPU then falls in one "(none)" group, which must not pass for a real grouping. Names
+    the label keys the samples do carry (``label_keys``; None: not known here)."""
+    have = sorted(set(label_keys or ()))
+    out = []
+    for key in keys:
+        if key not in cells.column_names or key.startswith("period:"):
+            continue
+        col = cells.column(key)
+        if cells.num_rows == 0 or col.null_count < len(col):
+            continue
+        name = key.removeprefix("label:")
+        if key.startswith("label:"):
+            what = f"no sample carries the label {name!r}"
+            present = (f"; the labels present are: {', '.join(have)}" if have
+                       else "; the samples carry no labels at all" if label_keys is not None
+                       else "; check the name against the series' labels and --map-file")
+        else:
+            what = f"no sample has a {name!r} value"
+            present = (f"; the labels present are: {', '.join(have)}" if have else "")
+        out.append(ImportNote(
+            f"--by {name}: {what}, so every GPU falls in one '(none)' group{present}",
+            int(cells.num_rows), "--by", name))
+    return out
 
 
 def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
@@ -141,6 +169,9 @@ class _Engine:
         self.interval_s = interval_s
         self.cap_intervals = cap_intervals
         self.series_index: dict[str, int] = {}
+        #: the label keys the samples carry, gathered only when grouping by a label (so a
+        #: ``--by`` key no sample has can be reported with the keys that do exist)
+        self.label_keys: set[str] = set()
         self.series_meta: list[tuple[str, str | None, str | None]] = []
         self.cell_index: dict[tuple[int, tuple[str | None, ...]], int] = {}
         self.cells = _Grow(CELL_VALUE_COLUMNS)
@@ -238,6 +269,11 @@ class _Engine:
 
     def _group_values(self, batch: pa.RecordBatch) -> list[pa.Array]:
         values: list[pa.Array] = []
+        if any(not k.startswith("period:") for k in self.by):
+            labels = batch.column("labels")
+            if isinstance(labels, pa.ChunkedArray):
+                labels = labels.combine_chunks()
+            self.label_keys.update(k for k in pc.unique(labels.keys).to_pylist() if k)
         for key in self.by:
             if key.startswith("label:"):
                 arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
@@ -707,6 +743,7 @@ class _Engine:
                 f"ranges of one stream disagree on the interval ({self.interval_s} vs "
                 f"{other.interval_s} s)", where=position,
                 fix="pass interval_s, or classify without workers")
+        self.label_keys |= other.label_keys
         n_other = len(other.series_index)
         m = np.empty(n_other, dtype=np.int64)
         for uuid, code in other.series_index.items():

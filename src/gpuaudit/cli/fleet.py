@@ -18,7 +18,12 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.options import (
+    output_options,
+    pricing_kwargs,
+    pricing_options,
+    warn_unmatched_groups,
+)
 from gpuaudit.cli.output import write_output
 from gpuaudit.cli.params import Duration, Number, Time
 from gpuaudit.errors import InputError
@@ -87,7 +92,7 @@ def audit_fleet(
 
     from gpuaudit.api import assemble, fleet_usage, local_kpis, rates_for
     from gpuaudit.classify import classify
-    from gpuaudit.classify.phases import group_key_names
+    from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
     from gpuaudit.price.attribution import (
         Attributor,
         attribute_table,
@@ -129,6 +134,10 @@ def audit_fleet(
             by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
             client_kwargs=client_kwargs, chunk_s=chunk_s)
     usage = coarse_usage(usage_fine, user_keys)
+    # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
+    # no series has are noted
+    usage = replace(usage, notes=(*(n for n in usage.notes if n.where != "--by"),
+                                  *unmatched_group_notes(usage.cells, user_keys, None)))
     rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
                       provider=pricing.get("provider"),
                       purchase=pricing.get("purchase", "on-demand"),
@@ -242,6 +251,7 @@ def emit_fleet(result: Any, fmt: str, output: Path | None) -> None:
 
     from gpuaudit.report.fleet import render_fleet
 
+    warn_unmatched_groups(result)
     tty = output is None and sys.stdout.isatty()
     text = result.render(fmt, width=100, color=tty)
     if fmt in ("terminal", "markdown"):

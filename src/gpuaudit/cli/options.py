@@ -20,7 +20,8 @@ from gpuaudit.report import render
 from gpuaudit.result import FORMATS, AuditResult
 from gpuaudit.validate import ENERGY_USD_PER_KWH, PRICE_USD_PER_GPU_HOUR, count_quantity
 
-__all__ = ["emit", "output_options", "pricing_kwargs", "pricing_options"]
+__all__ = ["emit", "output_options", "pricing_kwargs", "pricing_options",
+           "warn_unmatched_groups"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,8 +82,17 @@ def pricing_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def warn_unmatched_groups(result: AuditResult) -> None:
+    """A ``--by`` key no sample has (every GPU in one "(none)" group) is said on stderr too,
+    not only in the report's data notes, so a piped or saved report cannot hide it."""
+    for n in result.usage.notes:
+        if n.where == "--by":
+            click.echo(f"gpuaudit: warning: {n.reason}", err=True)
+
+
 def emit(result: AuditResult, fmt: str, output: Path | None) -> None:
     """Render ``result`` and write it to ``output`` or stdout (terminal colour when a tty)."""
+    warn_unmatched_groups(result)
     if output is not None:
         write_output(render(result, fmt, width=100, color=False), output, f"{fmt} report")
         return

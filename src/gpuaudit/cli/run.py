@@ -26,7 +26,13 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.options import (
+    emit,
+    output_options,
+    pricing_kwargs,
+    pricing_options,
+    warn_unmatched_groups,
+)
 from gpuaudit.cli.params import Number, OutputFile
 from gpuaudit.errors import InputError, SourceUnavailableError
 from gpuaudit.validate import FLUSH_S, HZ
@@ -203,6 +209,7 @@ def _report(recording: Any, unavailable: str | None, opts: dict[str, Any]) -> No
     pricing["counts"] = pricing["counts"] or counts_from(recording)
     result = audit(recording, **pricing)
     if out is None and fmt == "terminal":
+        warn_unmatched_groups(result)
         click.echo(result.render(fmt, width=100, color=False), err=True, nl=False)
     else:
         emit(result, fmt, out)
