@@ -325,7 +325,7 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         rates = con.execute(
             "SELECT instance, gpu_model, COALESCE(pricing_category, 'Standard'), "
             "sum(billed_gpu_ms), sum(billed_cost), sum(effective_cost), sum(list_cost), "
-            "count(*) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC",
+            "sum(lines) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC",
             [ccy]).fetchall()
         out["currencies"][ccy] = {
             "bill_total": _dec_usd(all_total[0] or Decimal(0)),
@@ -361,9 +361,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         }
     unmatched = con.execute(
         "SELECT resource_id, any_value(instance), currency, sum(billed_cost), "
-        "sum(billed_gpu_ms) FROM gpu_lines WHERE resource_id IS NULL OR resource_id NOT IN "
-        "(SELECT resource_id FROM host_map) GROUP BY resource_id, currency "
-        "ORDER BY 4 DESC").fetchall()
+        "sum(billed_gpu_ms) FROM gpu_lines WHERE no_data_reason = 'no telemetry for this node' "
+        "GROUP BY resource_id, currency ORDER BY 4 DESC").fetchall()
     out["bill_without_telemetry"] = [
         {"resource_id": r[0], "instance": r[1], "currency": r[2], "billed": _dec_usd(r[3]),
          "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]
