@@ -276,6 +276,7 @@ def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None
     kind = kinds.pop() or "csv"
     con = con if con is not None else duckdb.connect()
     con.execute("SET TimeZone='UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB would draw it on stdout
     scan = _raw_scan(files, kind)
     try:
         con.execute(f"CREATE OR REPLACE TEMP VIEW bill_raw AS SELECT * FROM {scan}")
