@@ -327,6 +327,14 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
             "sum(billed_gpu_ms), sum(billed_cost), sum(effective_cost), sum(list_cost), "
             "sum(lines) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC",
             [ccy]).fetchall()
+        outside = [r for r in period_rows if r["billed"] == r["unallocated"]
+                   and r["billed"] != "0.00"]
+        if window is not None and outside:
+            amount = sum(Decimal(r["unallocated"]) for r in outside)
+            out["notes"].append(
+                f"{len(outside)} of {len(period_rows)} {ccy} charge periods have no measured GPU "
+                f"time (telemetry covers {_iso(window[0])} .. {_iso(window[1])}): "
+                f"{amount:,.2f} {ccy} of GPU cost in them is unallocated, not guessed")
         out["currencies"][ccy] = {
             "bill_total": _dec_usd(all_total[0] or Decimal(0)),
             "bill_lines": int(all_total[1]),
