@@ -299,7 +299,7 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
             ph = list(ln["phase_units"])
             ln["phase_cents"] = dict(zip(ph, split_cents([ln["phase_units"][p] for p in ph], c)))
         line_list = sorted(vals, key=lambda d: (kind_order[d["kind"]], -d["cents"], d["line"]))
-        period_rows = []
+        period_rows: list[dict[str, Any]] = []
         all_exact = True
         for p, t in c_periods:
             pp = per_period.get((p[1], p[2]), {"team": 0, "idle": 0, "unallocated": 0})
@@ -330,7 +330,7 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         outside = [r for r in period_rows if r["billed"] == r["unallocated"]
                    and r["billed"] != "0.00"]
         if window is not None and outside:
-            amount = sum(Decimal(r["unallocated"]) for r in outside)
+            amount = sum((Decimal(str(r["unallocated"])) for r in outside), Decimal(0))
             out["notes"].append(
                 f"{len(outside)} of {len(period_rows)} {ccy} charge periods have no measured GPU "
                 f"time (telemetry covers {_iso(window[0])} .. {_iso(window[1])}): "
