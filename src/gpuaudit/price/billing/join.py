@@ -18,7 +18,9 @@ is split over its node's capacity ``W = max(billed GPU-ms, measured GPU-ms)`` in
 charge period: measured time to the teams (method ``allocation``: every phase of the time a
 team held; method ``usage``: the non-idle phases, a team's idle time going to ``idle``),
 time held by nobody to ``idle``, and billed time without telemetry to ``unallocated``
-(with its reason). The integer division leaves less than one unit (1e-12) per weight; the
+(with its reason). Lines with nothing measured to split them by (outside the telemetry's
+window, or on a node never measured) are summed per charge period and go to ``unallocated``
+whole. The integer division leaves less than one unit (1e-12) per weight; the
 reconciliation (``reconcile.py``) rounds each charge period against its exact billed total.
 """
 
