@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 
 from gpuaudit.classify import Usage, check_health, classify, diagnose
+from gpuaudit.classify.diagnose import job_diagnoses
 from gpuaudit.price import price_usage, resolve_rates
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding, recommend
@@ -150,7 +151,8 @@ def assemble(
     diagnoses = diagnose(usage.series, usage.patterns)
     plan = recommend(usage, cost, diagnoses, finding_list)
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
-                  health=check_health(usage.series), extra=dict(extra or {}))
+                  health=check_health(usage.series), extra=dict(extra or {}),
+                  job_diagnoses=job_diagnoses(usage.series, diagnoses))
 
 
 def fleet_usage(
@@ -198,13 +200,13 @@ def fleet_usage(
         if end <= start:
             raise InputError("the range is empty (--end is not after --start)",
                              fix="give --since, or --start before --end")
-        step = step_s or detect_interval_s(client, end_s=end, matchers=matchers)
+        step = step_s or detect_interval_s(client, end_s=end, start_s=start,
+                                           matchers=matchers)
         if step is None:
             raise InputError(
                 "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-                "DCGM_FI_PROF_GR_ENGINE_ACTIVE) in the last hour of the range",
-                where=prometheus, fix="check --start/--end/--since and --match, or give "
-                "--step (the scrape interval)")
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
+                f"{_iso(end)}", where=prometheus, fix="check --start/--end/--since and --match")
         step = float(step)
         start = (start // step + 1) * step
         end = (end // step) * step
@@ -385,8 +387,10 @@ def bill(
         summary["budgets"] = budget_status(load_budgets(budgets), alloc.showback, names,
                                            today=today)
     rep = assemble(usage, rates, extra={"bill": summary})
-    return BillReport(usage=rep.usage, cost=rep.cost, plan=rep.plan, diagnoses=rep.diagnoses,
-                      health=rep.health, extra=rep.extra, showback=alloc.showback)
+    from dataclasses import fields
+
+    return BillReport(**{f.name: getattr(rep, f.name) for f in fields(rep)},
+                      showback=alloc.showback)
 
 
 def _epoch_text(ts: Any) -> pa.Array:

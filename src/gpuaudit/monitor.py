@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from gpuaudit.errors import SourceUnavailableError
 from gpuaudit.schema import Recording
+from gpuaudit.validate import FLUSH_S, HZ, check_output_path
 
 __all__ = ["Monitor", "monitor", "monitored", "render_report"]
 
@@ -84,8 +85,10 @@ class Monitor:
         quiet: bool = False,
         process: bool | None = None,
     ) -> None:
-        if not hz > 0:
-            raise ValueError(f"hz must be > 0, got {hz}")
+        hz = HZ.check(hz, "hz")
+        FLUSH_S.check(flush_s, "flush_s")
+        if output is not None:
+            check_output_path(output, "output")
         self.labels = dict(labels or {})
         self.hz = float(hz)
         self.output = output

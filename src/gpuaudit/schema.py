@@ -286,8 +286,10 @@ def validate(
 
     Raises :class:`SampleTableError` naming the column, the row (``locate(row)`` turns it
     into file:line), the value and the fix for: values outside a column's range, negative
-    power, a percent column holding ratios (or the reverse), mixed scales, and timestamps
-    that repeat or run backwards within one GPU's series.
+    power, a ratio column holding percents, and timestamps that repeat or run backwards
+    within one GPU's series. A column's scale is what its name declares (``util_gpu_pct`` is
+    percent, 0..100, fractions included): guessing a source's scale from its values is the
+    importer's job (:mod:`gpuaudit.measure.mapping`, by range).
     """
 
     def where(row: int) -> str:
@@ -336,44 +338,9 @@ def validate(
                     f"column '{col.name}' = {value} is above {col.hi:g} ({col.scale or 'max'})",
                     column=col.name, row=row, value=value, where=where(row), fix=hint,
                 )
-        if col.scale == "percent":
-            _check_percent_scale(arr, col, where)
     if check_order:
         OrderCheck().check(table, where)
     return table
-
-
-def _check_percent_scale(arr: pa.ChunkedArray, col: Column, where: Callable[[int], str]) -> None:
-    """A percent column that only ever holds fractions in (0, 1) was given as a ratio.
-
-    Real percent readings from NVML and DCGM are whole numbers; fractions strictly between 0
-    and 1 beside readings above 1 mean two scales were mixed in one column.
-    """
-    values = arr.to_numpy(zero_copy_only=False)
-    values = values[~np.isnan(values)] if values.dtype.kind == "f" else values
-    if values.size == 0:
-        return
-    frac = (values > 0.0) & (values < 1.0)
-    if not frac.any():
-        return
-    above_one = values > 1.0
-    first_frac = int(np.flatnonzero(frac)[0])
-    if above_one.any():
-        raise SampleTableError(
-            f"column '{col.name}' mixes scales: {values[first_frac]} (a ratio?) beside "
-            f"{values[int(np.flatnonzero(above_one)[0])]} (a percent)",
-            column=col.name, row=first_frac, value=float(values[first_frac]),
-            where=where(first_frac),
-            fix="give every value in percent (0..100) or map the column with its scale",
-        )
-    if frac.mean() > 0.5:
-        raise SampleTableError(
-            f"column '{col.name}' looks like a ratio (0..1) but is a percent column "
-            f"(e.g. {values[first_frac]})",
-            column=col.name, row=first_frac, value=float(values[first_frac]),
-            where=where(first_frac),
-            fix="multiply by 100, or map it with a ratio scale (--map src=util_gpu_pct:ratio)",
-        )
 
 
 class OrderCheck:

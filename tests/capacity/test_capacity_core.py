@@ -335,6 +335,8 @@ def test_owned_catalog_errors(tmp_path):
 # --------------------------------------------------------------------------- CLI + recommender
 
 def test_rightsize_cli_json_and_recommender(tmp_path, capsys):
+    import pyarrow.parquet as pq
+
     cat = tmp_path / "owned.toml"
     cat.write_text(OWNED_TOML)
     out = tmp_path / "r.json"
@@ -345,8 +347,19 @@ def test_rightsize_cli_json_and_recommender(tmp_path, capsys):
     rs = doc["rightsize"]
     assert rs["best"] and rs["candidates"][0]["fits"]
     assert any(c["purchase"] == "owned" for c in rs["candidates"])
+    # nanoGPT keeps its H100s busy: no cheaper on-demand GPU at aws does the same work
+    assert "right_size_simulated" not in {r["id"] for r in doc["plan"]["recommendations"]}
+    # a steady 20 %-busy H100 job using 10 GB: a smaller GPU at the same provider fits
+    steps = 240
+    util = np.full((1, steps), 20.0)
+    mem = np.full((1, steps), 10_000.0)
+    small = tmp_path / "small.parquet"
+    pq.write_table(_table(1, steps, util, mem), small)
+    assert main(["rightsize", str(small), "--format", "json", "-o", str(out)]) == 0
+    doc = json.loads(out.read_text())
     recs = {r["id"]: r for r in doc["plan"]["recommendations"]}
     assert recs["right_size_simulated"]["counted"]
+    assert "aws on-demand" in recs["right_size_simulated"]["evidence"]
     if "right_size" in recs:
         assert not recs["right_size"]["counted"]
     sav = doc["plan"]["savings"]
@@ -381,6 +394,67 @@ def test_simulate_cli_on_a_recording_feeds_the_recommender(tmp_path):
     assert float(sav["efficiency_fraction"]) <= float(sav["waste_fraction"]) + 1e-9
 
 
-def test_simulate_cli_errors():
+def test_simulate_cli_errors(tmp_path):
     assert main(["simulate"]) == 2
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "l4.parquet"
+    pq.write_table(_table(2, 5, np.full((2, 5), 5.0), np.full((2, 5), 100.0),
+                          model="NVIDIA L4"), path)
+    assert main(["simulate", str(path), "--policy", "mig", "--no-plan"]) == 2
     assert main(["simulate", str(NANOGPT), "--gpu-model", "Voodoo5"]) == 2
+
+
+# --------------------------------------------------------------------------- achieved vs peak
+
+L40S_CAPTURE = ROOT / "tests" / "data" / "dcgm" / "l40s_upcloud_conformance.prom"
+
+
+def _capture_series(values: dict[str, list[float]]) -> pa.Table:
+    """The real L40S dcgm-exporter page, scraped once a minute with the given readings in
+    place of its (idle) values."""
+    import re
+
+    from gpuaudit.measure.dcgm import parse_metrics_text
+
+    text = L40S_CAPTURE.read_text()
+    n = len(next(iter(values.values())))
+    tables = []
+    for i in range(n):
+        page = text
+        for metric, seq in values.items():
+            page = re.sub(rf"^({metric}\{{[^}}]*\}}) \S+$", rf"\g<1> {seq[i]}", page,
+                          flags=re.M)
+        t, _ = parse_metrics_text(page, ts_ns=(T0 + 60 * i) * 1_000_000_000,
+                                  default_host="gpu1", where=str(L40S_CAPTURE))
+        tables.append(t)
+    return pa.concat_tables(tables)
+
+
+T0 = 1_704_067_200
+
+
+def test_achieved_vs_peak_and_memory_bound_right_size():
+    from gpuaudit.capacity.achieved import achieved_vs_peak
+
+    idle = build_profiles(_capture_series({"DCGM_FI_DEV_GPU_UTIL": [0.0] * 5}), step_s=60)
+    (a,) = achieved_vs_peak(idle)  # the capture as recorded: idle, nothing achieved
+    assert a.gpu_model == "L40S 48GB" and not a.memory_bound
+    assert a.bandwidth_gb_per_s == pytest.approx(a.dram_active * 864) and a.dram_active < 1e-3
+    busy = _capture_series({"DCGM_FI_DEV_GPU_UTIL": [60.0] * 10,
+                            "DCGM_FI_PROF_DRAM_ACTIVE": [0.7] * 10,
+                            "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": [0.05] * 10,
+                            "DCGM_FI_DEV_FB_USED": [20_000.0] * 10})
+    p = build_profiles(busy, step_s=60)
+    (b,) = achieved_vs_peak(p)
+    spec = spec_for("L40S")
+    assert b.bandwidth_gb_per_s == pytest.approx(0.7 * spec.memory_bandwidth_gb_per_s, rel=1e-6)
+    assert b.tensor_tflops == pytest.approx(0.05 * spec.bf16_dense_tflops, rel=1e-6)
+    assert b.memory_bound
+    rs = rightsize(p, current_rate=resolve_rate("L40S"))
+    assert any("memory-bound" in n for n in rs.notes)
+    l4 = next(c for c in rs.candidates if c.gpu_model == "L4 24GB")
+    # scaled by bandwidth (864 / 300 GB/s), not by tensor peak (362 / 121 TFLOP/s)
+    assert l4.basis == "estimate (bandwidth ratio)"
+    assert l4.est_busy_pct * l4.gpus == pytest.approx(60.0 * 864 / 300, rel=1e-3)
+    assert rs.mem_need_mib == pytest.approx(20_000 * 1.1)

@@ -59,3 +59,36 @@ def test_unknown_gpu_model_error_lists_known_models():
 def test_missing_model_without_price_is_a_clear_error():
     p = gpuaudit("report", str(DATA / "nanogpt_8xh100_nvidia_smi.csv"))
     assert p.returncode == 2 and "--gpu-model" in p.stderr
+
+
+def test_by_a_label_no_sample_has_is_warned_not_silently_one_group(tmp_path, capsys):
+    # issue 14 item 8: --by nosuchlabel gave one "(none)" group and no warning
+    import json as _json
+
+    from gpuaudit.cli import main as _main
+
+    p = tmp_path / "pods.csv"
+    p.write_text("ts,gpu,util,owner,proj\n" + "".join(
+        f"{1758685303 + i},{g},{(i * 37 + g * 11) % 100},team-{g},p{g % 2}\n"
+        for i in range(20) for g in range(2)))
+    args = ["report", str(p), "--map", "ts=ts:s,gpu=gpu_index,util=util_gpu_pct,"
+            "owner=label:team,proj=label:project", "--price", "2", "--format", "json"]
+    out = tmp_path / "r.json"
+    assert _main([*args, "--by", "nosuchlabel", "-o", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "warning: --by nosuchlabel: no sample carries the label 'nosuchlabel'" in err
+    assert "the labels present are: project, team" in err
+    rep = _json.loads(out.read_text())
+    notes = [n for n in rep["source"]["notes"] if n["where"] == "--by"]
+    assert len(notes) == 1 and "'(none)' group" in notes[0]["reason"]
+    assert "project, team" in notes[0]["reason"]
+    # a key that exists: no warning, real groups
+    assert _main([*args, "--by", "team", "-o", str(out)]) == 0
+    assert "warning" not in capsys.readouterr().err
+    rep = _json.loads(out.read_text())
+    assert not [n for n in rep["source"]["notes"] if n["where"] == "--by"]
+    # a table column no sample has (pod) is warned about too, in markdown as well
+    md = tmp_path / "r.md"
+    assert _main([*args[:-2], "--by", "pod", "--format", "markdown", "-o", str(md)]) == 0
+    assert "--by pod: no sample has a 'pod' value" in capsys.readouterr().err
+    assert "--by pod: no sample has a 'pod' value" in md.read_text()

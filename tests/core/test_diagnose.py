@@ -33,7 +33,8 @@ def test_offload_run_from_issue_16_gets_the_host_fed_diagnosis_and_its_fixes():
     assert len(tops) == 8
     for d in tops.values():
         assert d.kind == "host_bound"
-        assert d.evidence.startswith("held but idle: 32 GiB allocated while the GPU is idle 8")
+        assert d.phase == "steady"
+        assert d.evidence.startswith("held but idle: 32 GiB allocated while the GPU is idle 80%")
         assert "the host is feeding it (PCIe busy while SMs wait): CPU / NVMe offload or input " \
                "pipeline" in d.evidence
         assert d.fixes == ("offload_less", "larger_batch", "overlap_transfers", "dataloader")
@@ -57,8 +58,19 @@ def test_offload_run_from_issue_16_gets_the_host_fed_diagnosis_and_its_fixes():
     assert plan.efficiency_fraction == min(1 - keep, plan.waste_fraction).quantize(Decimal("1e-6"))
     assert combine_efficiency(plan.recommendations, plan.waste_fraction)[1] == \
         plan.efficiency_fraction
+    # one cause per job, in the JSON report too
+    (job,) = r.job_diagnoses
+    assert (job.kind, job.with_kind, len(job.gpu_uuids)) == ("host_bound", 8, 8)
+    doc = r.to_dict()
+    assert doc["job_diagnoses"][0]["kind"] == "host_bound"
+    assert doc["job_diagnoses"][0]["fixes"][0] == "offload_less"
+    tops = [d for d in doc["diagnoses"] if d["top"]]
+    assert len(tops) == 8 and tops[0]["phase"] == "steady"
+    assert tops[0]["numbers"]["pcie_link_share"] > 0.02
+    assert doc["job_patterns"][0]["shape"] == "warm-up, then bursty, then cool-down"
     # the shape is named per GPU and per job, not "mixed"
     assert {p.kind for p in r.usage.patterns} == {"bursty"}
+    assert {p.shape for p in r.usage.patterns} == {"warm-up, then bursty, then cool-down"}
     assert [j.kind for j in r.usage.job_patterns] == ["bursty"]
 
 
@@ -170,7 +182,8 @@ def test_bucketed_signals_agree_across_one_pass_parallel_and_second_pass(tmp_pat
     assert again is not None
     assert set(one.timeline.signals) == {"sm_active", "tensor_active", "dram_active",
                                          "pcie_bytes_per_s", "nvlink_bytes_per_s",
-                                         "mem_used_mib", "power_w"}
+                                         "mem_used_mib", "power_w", "pcie_idle_bytes_per_s",
+                                         "nvlink_busy_bytes_per_s"}
     for name, arr in one.timeline.signals.items():
         np.testing.assert_allclose(two.timeline.signals[name], arr, rtol=1e-9, err_msg=name)
         np.testing.assert_allclose(again.signals[name], arr, rtol=1e-9, err_msg=name)

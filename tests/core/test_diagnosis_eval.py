@@ -155,6 +155,14 @@ def test_confusion_table_top1_at_least_90_percent(outcomes: list[Outcome]) -> No
     assert sum(o.right_fix for o in outcomes) / n >= MIN_ACCURACY, "\n".join(wrong)
 
 
+def test_docs_show_the_current_table(outcomes: list[Outcome]) -> None:
+    """docs/diagnosis.md carries the table this scorer prints today (re-run this file
+    directly and paste its output when the diagnosis changes)."""
+    doc = (Path(__file__).parents[2] / "docs" / "diagnosis.md").read_text("utf-8")
+    assert confusion_table(outcomes) in doc
+    assert case_table(outcomes) in doc
+
+
 def test_scorer_counts_a_wrong_answer_as_wrong() -> None:
     """The table is not a tautology: a case labelled with another cause scores as a miss."""
     real = cases()[0]

@@ -221,3 +221,48 @@ def test_cli_prometheus_down_is_a_clear_error(capsys):
                "--step", "15s", "--retries", "1", "--timeout", "2", "--price", "1"])
     assert rc == 2
     assert "unavailable" in capsys.readouterr().err
+
+
+def test_interval_is_detected_where_the_data_is_not_in_the_last_hour(prom, fleet, capsys):
+    # a range that ends 5 h after the last sample (a finished job, history): the scrape
+    # interval is found in the latest window that holds samples, not in the empty last hour
+    from gpuaudit.measure.prometheus import detect_interval_s
+
+    c = PromClient(prom)
+    late = fleet.end_s + 5 * 3600
+    assert detect_interval_s(c, end_s=late) is None  # the last hour alone holds nothing
+    assert detect_interval_s(c, end_s=late, start_s=fleet.start_s - 3600) == fleet.step_s
+    # a range whose last hour is only partly covered: the gap between samples, not 3600/count
+    assert detect_interval_s(c, end_s=fleet.end_s + 40 * 60) == fleet.step_s
+    result = audit_fleet(prometheus=prom, start_s=fleet.start_s, end_s=late, by=("team",),
+                         map_file=TEAMS, pricing={"price": "0.80"})
+    assert result.extra["fleet"]["transfer"]["step_s"] == fleet.step_s
+    exact = audit_fleet(prometheus=prom, start_s=fleet.start_s, end_s=fleet.end_s,
+                        step_s=fleet.step_s, by=("team",), map_file=TEAMS,
+                        pricing={"price": "0.80"})
+    assert result.usage.overall().observed_s == pytest.approx(
+        exact.usage.overall().observed_s, rel=1e-9)
+    rc = main(["fleet", "--prometheus", prom, "--start", str(fleet.start_s), "--end",
+               str(late), "--price", "1", "--format", "json", "--no-progress"])
+    assert rc == 0, capsys.readouterr().err
+    # no samples anywhere in the range: the error names the range, not "the last hour"
+    rc = main(["fleet", "--prometheus", prom, "--start", str(late), "--end",
+               str(late + 7200), "--price", "1", "--no-progress"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "has samples between" in err and "last hour" not in err
+
+
+def test_fleet_by_a_label_no_series_has_is_warned(prom, fleet, capsys, tmp_path):
+    out = tmp_path / "f.json"
+    rc = main(["fleet", "--prometheus", prom, "--start", str(fleet.start_s), "--end",
+               str(fleet.end_s), "--step", str(fleet.step_s), "--by", "nosuchlabel",
+               "--price", "1", "--format", "json", "-o", str(out), "--no-progress"])
+    assert rc == 0
+    assert "warning: --by nosuchlabel: no sample carries the label" in capsys.readouterr().err
+    notes = json.loads(out.read_text())["source"]["notes"]
+    assert [n["column"] for n in notes if n["where"] == "--by"] == ["nosuchlabel"]
+    # --by team (from the map file) is a real grouping: no note
+    rc = main(["fleet", "--prometheus", prom, "--start", str(fleet.start_s), "--end",
+               str(fleet.end_s), "--step", str(fleet.step_s), "--by", "team", "--map-file",
+               str(TEAMS), "--price", "1", "--format", "json", "-o", str(out), "--no-progress"])
+    assert rc == 0 and "warning" not in capsys.readouterr().err

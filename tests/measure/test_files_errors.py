@@ -120,6 +120,25 @@ def test_bad_timestamp(tmp_path: Path) -> None:
     assert err.where == f"{p}:12" and "2025/13/24" in str(err)
 
 
+def test_bad_timestamp_quotes_the_files_own_first_value(tmp_path: Path) -> None:
+    # the message compares the bad value with the column's real first value and says where
+    # that value is; it never quotes a made-up example as if it came from the file
+    p = _variant(tmp_path, "ts.csv", 12, "2025/09/24 03:41:4", "yesterday at noon")
+    err = _err(p)
+    text = str(err)
+    assert err.where == f"{p}:12" and "'yesterday at noon" in text
+    assert f"'2025/09/24 03:41:43.487' ({p}:2)" in text
+    assert "2025/10/15" not in text
+    lines = [ln.replace("2025/09/24 ", "2025-09-24T").replace(".487,", ".487Z,", 1)
+             if ln.startswith("2025") else ln for ln in UNITS.read_text().splitlines()]
+    lines[5] = lines[5].replace("2025-09-24T03:41:4", "2025-09-24Q03:41:4", 1)
+    z = tmp_path / "z.csv"
+    z.write_text("\n".join(lines) + "\n")
+    text = str(_err(z))
+    assert f"'{lines[1].split(',')[0]}' ({z}:2)" in text and "2025-09-24Q03" in text
+    assert "03:41:43Z" not in text
+
+
 def test_time_runs_backwards(tmp_path: Path) -> None:
     lines = UNITS.read_text().splitlines()
     lines[1], lines[9] = lines[9], lines[1]  # GPU 0: second sample before the first

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from gpuaudit.errors import InputError
+from gpuaudit.errors import InputError, SampleTableError
 from gpuaudit.measure.files import open_samples, parse_mapping, read_samples
 from gpuaudit.schema import SAMPLE_SCHEMA, SampleSource
 
@@ -251,3 +251,93 @@ def test_compressed_csv_and_jsonl(tmp_path: Path) -> None:
         a = read_samples(src, host="h").table
         b = read_samples(gz, host="h").table
         assert a.equals(b), name
+
+
+# -- scale: declared units obeyed, auto-detection by the column's range (issue 14 item 4) --
+DUTY = "ts,gpu,duty\n" + "".join(
+    f"{1758685303 + i},{g},{v}\n" for i, row in enumerate(
+        [(0.47, 28.2), (0.9, 31.5), (0.0, 12.25), (1.0, 0.33)]) for g, v in enumerate(row))
+
+
+def _duty(tmp_path: Path, text: str = DUTY) -> Path:
+    p = tmp_path / "cluster.csv"
+    p.write_text(text)
+    return p
+
+
+def _util(rec: object) -> list[float]:
+    return [round(v, 6) for v in rec.table.column("util_gpu_pct").to_pylist()]  # type: ignore[attr-defined]
+
+
+def test_averaged_percent_readings_are_read_not_refused(tmp_path: Path) -> None:
+    # 0.47 beside 28.2 in one column: percent by range (largest value above 1), said in a note
+    p = _duty(tmp_path)
+    rec = read_samples(p, mapping={"ts": "ts:s", "gpu": "gpu_index", "duty": "util_gpu_pct"})
+    assert sorted(_util(rec)) == pytest.approx(
+        sorted([0.47, 28.2, 0.9, 31.5, 0.0, 12.25, 1.0, 0.33]), rel=1e-6)
+    note = next(n for n in rec.notes if n.column == "duty")
+    assert "read as a percent (0..100)" in note.reason and "31.5" in note.reason
+    assert "util_gpu_pct:ratio to override" in note.reason and note.where == f"{p}:2"
+
+
+def test_a_declared_unit_is_obeyed(tmp_path: Path) -> None:
+    p = _duty(tmp_path)
+    rec = read_samples(p, mapping={"ts": "ts:s", "gpu": "gpu_index",
+                                   "duty": "util_gpu_pct:percent"})
+    assert sorted(_util(rec)) == pytest.approx(
+        sorted([0.47, 28.2, 0.9, 31.5, 0.0, 12.25, 1.0, 0.33]), rel=1e-6)
+    assert not [n for n in rec.notes if n.column == "duty"]  # nothing was guessed
+    # percent declared on values that all lie within 0..1: still percent, not multiplied
+    small = "ts,duty\n1758685303,0.47\n1758685304,0.9\n1758685305,0.25\n"
+    rec = read_samples(_duty(tmp_path, small), mapping={"ts": "ts:s",
+                                                        "duty": "util_gpu_pct:percent"})
+    assert _util(rec) == pytest.approx([0.47, 0.9, 0.25], rel=1e-6)
+    # and ratio declared on a column reaching 28.2 is a located error, not a silent x100
+    with pytest.raises(SampleTableError, match="above 100"):
+        read_samples(_duty(tmp_path), mapping={"ts": "ts:s", "gpu": "gpu_index",
+                                               "duty": "util_gpu_pct:ratio"})
+
+
+def test_auto_detection_judges_the_range_not_whole_numbers(tmp_path: Path) -> None:
+    # all within 0..1 -> a ratio, whole numbers or not (1.0 and 0.0 decide nothing)
+    text = "ts,duty\n1758685303,0.47\n1758685304,1.0\n1758685305,0\n1758685306,0.5\n"
+    rec = read_samples(_duty(tmp_path, text), mapping={"ts": "ts:s", "duty": "util_gpu_pct"})
+    assert _util(rec) == [47.0, 100.0, 0.0, 50.0]
+    note = next(n for n in rec.notes if n.column == "duty")
+    assert "read as a ratio (0..1)" in note.reason and "largest value in the first rows is 1" \
+        in note.reason
+    # whole numbers above 1 -> percent, as before
+    text = "ts,duty\n1758685303,3\n1758685304,97\n"
+    rec = read_samples(_duty(tmp_path, text), mapping={"ts": "ts:s", "duty": "util_gpu_pct"})
+    assert _util(rec) == [3.0, 97.0]
+
+
+def test_a_decision_contradicted_later_in_the_file_is_a_located_error(tmp_path: Path) -> None:
+    # the first read block (4 KiB: a few hundred rows) holds ratios only; row 700 says 28.2
+    rows = [0.25 + (i % 50) / 100 for i in range(800)]
+    rows[698] = 28.2
+    text = "ts,duty\n" + "".join(f"{1758685303 + i},{v}\n" for i, v in enumerate(rows))
+    p = _duty(tmp_path, text)
+    with pytest.raises(InputError) as e:
+        read_samples(p, mapping={"ts": "ts:s", "duty": "util_gpu_pct"}, batch_rows=2)
+    assert e.value.where == f"{p}:700" and "28.2" in str(e.value)
+    assert "duty=util_gpu_pct:percent" in (e.value.fix or "")
+
+
+def test_the_scale_decision_is_in_the_reports_data_notes(tmp_path: Path) -> None:
+    import json
+
+    from gpuaudit.cli import main
+
+    p = _duty(tmp_path)
+    out = tmp_path / "r.json"
+    rc = main(["report", str(p), "--map", "ts=ts:s,gpu=gpu_index,duty=util_gpu_pct",
+               "--price", "2", "--format", "json", "-o", str(out)])
+    assert rc == 0
+    notes = json.loads(out.read_text())["source"]["notes"]
+    assert any("read as a percent (0..100)" in n["reason"] and n["column"] == "duty"
+               for n in notes)
+    md = tmp_path / "r.md"
+    assert main(["report", str(p), "--map", "ts=ts:s,gpu=gpu_index,duty=util_gpu_pct",
+                 "--price", "2", "--format", "markdown", "-o", str(md)]) == 0
+    assert "read as a percent (0..100)" in md.read_text()

@@ -58,8 +58,30 @@ def _unobserved() -> Report:
                  gpu_model="H100", provider="lambda")
 
 
+def _fleet() -> Report:
+    """``gpuaudit fleet --recording`` by namespace: the showback section and the report's own
+    group table price the same GPUs; a GPU no pod holds is the unallocated line."""
+    import tempfile
+
+    from gpuaudit.cli.fleet import audit_fleet
+    from gpuaudit.measure.parquet_io import write_recording
+
+    util = {"g0": [5.0, 50.0, 95.0, 0.0] * 30, "g1": [60.0, 65.0, 3.0, 80.0] * 30,
+            "g2": [0.0] * 120, "g3": [40.0, 45.0, 42.0, 41.0] * 30}
+    pods = {"g0": "train-a", "g1": "train-b", "g2": None, "g3": "serve-b"}
+    ns = {"g0": "team-nlp", "g1": "team-nlp", "g2": None, "g3": "team-vision"}
+    extra = {"pod": {g: [pods[g]] * 120 for g in util},
+             "namespace": {g: [ns[g]] * 120 for g in util}}
+    path = Path(tempfile.mkdtemp()) / "fleet.parquet"
+    write_recording(recording(series_table(util, interval_s=60.0, extra=extra),
+                              interval_s=60.0), path)
+    rep: Report = audit_fleet(recording=path, by=("namespace",),
+                              pricing={"gpu_model": "H100", "provider": "aws"})
+    return rep
+
+
 REPORTS = {"nanogpt": _nanogpt, "trace": _trace, "grouped": _grouped,
-           "unobserved": _unobserved}
+           "unobserved": _unobserved, "fleet": _fleet}
 
 
 @pytest.fixture(scope="module", params=sorted(REPORTS))
@@ -144,7 +166,8 @@ def test_markdown_and_html_repeat_each_figure_identically(rendered):
     if Decimal(s["monthly_cost_usd"]) > 0:
         assert f"-{_usd(_monthly_waste(d))}" in page  # the waterfall's waste bar
         assert f"-{_usd(s['efficiency_monthly_usd'])}" in page
-    assert set(re.findall(MONEY + r"\s+observed cost", page)) == {_usd(c["observed_usd"])[1:]}
+    tile = re.findall(MONEY + r"\s+observed cost \(the window\)", page)
+    assert tile == [_usd(c["observed_usd"])[1:]]
 
 
 def test_row_tables_agree_across_formats(rendered):
@@ -159,3 +182,19 @@ def test_row_tables_agree_across_formats(rendered):
             lines = [ln for ln in t[fmt].splitlines() if key[-12:] in ln and pair in
                      " ".join(f"${m}" for m in re.findall(MONEY, ln))]
             assert lines, (name, fmt, key, pair)
+
+
+def test_fleet_showback_is_the_group_table():
+    rep = _fleet()
+    d = json.loads(rep.render("json"))
+    t = {fmt: rep.render(fmt, width=200) for fmt in ("terminal", "markdown")}
+    fleet = d["extra"]["fleet"]
+    rows = {str(r["key"]["namespace"] or "unallocated"): r["cost"] for r in d["groups"]["rows"]}
+    assert fleet["showback"]
+    for e in fleet["showback"]:
+        line = rows[str(e["group"]["namespace"])]
+        assert (e["cost_usd"], e["waste_usd"]) == (line["observed_usd"], line["waste_usd"])
+        for fmt in ("terminal", "markdown"):
+            assert f"{_usd(e['cost_usd'])} " in t[fmt] or f"{_usd(e['cost_usd'])}\n" in t[fmt]
+    assert fleet["total"]["cost_usd"] == d["cost"]["observed_usd"]
+    assert fleet["total"]["waste_usd"] == d["cost"]["waste_usd"]

@@ -48,6 +48,7 @@ def test_sub_second_windows_read_in_ms(tmp_path: Path, src: str) -> None:
         assert "(0 s)" not in text and "(1 s)" not in text, fmt
         assert "0.0 observed hours" not in text and "0.0 h of data" not in text, fmt
         assert re.search(r"interval 100[\s│]*ms", text), fmt
+        assert re.search(r"window cost under[\s│]*a[\s│]*cent", text), fmt  # not just $0.00
 
 
 def test_a100_trace_figures(tmp_path: Path) -> None:

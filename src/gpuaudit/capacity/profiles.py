@@ -90,7 +90,9 @@ class Profiles:
 
 
 class _Grid:
-    """Growing (W, T) float32 accumulators addressed by flat key w * T + step."""
+    """Growing (W, T) float32 accumulators addressed by flat key w * T + step, zero-filled
+    (``np.zeros``: the kernel's zero pages, no writing up front). The memory grid holds
+    ``mem + 1`` so that 0 means "no reading" (see :func:`build_profiles`)."""
 
     def __init__(self, steps: int) -> None:
         self.t = steps
@@ -102,16 +104,14 @@ class _Grid:
             return
         new = max(rows, 2 * self.cap, 16)
         for name, arr in list(self.arrays.items()):
-            grown = np.full((new, self.t), np.nan if name.startswith("mem") else 0.0,
-                            dtype=np.float32)
+            grown = np.zeros((new, self.t), dtype=np.float32)
             grown[: self.cap] = arr
             self.arrays[name] = grown
         self.cap = new
 
     def add(self, name: str) -> np.ndarray:
         if name not in self.arrays:
-            self.arrays[name] = np.full((self.cap, self.t), np.nan if name.startswith("mem")
-                                        else 0.0, dtype=np.float32)
+            self.arrays[name] = np.zeros((self.cap, self.t), dtype=np.float32)
         return self.arrays[name]
 
 
@@ -226,7 +226,19 @@ def build_profiles(
             combo = combo * (len(v) + 1) + (c + 1)
             mult *= len(v) + 1
         combo = combo * (len(mm_vals) + 1) + (mm_codes + 1)
-        uniq, first, inv = np.unique(combo, return_index=True, return_inverse=True)
+        mult *= len(mm_vals) + 1
+        if mult <= 4 * n + 1024:  # a dense lookup: no sort of the batch
+            present = np.zeros(mult, dtype=bool)
+            present[combo] = True
+            uniq = np.flatnonzero(present)
+            first_of = np.empty(mult, dtype=np.int64)
+            first_of[combo[::-1]] = np.arange(n - 1, -1, -1)
+            first = first_of[uniq]
+            slot = np.empty(mult, dtype=np.int64)
+            slot[uniq] = np.arange(len(uniq))
+            inv = slot[combo]
+        else:
+            uniq, first, inv = np.unique(combo, return_index=True, return_inverse=True)
         local = np.empty(len(uniq), dtype=np.int64)
         for j, row in enumerate(first):
             uuid = str(uu_vals[uu_codes[row]])
@@ -268,14 +280,8 @@ def build_profiles(
         if mem is not None:
             okm = inside & ~np.isnan(mem)
             if okm.any():
-                memgrid = grid.add("mem")
-                f = flat[okm]
-                order = np.argsort(f, kind="stable")
-                fs = f[order]
-                starts = np.flatnonzero(np.r_[True, fs[1:] != fs[:-1]])
-                mx = np.maximum.reduceat(mem[okm][order], starts).astype(np.float32)
-                cells = memgrid.reshape(-1)
-                cells[fs[starts]] = np.fmax(cells[fs[starts]], mx)
+                cells = grid.add("mem").reshape(-1)
+                np.fmax.at(cells, flat[okm], mem[okm].astype(np.float32) + 1.0)
         for name, col in (("mem_total", "mem_total_mib"), ("power", "power_w"),
                           ("dram", "dram_active"), ("tensor", "tensor_active")):
             vals = _float(batch, col)
@@ -283,10 +289,12 @@ def build_profiles(
                 continue
             good = ~np.isnan(vals)
             if name == "mem_total":
-                for j in np.unique(wid[good]):
-                    m = float(np.max(vals[good][wid[good] == j]))
-                    cur = scal["mem_total"][int(j)]
-                    scal["mem_total"][int(j)] = m if np.isnan(cur) else max(cur, m)
+                top = np.full(len(names), -np.inf)
+                np.maximum.at(top, wid[good], vals[good])
+                for jm in np.flatnonzero(top > -np.inf).tolist():
+                    cur = scal["mem_total"][jm]
+                    m = float(top[jm])
+                    scal["mem_total"][jm] = m if np.isnan(cur) else max(cur, m)
                 continue
             sums = np.bincount(wid[good], weights=vals[good], minlength=len(names))
             cnt = np.bincount(wid[good], minlength=len(names))
@@ -309,7 +317,12 @@ def build_profiles(
         with np.errstate(invalid="ignore", divide="ignore"):
             sm_m = np.where(sd > 0, sn / np.where(sd > 0, sd, 1), np.nan).astype(np.float32)
     mem_m = grid.arrays.get("mem")
-    mem_m = np.full((w_total, steps), np.nan, np.float32) if mem_m is None else mem_m[:w_total]
+    if mem_m is None:
+        mem_m = np.full((w_total, steps), np.nan, np.float32)
+    else:  # stored + 1: 0 is a step without a reading
+        mem_m = mem_m[:w_total]
+        mem_m -= 1.0
+        mem_m[mem_m < 0] = np.nan
 
     def mean(name: str) -> np.ndarray:
         s = np.asarray(scal[f"{name}_sum"])
@@ -337,14 +350,10 @@ def _accumulate(grid: _Grid, name: str, flat: np.ndarray, ok: np.ndarray, values
     if f.size == 0:
         return
     w = weight[ok]
-    v = values[ok] * w
-    d = np.ones_like(w) if per_pod else w
-    order = np.argsort(f, kind="stable")
-    fs = f[order]
-    starts = np.flatnonzero(np.r_[True, fs[1:] != fs[:-1]])
-    cells = fs[starts]
-    num[cells] += np.add.reduceat(v[order], starts).astype(np.float32)
-    den[cells] += np.add.reduceat(d[order], starts).astype(np.float32)
+    v = (values[ok] * w).astype(np.float32)
+    d = np.ones(f.size, np.float32) if per_pod else w.astype(np.float32)
+    np.add.at(num, f, v)  # unbuffered: cells hit twice (time-sliced rows) add both
+    np.add.at(den, f, d)
 
 
 @dataclass(frozen=True)

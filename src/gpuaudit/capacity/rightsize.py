@@ -39,6 +39,7 @@ from gpuaudit.price.catalog import (
     resolve_rate,
 )
 from gpuaudit.price.owned import OwnedGpu, break_even_duty
+from gpuaudit.validate import THROUGHPUT_PER_S
 
 __all__ = ["BenchRow", "Candidate", "Rightsize", "load_bench", "parse_throughput", "rightsize"]
 
@@ -65,10 +66,7 @@ def parse_throughput(text: str) -> float:
                          fix="write e.g. 1200/s, 72000/min or 5e6/h") from None
     if per and per not in _PER:
         raise InputError(f"unknown time unit in throughput {text!r}", fix="use /s, /min or /h")
-    rate = value / _PER.get(per or "s", 1.0)
-    if not rate > 0:
-        raise InputError(f"throughput {text!r} must be above 0", fix="pass the rate served")
-    return rate
+    return THROUGHPUT_PER_S.check(value / _PER.get(per or "s", 1.0), "throughput")
 
 
 @dataclass(frozen=True)
@@ -174,6 +172,14 @@ class Rightsize:
         fit = [c for c in self.candidates if c.fits and c.purchase != "owned"]
         return min(fit, key=lambda c: (c.usd_per_hour, c.gpu_model), default=None)
 
+    def best_for(self, purchase: str, provider: str | None) -> Candidate | None:
+        """The cheapest fit at the same provider bought the same way (on-demand vs on-demand):
+        what the recommender counts, so that spot, commitments and a move of provider stay
+        levers of their own rather than being counted twice."""
+        fit = [c for c in self.candidates if c.fits and c.purchase == purchase
+               and (provider is None or c.provider == provider)]
+        return min(fit, key=lambda c: (c.usd_per_hour, c.gpu_model), default=None)
+
     @property
     def best_owned(self) -> Candidate | None:
         fit = [c for c in self.candidates if c.fits and c.purchase == "owned"]
@@ -255,6 +261,14 @@ def rightsize(
     if sla_p99_ms is not None and not bench and p99_ms_now is None:
         notes.append("the p99 latency SLA was not checked: give --bench table.csv (measured "
                      "p99 per GPU) or --p99-ms-now (measured on the current GPU)")
+    achieved = achieved_vs_peak(p)
+    memory_bound = bool(achieved) and all(a.memory_bound for a in achieved)
+    if memory_bound:
+        bw = max(a.bandwidth_gb_per_s or 0.0 for a in achieved)
+        notes.append(f"memory-bound on {cur.gpu_model}: DRAM busy, tensor pipes idle (achieved "
+                     f"~{bw:.0f} GB/s of {cur.memory_bandwidth_gb_per_s:g}); candidates are "
+                     "scaled by memory bandwidth, not FLOP/s, so a GPU with fewer FLOP/s but "
+                     "enough bandwidth can do the same work for less")
     bench_by: dict[str, BenchRow] = {}
     for brow in bench:
         spec_b = spec_for(brow.gpu_model)
@@ -268,7 +282,8 @@ def rightsize(
         cands.append(_candidate(spec, rate.provider or "custom", rate.purchase,
                                 rate.usd_per_gpu_hour, rate.source, cur, n_now, busy_p99,
                                 busy_mean, mem_need, throughput_per_s, unit, sla_p99_ms,
-                                p99_ms_now, row, bench_name, max_busy_pct))
+                                p99_ms_now, row, bench_name, max_busy_pct,
+                                memory_bound))
     if bench:
         missing = sorted({s.gpu_model for s, _ in _offers(user_catalog, ("on-demand",))}
                          - set(bench_by))
@@ -299,7 +314,7 @@ def rightsize(
                        f"TCO: {o.source} (as of {o.as_of}); {power} W x PUE {o.pue} at "
                        f"${o.usd_per_kwh}/kWh; duty {duty:.0%}", cur, n_now, busy_p99,
                        busy_mean, mem_need, throughput_per_s, unit, sla_p99_ms, p99_ms_now, orow,
-                       bench_name, max_busy_pct)
+                       bench_name, max_busy_pct, memory_bound)
         be = break_even_duty(o, power, cheapest) if cheapest is not None else None
         from dataclasses import replace
 
@@ -310,17 +325,18 @@ def rightsize(
         mem_need_mib=mem_need, busy_p99_pct=busy_p99, busy_mean_pct=busy_mean,
         throughput_per_s=throughput_per_s, unit=unit, sla_p99_ms=sla_p99_ms,
         headroom=headroom, max_busy_pct=max_busy_pct, candidates=tuple(cands), stats=stats,
-        achieved=achieved_vs_peak(p), notes=tuple(notes))
+        achieved=achieved, notes=tuple(notes))
 
 
 def _candidate(spec: GpuSpec, provider: str, purchase: str, usd: Decimal, source: str,
                cur: GpuSpec, n_now: int, busy_p99: float, busy_mean: float,
                mem_need: float | None, throughput: float | None, unit: str,
                sla: float | None, p99_now: float | None, b: BenchRow | None,
-               bench_name: str, max_busy: float) -> Candidate:
+               bench_name: str, max_busy: float, memory_bound: bool = False) -> Candidate:
     mem_ok = (spec.memory_gb * MIB_PER_GB >= mem_need) if mem_need is not None else \
         spec.memory_gb >= cur.memory_gb
-    ratio = peak_tflops(cur) / peak_tflops(spec)
+    ratio = (cur.memory_bandwidth_gb_per_s / spec.memory_bandwidth_gb_per_s if memory_bound
+             else peak_tflops(cur) / peak_tflops(spec))
     why = []
     if b is not None:
         assert throughput is not None
@@ -338,7 +354,7 @@ def _candidate(spec: GpuSpec, provider: str, purchase: str, usd: Decimal, source
             gpus = max(1, math.ceil(n_now * busy_p99 * ratio / max_busy - 1e-9))
             busy = n_now * busy_p99 * ratio / gpus
         p99 = None if p99_now is None else p99_now * ratio
-        basis = "estimate (peak ratio)"
+        basis = "estimate (bandwidth ratio)" if memory_bound else "estimate (peak ratio)"
     compute_ok = busy <= max_busy + 1e-9
     sla_ok = None if sla is None or p99 is None else p99 <= sla
     if not mem_ok:

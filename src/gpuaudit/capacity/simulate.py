@@ -29,7 +29,7 @@ from decimal import Decimal
 
 import numpy as np
 
-from gpuaudit.capacity.profiles import Profiles, row_percentiles
+from gpuaudit.capacity.profiles import Profiles
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import (
     MIG_COMPUTE_SLICES,
@@ -283,23 +283,32 @@ def simulate(
     all_rows = np.arange(len(p))
     today_all = _today(p, all_rows)
     monthly_today_all = _monthly_today(p, all_rows, today_rates)
+    demand_cache: dict[tuple[bool, tuple[str | None, ...]], tuple[np.ndarray, np.ndarray]] = {}
     for pol in policies:
         if pol == "mig" and not migs:
             notes.append(f"{tspec.gpu_model} has no MIG: the mig policy was not simulated "
                          "(pass --gpu-model A100, H100, H200 or B200)")
             continue
-        use_sm = pol == "mps"
+        use_sm = pol == "mps" and p.sm_pct is not None
         group_results: list[PolicyResult] = []
         for gkey, rows_list in groups.items():
             rows = np.asarray(rows_list, dtype=np.int64)
-            d = _demand(p, rows, use_sm, scale)
-            p95 = row_percentiles(d, (95,))[0] if d.shape[1] else np.zeros(len(rows))
-            p95 = np.nan_to_num(p95, nan=0.0)
+            key = (use_sm, gkey)
+            if key not in demand_cache:  # mig and timeslice (and mps without SM) share it
+                demand_cache.clear()
+                d = _demand(p, rows, use_sm, scale)
+                # unobserved steps are 0 here, so a partition per row (no NaN) suffices
+                p95 = np.percentile(d, 95, axis=1) if d.shape[1] else np.zeros(len(rows))
+                demand_cache[key] = (d, p95)
+            d, p95 = demand_cache[key]
             r = _policy(pol, p, rows, d, p95, need_mem[rows], mem_cap, migs, replicas,
                         target_rate, today_rates, gkey)
             group_results.append(r)
         results += group_results
         totals.append(_total(pol, group_results, today_all, monthly_today_all, p.steps))
+    if not totals:
+        raise InputError(f"{tspec.gpu_model} has no MIG, and MIG was the only policy asked for",
+                         fix="pass --gpu-model A100, H100, H200 or B200, or --policy all")
     return Simulation(target_model=tspec.gpu_model, target_rate=target_rate, step_s=p.step_s,
                       steps=p.steps, workloads=len(p), results=tuple(results),
                       totals=tuple(totals), headroom=headroom, replicas=replicas,

@@ -42,17 +42,18 @@ from gpuaudit.classify.usage import Pattern, RunPhase, SeriesSignals
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
-__all__ = ["FIXES", "KINDS", "Diagnosis", "diagnose", "job_diagnoses"]
+__all__ = ["FIXES", "KINDS", "Diagnosis", "JobDiagnosis", "diagnose", "job_diagnoses"]
 
-#: PCIe traffic (TX + RX mean) at or above this share of the link's per-direction bandwidth,
-#: sustained while the SMs wait, means the host is feeding the GPU. A GPU fed tokens or
+#: PCIe traffic (TX + RX mean over the stretch's idle time where it idles at least 10% of it,
+#: else over the whole stretch) at or above this share of the link's per-direction bandwidth,
+#: while the SMs wait, means the host is feeding the GPU. A GPU fed tokens or
 #: compressed images moves well under 1% of its link (3,000 JPEGs/s x 150 kB = 0.45 GB/s,
 #: 0.7% of PCIe 5 x16); CPU offload moves optimizer state every step (12 bytes a parameter)
 #: and stays above it: the real 8-GPU offload run in issue 16 sustained ~2 GB/s, 3% of H100's
 #: 63 GB/s. The old absolute 6 GB/s never fired there.
 HOST_LINK_BUSY_SHARE = 0.02
-#: NVLink traffic at or above this share of the per-direction NVLink bandwidth while SMs wait
-#: means exposed collectives: an overlapped ring all-reduce of 1B bf16 parameters every 0.5 s
+#: NVLink traffic (over busy time: collectives run as kernels) at or above this share of the
+#: per-direction NVLink bandwidth while SMs wait means exposed collectives: an overlapped ring all-reduce of 1B bf16 parameters every 0.5 s
 #: averages ~1.5% of an H100's 450 GB/s; ten percent is several times what overlap leaves.
 NVLINK_BUSY_SHARE = 0.10
 #: SMs "wait" below this mean SM activity: under a third of the SMs busy on average.
@@ -135,6 +136,8 @@ class _View:
     dram: float | None
     pcie: float | None
     nvlink: float | None
+    pcie_idle: float | None
+    nvlink_busy: float | None
     mem_mib: float | None
     power_cv: float | None
 
@@ -157,7 +160,8 @@ def _whole_view(s: SeriesSignals) -> _View:
         phase="whole run", util_pct=s.mean_util_pct or 0.0, idle_share=s.idle_s / obs,
         busy_share=s.busy_high_s / obs, sm=s.mean_sm_active, tensor=s.mean_tensor_active,
         dram=s.mean_dram_active, pcie=s.mean_pcie_bytes_per_s,
-        nvlink=s.mean_nvlink_bytes_per_s, mem_mib=s.mem_used_max_mib, power_cv=cv)
+        nvlink=s.mean_nvlink_bytes_per_s, pcie_idle=s.mean_pcie_idle_bytes_per_s,
+        nvlink_busy=s.mean_nvlink_busy_bytes_per_s, mem_mib=s.mem_used_max_mib, power_cv=cv)
 
 
 def _phase_view(p: RunPhase, whole: _View) -> _View:
@@ -166,7 +170,8 @@ def _phase_view(p: RunPhase, whole: _View) -> _View:
         phase=p.name, util_pct=p.mean_util_pct or 0.0, idle_share=p.idle_share,
         busy_share=p.busy_share, sm=p.signal("sm_active"), tensor=p.signal("tensor_active"),
         dram=p.signal("dram_active"), pcie=p.signal("pcie_bytes_per_s"),
-        nvlink=p.signal("nvlink_bytes_per_s"),
+        nvlink=p.signal("nvlink_bytes_per_s"), pcie_idle=p.signal("pcie_idle_bytes_per_s"),
+        nvlink_busy=p.signal("nvlink_busy_bytes_per_s"),
         mem_mib=p.signal("mem_used_mib") if p.signal("mem_used_mib") is not None
         else whole.mem_mib, power_cv=whole.power_cv)
 
@@ -186,8 +191,16 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
     """The tree on one stretch: the first cause that fits."""
     host_bps = spec.host_link_bytes_per_s if spec else None
     nv_bps = spec.nvlink_bytes_per_s if spec else None
-    pcie_share = v.pcie / host_bps if v.pcie is not None and host_bps else None
-    nv_share = v.nvlink / nv_bps if v.nvlink is not None and nv_bps else None
+    # PCIe is judged over the time the GPU waits (idle) where it waits at all, NVLink over
+    # the time it is busy (collectives are kernels); else over the whole stretch
+    pcie, pcie_when = v.pcie, ""
+    if v.pcie_idle is not None and v.idle_share >= 0.1:
+        pcie, pcie_when = v.pcie_idle, " during idle time"
+    nvlink, nv_when = v.nvlink, ""
+    if v.nvlink_busy is not None and v.idle_share <= 0.9:
+        nvlink, nv_when = v.nvlink_busy, " during busy time"
+    pcie_share = pcie / host_bps if pcie is not None and host_bps else None
+    nv_share = nvlink / nv_bps if nvlink is not None and nv_bps else None
     total_mib = spec.memory_gb * 1024 if spec else None
     held = None
     if v.mem_mib is not None:
@@ -197,7 +210,9 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                                      ("idle_share", round(v.idle_share, 3))]
     for name, val in (("sm_active", v.sm), ("tensor_active", v.tensor),
                       ("dram_active", v.dram), ("pcie_bytes_per_s", v.pcie),
+                      ("pcie_idle_bytes_per_s", v.pcie_idle),
                       ("pcie_link_share", pcie_share), ("nvlink_bytes_per_s", v.nvlink),
+                      ("nvlink_busy_bytes_per_s", v.nvlink_busy),
                       ("nvlink_link_share", nv_share), ("mem_used_mib", v.mem_mib)):
         if val is not None:
             nums.append((name, round(val, 4)))
@@ -219,8 +234,8 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
     host_txt = ("the host is feeding it (PCIe busy while SMs wait): CPU / NVMe offload or "
                 "input pipeline")
     if v.idle_share >= IDLE_SHARE:
-        if host_busy and v.pcie is not None:
-            return d("host_bound", f"{held_txt}{_link(v.pcie, host_bps, 'PCIe')} while idle "
+        if host_busy and pcie is not None:
+            return d("host_bound", f"{held_txt}{_link(pcie, host_bps, 'PCIe')}{pcie_when} while idle "
                      f"{v.idle_share:.0%}: {host_txt}")
         if held is None:
             return d("idle", f"idle {v.idle_share:.0%} of the time; memory used not measured, "
@@ -235,11 +250,11 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                  f"({(v.mem_mib or 0):.0f} MiB): shut it down or give it back")
     if multi and nv_share is not None and nv_share >= NVLINK_BUSY_SHARE and (
             v.sm is None or v.sm < SM_BUSY):
-        assert v.nvlink is not None
-        return d("communication_bound", f"{_link(v.nvlink, nv_bps, 'NVLink')} while "
+        assert nvlink is not None
+        return d("communication_bound", f"{_link(nvlink, nv_bps, 'NVLink')}{nv_when} while "
                  f"{sm_txt}: waiting on collectives")
-    if host_busy and waiting and v.pcie is not None:
-        return d("host_bound", f"{held_txt}{_link(v.pcie, host_bps, 'PCIe')} sustained while "
+    if host_busy and waiting and pcie is not None:
+        return d("host_bound", f"{held_txt}{_link(pcie, host_bps, 'PCIe')}{pcie_when or ' sustained'} while "
                  f"{sm_txt}: {host_txt}")
     bursty = pattern is not None and pattern.kind == "bursty"
     sawtooth = (v.power_cv is not None and v.power_cv >= POWER_SAWTOOTH_CV
@@ -247,8 +262,8 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
     if bursty or sawtooth:
         why = f"utilization bounces idle/busy ({pattern.evidence})" if bursty and pattern \
             else f"power sawtooth (spread {v.power_cv:.0%} of its mean)"
-        if v.pcie is not None:
-            why += f"; {_link(v.pcie, host_bps, 'PCIe')}"
+        if pcie is not None:
+            why += f"; {_link(pcie, host_bps, 'PCIe')}{pcie_when}"
         return d("input_bound", f"{why}: the input pipeline starves it between batches")
     if v.sm is not None:
         if v.util_pct >= 70 and v.sm < SM_BUSY:
@@ -357,17 +372,38 @@ def _stragglers(series: Sequence[SeriesSignals], tops: dict[str, Diagnosis]
     return out
 
 
+@dataclass(frozen=True)
+class JobDiagnosis:
+    """A job's cause (its GPUs: one host and pod set, :func:`gpuaudit.classify.patterns.
+    job_key`): the top diagnosis most of its GPUs share, how many do, and its fixes."""
+
+    job: str
+    kind: str
+    gpu_uuids: tuple[str, ...]
+    with_kind: int
+    evidence: str
+    fixes: tuple[str, ...]
+
+
 def job_diagnoses(series: Sequence[SeriesSignals], diagnoses: Sequence[Diagnosis]
-                  ) -> dict[str, tuple[str, int, int]]:
-    """Per job (host and pod set, as :func:`gpuaudit.classify.patterns.job_key`): the most
-    common top diagnosis, how many GPUs have it, and how many GPUs the job has."""
-    tops = {d.gpu_uuid: d.kind for d in diagnoses if d.top}
-    jobs: dict[str, list[str]] = {}
+                  ) -> tuple[JobDiagnosis, ...]:
+    """Per job: the most common top diagnosis of its GPUs (ties: the earlier in
+    :data:`KINDS`), with one of its GPUs' evidence."""
+    tops = {d.gpu_uuid: d for d in diagnoses if d.top}
+    jobs: dict[str, list[Diagnosis]] = {}
     for s in series:
         if s.gpu_uuid in tops:
             jobs.setdefault(job_key(s), []).append(tops[s.gpu_uuid])
-    out = {}
-    for job, kinds in jobs.items():
+    out = []
+    for job, ds in jobs.items():
+        kinds = [d.kind for d in ds]
         best = max(KINDS, key=lambda k: (kinds.count(k), -KINDS.index(k)))
-        out[job] = (best, kinds.count(best), len(kinds))
-    return out
+        ex = next(d for d in ds if d.kind == best)
+        n = kinds.count(best)
+        others = sorted({k for k in kinds if k != best})
+        ev = (f"{n} of {len(ds)} GPU(s) {best.replace('_', ' ')}"
+              + (f" (others: {', '.join(others)})" if others else "")
+              + f"; e.g. {ex.gpu_uuid}: {ex.evidence}")
+        out.append(JobDiagnosis(job=job, kind=best, gpu_uuids=tuple(d.gpu_uuid for d in ds),
+                                with_kind=n, evidence=ev, fixes=ex.fixes))
+    return tuple(out)

@@ -34,11 +34,12 @@ from gpuaudit.classify.phases import (
     TIMELINE_BUCKETS,
     _Engine,
     group_key_names,
+    unmatched_group_notes,
 )
 from gpuaudit.classify.timeline import Grid, timeline_for, timeline_grid
 from gpuaudit.classify.usage import Usage
-from gpuaudit.errors import InputError
 from gpuaudit.schema import Recording, SampleSource
+from gpuaudit.validate import CAP_INTERVALS, INTERVAL_S, WORKERS
 
 __all__ = ["classify"]
 
@@ -67,11 +68,11 @@ def classify(
     """
     if isinstance(samples, pa.Table):
         samples = Recording(table=samples, source="table", origin="an in-memory sample table")
-    if cap_intervals < 1.0:
-        raise InputError(
-            f"cap_intervals={cap_intervals} is below 1",
-            fix="a sample must stand for at least one nominal interval",
-        )
+    cap_intervals = CAP_INTERVALS.check(cap_intervals, "cap_intervals")
+    if interval_s is not None:
+        interval_s = INTERVAL_S.check(interval_s, "interval_s")
+    if workers is not None:
+        workers = int(WORKERS.check(workers, "workers"))
     keys = group_key_names(by)
     interval = interval_s if interval_s is not None else samples.interval_s
     rows = getattr(samples, "num_rows", None)
@@ -99,8 +100,9 @@ def classify(
             == engine.timeline.grid):  # the footer told the truth about the window
         folded = engine.timeline.timeline(list(engine.series_index),
                                             [m[0] for m in engine.series_meta])
+    cells = engine.cells_table()
     usage = Usage(
-        cells=engine.cells_table(),
+        cells=cells,
         by=keys,
         series=series,
         patterns=detect_patterns(series, engine.interval_s or 1.0, folded),
@@ -110,7 +112,7 @@ def classify(
         cap_s=(engine.interval_s or 1.0) * cap_intervals,
         source=samples.source,
         origin=samples.origin,
-        notes=tuple(samples.notes),
+        notes=(*samples.notes, *unmatched_group_notes(cells, keys, engine.label_keys)),
         events=tuple(samples.events),
         findings=tuple(findings),
         timeline=folded,

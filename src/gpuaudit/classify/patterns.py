@@ -14,7 +14,8 @@ between consecutive samples, and the number of idle runs (so the mean idle run l
 **Phases of the run.** A job that loads for a minute, trains for an hour and saves a
 checkpoint has three shapes, not one "mixed" one. Where the per-GPU timeline exists
 (:mod:`gpuaudit.classify.timeline`, up to 240 buckets), :func:`split_run` finds a warm-up
-and a cool-down by change-point search on the bucket means: the two cuts (each optional) that
+and a cool-down by change-point search on the bucket means (smoothed over
+:data:`SMOOTH_BUCKETS`): the two cuts (each optional) that
 minimise the squared error within the three stretches, each cut kept only when it pays for
 itself (a BIC-style penalty of ``3 ln n`` times the bucket-to-bucket noise) and its stretch's
 mean differs from the steady state's by at least :data:`EDGE_MIN_DIFF_PCT` points. The steady
@@ -23,8 +24,8 @@ run) decides the shape; the edges
 are named beside it ("warm-up, then saturated, then cool-down"). Without a timeline (the fleet
 pushdown), the whole run decides, as before.
 
-**Per job.** :func:`job_patterns` names one shape per job (GPUs of one host and pod set, or
-one ``job`` label): the shape at least :data:`JOB_MAJORITY` of its GPUs share; eight GPUs
+**Per job.** :func:`job_patterns` names one shape per job (the GPUs of one host and pod
+set): the shape at least :data:`JOB_MAJORITY` of its GPUs share; eight GPUs
 with one clear shape are that shape, never "mixed".
 """
 
@@ -53,6 +54,8 @@ PHASED_MIN_IDLE_RUN_S = 30.0
 #: A warm-up or cool-down must differ from the steady state's mean utilization by this many
 #: points: a smaller step is noise around one level (a bursty loop's buckets scatter by more).
 EDGE_MIN_DIFF_PCT = 10.0
+#: Bucket means are smoothed over this many buckets before the change-point search.
+SMOOTH_BUCKETS = 5
 #: The steady state is at least this share of the run's buckets (else the whole run decides).
 STEADY_MIN_SHARE = 0.4
 #: A job's shape is the shape at least this share of its GPUs have.
@@ -120,7 +123,12 @@ def split_run(util_pct: np.ndarray) -> tuple[int, int]:
     n = int(valid.shape[0])
     if n < 8:
         return 0, n_all
-    x = util_pct[valid].astype(np.float64)
+    raw = util_pct[valid].astype(np.float64)
+    # a centred moving mean over SMOOTH_BUCKETS first: a loop slower than one bucket (a 10 s
+    # compute/wait cycle over 2.5 s buckets) is one level, not noise that hides a warm-up
+    k = min(SMOOTH_BUCKETS, n)
+    pad = np.concatenate([np.full(k // 2, raw[0]), raw, np.full(k - 1 - k // 2, raw[-1])])
+    x = np.convolve(pad, np.ones(k) / k, mode="valid")
     s1 = np.concatenate([[0.0], np.cumsum(x)])
     s2 = np.concatenate([[0.0], np.cumsum(x * x)])
 
@@ -164,12 +172,15 @@ def _stretch(name: str, tl: Timeline, row: int, lo: int, hi: int) -> RunPhase:
     seen = obs > 0
     mean_u = float(np.sum(util[seen] * obs[seen]) / total) if total > 0 else None
     signals: dict[str, float] = {}
+    # a bucket's mean of a signal read over idle (busy) time only weighs by that time
+    weight = {"pcie_idle_bytes_per_s": ph[:, 0], "nvlink_busy_bytes_per_s": ph[:, 1:].sum(axis=1)}
     for key, arr in tl.signals.items():
         v = arr[row, lo:hi]
-        m = seen & ~np.isnan(v)
-        w = float(obs[m].sum())
+        wk = weight.get(key, obs)
+        m = seen & ~np.isnan(v) & (wk > 0)
+        w = float(wk[m].sum())
         if w > 0:
-            signals[key] = float(np.sum(v[m] * obs[m]) / w)
+            signals[key] = float(np.sum(v[m] * wk[m]) / w)
     return RunPhase(
         name=name, start_s=lo * tl.bucket_s, end_s=hi * tl.bucket_s, observed_s=total,
         mean_util_pct=mean_u,

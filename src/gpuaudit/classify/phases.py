@@ -20,7 +20,7 @@ batch size whatever the recording's length.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -36,7 +36,7 @@ from gpuaudit.classify.usage import (
     add_phase_index,
 )
 from gpuaudit.errors import InputError, SampleTableError
-from gpuaudit.schema import series_order
+from gpuaudit.schema import ImportNote, series_order
 
 __all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
 
@@ -62,10 +62,42 @@ _MEAN_SIGNALS: dict[str, tuple[tuple[str, ...], float]] = {
     "pcie": (("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"), 1.0),
     "nvlink": (("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), 1.0),
     "power": (("power_w",), 1.0),
+    # derived below from the two above: PCIe over idle time (the host feeding a waiting GPU),
+    # NVLink over busy time (collectives run as kernels)
+    "pcie_idle": ((), 1.0),
+    "nvlink_busy": ((), 1.0),
 }
 _MAX_SIGNALS = ("temp_c", "mem_used_mib", "mem_total_mib", "power_limit_w")
 
 _GROUP_COLUMNS = ("host", "gpu_model", "mig_profile", "namespace", "pod", "container")
+
+
+def unmatched_group_notes(cells: pa.Table, keys: Sequence[str],
+                          label_keys: Iterable[str] | None) -> list[ImportNote]:
+    """A note for each group key no sample has a value for (``--by nosuchlabel``): every
+    GPU then falls in one "(none)" group, which must not pass for a real grouping. Names
+    the label keys the samples do carry (``label_keys``; None: not known here)."""
+    have = sorted(set(label_keys or ()))
+    out = []
+    for key in keys:
+        if key not in cells.column_names or key.startswith("period:"):
+            continue
+        col = cells.column(key)
+        if cells.num_rows == 0 or col.null_count < len(col):
+            continue
+        name = key.removeprefix("label:")
+        if key.startswith("label:"):
+            what = f"no sample carries the label {name!r}"
+            present = (f"; the labels present are: {', '.join(have)}" if have
+                       else "; the samples carry no labels at all" if label_keys is not None
+                       else "; check the name against the series' labels and --map-file")
+        else:
+            what = f"no sample has a {name!r} value"
+            present = (f"; the labels present are: {', '.join(have)}" if have else "")
+        out.append(ImportNote(
+            f"--by {name}: {what}, so every GPU falls in one '(none)' group{present}",
+            int(cells.num_rows), "--by", name))
+    return out
 
 
 def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
@@ -137,6 +169,9 @@ class _Engine:
         self.interval_s = interval_s
         self.cap_intervals = cap_intervals
         self.series_index: dict[str, int] = {}
+        #: the label keys the samples carry, gathered only when grouping by a label (so a
+        #: ``--by`` key no sample has can be reported with the keys that do exist)
+        self.label_keys: set[str] = set()
         self.series_meta: list[tuple[str, str | None, str | None]] = []
         self.cell_index: dict[tuple[int, tuple[str | None, ...]], int] = {}
         self.cells = _Grow(CELL_VALUE_COLUMNS)
@@ -234,6 +269,11 @@ class _Engine:
 
     def _group_values(self, batch: pa.RecordBatch) -> list[pa.Array]:
         values: list[pa.Array] = []
+        if any(not k.startswith("period:") for k in self.by):
+            labels = batch.column("labels")
+            if isinstance(labels, pa.ChunkedArray):
+                labels = labels.combine_chunks()
+            self.label_keys.update(k for k in pc.unique(labels.keys).to_pylist() if k)
         for key in self.by:
             if key.startswith("label:"):
                 arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
@@ -319,6 +359,11 @@ class _Engine:
                 total = x if total is None else np.where(np.isnan(total), x, total + np.nan_to_num(x))
             if total is not None:
                 rows[f"sig_{name}"] = total
+        idle = u < IDLE_BELOW_PCT  # NaN (no reading) compares False on both sides
+        if "sig_pcie" in rows:
+            rows["sig_pcie_idle"] = np.where(idle, rows["sig_pcie"], np.nan)
+        if "sig_nvlink" in rows:
+            rows["sig_nvlink_busy"] = np.where(u >= IDLE_BELOW_PCT, rows["sig_nvlink"], np.nan)
         for name in _MAX_SIGNALS:
             x = _float(batch, name)
             if x is not None:
@@ -698,6 +743,7 @@ class _Engine:
                 f"ranges of one stream disagree on the interval ({self.interval_s} vs "
                 f"{other.interval_s} s)", where=position,
                 fix="pass interval_s, or classify without workers")
+        self.label_keys |= other.label_keys
         n_other = len(other.series_index)
         m = np.empty(n_other, dtype=np.int64)
         for uuid, code in other.series_index.items():
@@ -853,6 +899,8 @@ class _Engine:
                 mean_sm_active=mean("sm_active"), mean_sm_occupancy=mean("sm_occupancy"),
                 mean_tensor_active=mean("tensor_active"), mean_dram_active=mean("dram_active"),
                 mean_pcie_bytes_per_s=mean("pcie"), mean_nvlink_bytes_per_s=mean("nvlink"),
+                mean_pcie_idle_bytes_per_s=mean("pcie_idle"),
+                mean_nvlink_busy_bytes_per_s=mean("nvlink_busy"),
                 mean_power_w=p_mean, std_power_w=p_std, power_limit_w=mx("power_limit_w"),
                 max_temp_c=mx("temp_c"), mem_used_max_mib=mx("mem_used_mib"),
                 mem_total_mib=mx("mem_total_mib"),
@@ -875,6 +923,8 @@ def _timeline_signals(r: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         if f"sig_{name}" in r:
             out[name] = r[f"sig_{name}"]
     for ours, theirs in (("pcie_bytes_per_s", "sig_pcie"), ("nvlink_bytes_per_s", "sig_nvlink"),
+                         ("pcie_idle_bytes_per_s", "sig_pcie_idle"),
+                         ("nvlink_busy_bytes_per_s", "sig_nvlink_busy"),
                          ("power_w", "sig_power"), ("mem_used_mib", "max_mem_used_mib")):
         if theirs in r:
             out[ours] = r[theirs]

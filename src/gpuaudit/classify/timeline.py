@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from gpuaudit.classify.usage import (
     HIST_EDGES_PCT,
+    IDLE_BELOW_PCT,
     PHASES,
     Timeline,
     Usage,
@@ -52,6 +53,9 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     "nvlink_bytes_per_s": ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
     "mem_used_mib": ("mem_used_mib",),
     "power_w": ("power_w",),
+    # derived: PCIe over idle time (u < 10), NVLink over busy time (u >= 10)
+    "pcie_idle_bytes_per_s": (),
+    "nvlink_busy_bytes_per_s": (),
 }
 
 class _Acc:
@@ -311,6 +315,12 @@ def _rows(batch: pa.RecordBatch, index: dict[str, int], hosts: list[str]) -> dic
             total = x if total is None else np.where(np.isnan(total), x, total + np.nan_to_num(x))
         if total is not None:
             out[f"sig_{name}"] = total
+    if "sig_pcie_bytes_per_s" in out:
+        out["sig_pcie_idle_bytes_per_s"] = np.where(u < IDLE_BELOW_PCT,
+                                                    out["sig_pcie_bytes_per_s"], np.nan)
+    if "sig_nvlink_bytes_per_s" in out:
+        out["sig_nvlink_busy_bytes_per_s"] = np.where(u >= IDLE_BELOW_PCT,
+                                                      out["sig_nvlink_bytes_per_s"], np.nan)
     return out
 
 

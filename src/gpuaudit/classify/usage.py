@@ -183,6 +183,10 @@ class SeriesSignals:
     mean_dram_active: float | None = None
     mean_pcie_bytes_per_s: float | None = None
     mean_nvlink_bytes_per_s: float | None = None
+    #: PCIe TX + RX over idle time only (u < 10): the host feeding a GPU that waits
+    mean_pcie_idle_bytes_per_s: float | None = None
+    #: NVLink TX + RX over busy time only (u >= 10): collectives run as kernels
+    mean_nvlink_busy_bytes_per_s: float | None = None
     mean_power_w: float | None = None
     power_limit_w: float | None = None
     std_power_w: float | None = None
@@ -250,7 +254,7 @@ class Pattern:
 
 @dataclass(frozen=True)
 class JobPattern:
-    """The shape of a job (GPUs of one host and pod set, or one ``job`` label): the shape
+    """The shape of a job (the GPUs of one host and pod set): the shape
     most of its GPUs share, named once, with the count that decided it."""
 
     job: str

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import click
 
@@ -35,6 +37,14 @@ COMMANDS: dict[str, str] = {
 
 
 class _LazyGroup(click.Group):
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             **extra: Any) -> Any:
+        # standalone (``cli()``, click's CliRunner): the same error handling as ``main``
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        sys.exit(run_argv(args, prog_name or "gpuaudit"))
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -57,11 +67,18 @@ def cli() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
     from gpuaudit._heap import keep_freed_memory
-    from gpuaudit.errors import GpuauditError
 
     keep_freed_memory()  # this process is ours: see gpuaudit._heap
+    return run_argv(argv)
+
+
+def run_argv(argv: Sequence[str] | None = None, prog_name: str = "gpuaudit") -> int:
+    """Run one command line and return its exit code: every mistake (ours or click's) prints
+    ``error: ...`` on stderr and returns 2, never a traceback."""
+    from gpuaudit.errors import GpuauditError
+
     try:
-        rv = cli.main(args=argv, prog_name="gpuaudit", standalone_mode=False)
+        rv = cli.main(args=argv, prog_name=prog_name, standalone_mode=False)
         if isinstance(rv, int) and not isinstance(rv, bool):
             return rv  # ctx.exit(code) (e.g. `run` passing on its child's exit code)
     except GpuauditError as exc:
@@ -70,14 +87,27 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         return 130
-    except click.ClickException as exc:
-        exc.show()
-        return exc.exit_code
+    except click.ClickException as exc:  # click's own usage errors, in our form
+        _show_click_error(exc)
+        return 2
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except BrokenPipeError:
         return 0
     return 0
+
+
+def _show_click_error(exc: click.ClickException) -> None:
+    """What ``exc.show()`` prints (usage, a help hint), with ``error:`` in lower case as every
+    other error of gpuaudit, and exit status 2 for every such mistake."""
+    ctx = getattr(exc, "ctx", None)
+    if isinstance(exc, click.UsageError) and ctx is not None:
+        hint = ""
+        if ctx.command.get_help_option(ctx) is not None:
+            names = ctx.command.get_help_option_names(ctx)
+            hint = f"Try '{ctx.command_path} {max(names, key=len)}' for help.\n"
+        click.echo(f"{ctx.get_usage()}\n{hint}", err=True)
+    click.echo(f"error: {exc.format_message()}", err=True)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,8 @@ from typing import Any
 import click
 
 from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.params import Number, OutputFile
+from gpuaudit.validate import HZ, LIVE_DURATION_S
 
 DEMO = "nanogpt_8xh100.parquet"
 
@@ -21,12 +23,13 @@ def demo_path() -> Path:
 
 
 @click.command("audit")
-@click.option("--duration", type=float, default=30.0, show_default=True,
+@click.option("--duration", type=Number(LIVE_DURATION_S), default=30.0, show_default=True,
               help="Seconds to sample live GPUs.")
-@click.option("--hz", type=float, default=10.0, show_default=True, help="Live sampling rate.")
+@click.option("--hz", type=Number(HZ), default=10.0, show_default=True,
+              help="Live sampling rate (samples per second).")
 @click.option("--demo", is_flag=True, help="Audit the bundled real recording even if a GPU is "
               "present.")
-@click.option("-r", "--record", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("-r", "--record", type=OutputFile(), default=None,
               help="Also keep the live recording here (Parquet).")
 @pricing_options
 @output_options

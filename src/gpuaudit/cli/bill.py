@@ -14,7 +14,9 @@ from typing import Any
 import click
 
 from gpuaudit.cli.output import write_output
+from gpuaudit.cli.params import Duration, Number, OutputDir, OutputFile
 from gpuaudit.errors import InputError
+from gpuaudit.validate import FLEET_STEP_S, WORKERS
 
 __all__ = ["bill_cmd"]
 
@@ -38,8 +40,8 @@ OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
 @click.option("--format", "formats", multiple=True, metavar="FORMAT",
               help="Bill format (focus, cur, gcp; default: detected) and/or report format "
               "(terminal, json, markdown, html, csv, parquet). Repeat for both.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the report here instead of stdout.")
+@click.option("-o", "--output", type=OutputFile(), default=None,
+              help="Write the report here instead of stdout (its folder must exist).")
 @click.option("--cost", type=click.Choice(["billed", "effective", "list"]), default="billed",
               show_default=True, help="Which cost to split: the invoice (BilledCost), the "
               "amortized EffectiveCost, or ListCost.")
@@ -49,24 +51,26 @@ OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
               default=None, help="namespace/label -> team mapping (with --prometheus).")
 @click.option("--match", "match", multiple=True, metavar="LABEL=VALUE",
               help="Only series with this label value (with --prometheus).")
-@click.option("--step", default=None, help="Scrape interval (with --prometheus; default 60s).")
+@click.option("--step", "step_s", type=Duration(FLEET_STEP_S), default=None,
+              help="Scrape interval (with --prometheus; default 60s).")
 @click.option("--host-alias", "host_alias", multiple=True, metavar="HOST=RESOURCE_ID",
               help="Telemetry host HOST is the bill's resource RESOURCE_ID (when the names "
               "differ, e.g. a Kubernetes node name and an EC2 instance id).")
 @click.option("--catalog", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Your own prices (TOML) for models the bill does not price.")
-@click.option("--workers", type=int, default=None, help="Processes for a large recording.")
-@click.option("--sql-out", "sql_out", type=click.Path(file_okay=False, path_type=Path),
+@click.option("--workers", type=Number(WORKERS), default=None,
+              help="Processes for a large recording.")
+@click.option("--sql-out", "sql_out", type=OutputDir(),
               default=None, help="Also write the join's inputs (Parquet) and its SQL here, to "
               "run the same query in Athena, Trino or BigQuery (docs/billing.md).")
 def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
              by: tuple[str, ...], method: str, formats: tuple[str, ...], output: Path | None,
              cost: str, budgets: Path | None, map_file: Path | None, match: tuple[str, ...],
-             step: str | None, host_alias: tuple[str, ...], catalog: Path | None,
+             step_s: float | None, host_alias: tuple[str, ...], catalog: Path | None,
              workers: int | None, sql_out: Path | None) -> None:
     """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
     from gpuaudit.api import bill
-    from gpuaudit.cli.fleet import _matchers, parse_duration_s
+    from gpuaudit.cli.fleet import _matchers
 
     in_fmt, out_fmt = _formats(formats)
     if out_fmt == "parquet" and output is None:
@@ -81,7 +85,7 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
     result = bill(bill_path, telemetry=telemetry, prometheus=prometheus,
                   by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
                   budgets=budgets, map_file=map_file, matchers=_matchers(match),
-                  step_s=parse_duration_s(step) if step else None, host_aliases=aliases,
+                  step_s=step_s, host_aliases=aliases,
                   catalog=catalog, workers=workers, sql_dir=sql_out)
     emit_bill(result, out_fmt, output)
 

@@ -17,32 +17,51 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.fleet import parse_duration_s, parse_time_s
 from gpuaudit.cli.options import output_options, pricing_options
 from gpuaudit.cli.output import write_output
+from gpuaudit.cli.params import Duration, Number, Parsed, Time
 from gpuaudit.errors import InputError
+from gpuaudit.validate import (
+    BUSY_PCT,
+    DUTY,
+    FLEET_SINCE_S,
+    HEADROOM,
+    LATENCY_MS,
+    REPLICAS,
+    STEP_S,
+    TIMEOUT_S,
+)
 
 __all__ = ["queue_cmd", "rightsize_cmd", "simulate_cmd"]
+
+#: the dcgm-exporter fields profiles read (utilization, SM, memory, power, DRAM and tensor
+#: activity): a raw pull of only these, not every field the fleet audit reads
+PROFILE_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+                   "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE",
+                   "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
 
 
 def _prom_options(f: Any) -> Any:
     for opt in reversed([
-        click.option("--since", default=None, help="Range ending now (or --end), e.g. 14d."),
-        click.option("--start", default=None, help="Range start (ISO 8601 or epoch seconds)."),
-        click.option("--end", default=None, help="Range end (ISO 8601, epoch seconds, now)."),
+        click.option("--since", "since_s", type=Duration(FLEET_SINCE_S), default=None,
+                     help="Range ending now (or --end), e.g. 14d."),
+        click.option("--start", "start_s", type=Time(), default=None,
+                     help="Range start (ISO 8601 or epoch seconds)."),
+        click.option("--end", "end_s", type=Time(), default=None,
+                     help="Range end (ISO 8601, epoch seconds, now)."),
         click.option("--bearer-token-file", type=click.Path(path_type=Path), default=None,
                      help="Bearer token file (re-read per request)."),
-        click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
-                     help="Seconds per Prometheus request."),
+        click.option("--timeout", "timeout_s", type=Number(TIMEOUT_S), default=60.0,
+                     show_default=True, help="Seconds per Prometheus request."),
     ]):
         f = opt(f)
     return f
 
 
-def _range(since: str | None, start: str | None, end: str | None, default: str
-           ) -> tuple[float, float]:
-    e = parse_time_s(end) if end else time.time()
-    s = parse_time_s(start) if start else e - parse_duration_s(since or default)
+def _range(since_s: float | None, start_s: float | None, end_s: float | None,
+           default_s: float) -> tuple[float, float]:
+    e = end_s if end_s is not None else time.time()
+    s = start_s if start_s is not None else e - (since_s or default_s)
     if e <= s:
         raise InputError("the range is empty (--end is not after --start)",
                          fix="give --since, or --start before --end")
@@ -73,33 +92,36 @@ def _pricing(price: str | None, provider: str | None, purchase: str,
 
 @click.command("rightsize")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--sla-p99-ms", type=float, default=None, help="p99 latency the job must keep.")
-@click.option("--throughput", default=None, metavar="RATE",
+@click.option("--sla-p99-ms", type=Number(LATENCY_MS), default=None,
+              help="p99 latency the job must keep.")
+@click.option("--throughput", type=Parsed("gpuaudit.capacity.rightsize:parse_throughput", "RATE"),
+              default=None,
               help="Rate the run served and must keep, e.g. 1200/s (per second by default).")
 @click.option("--unit", type=click.Choice(["inferences", "tokens", "samples"]),
               default="inferences", show_default=True, help="What --throughput counts.")
-@click.option("--p99-ms-now", type=float, default=None,
+@click.option("--p99-ms-now", type=Number(LATENCY_MS), default=None,
               help="p99 latency measured on the current GPU (scaled to candidates).")
 @click.option("--bench", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="CSV of measured gpu_model,throughput_per_s,p99_ms.")
-@click.option("--headroom", type=float, default=0.10, show_default=True,
+@click.option("--headroom", type=Number(HEADROOM), default=0.10, show_default=True,
               help="Memory headroom over the p99 memory used.")
-@click.option("--max-busy", type=float, default=90.0, show_default=True,
+@click.option("--max-busy", type=Number(BUSY_PCT), default=90.0, show_default=True,
               help="Highest busy share (%) a candidate may run at.")
-@click.option("--duty", type=float, default=1.0, show_default=True,
+@click.option("--duty", type=Number(DUTY), default=1.0, show_default=True,
               help="Share of the month's hours the work runs (owned-hardware TCO).")
-@click.option("--step", default="10s", show_default=True, help="Profile time step.")
+@click.option("--step", "step_s", type=Duration(STEP_S), default="10s", show_default=True,
+              help="Profile time step.")
 @click.option("--no-plan", is_flag=True, help="Skip the audit's recommendations.")
 @pricing_options
 @output_options
-def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: str | None, unit: str,
+def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None, unit: str,
                   p99_ms_now: float | None, bench: Path | None, headroom: float,
-                  max_busy: float, duty: float, step: str, no_plan: bool, fmt: str,
+                  max_busy: float, duty: float, step_s: float, no_plan: bool, fmt: str,
                   output: Path | None, **kw: Any) -> None:
     """The cheapest GPU, provider and purchase option that meets the measured need."""
     from gpuaudit.api import open_source
     from gpuaudit.capacity.profiles import build_profiles
-    from gpuaudit.capacity.rightsize import load_bench, parse_throughput, rightsize
+    from gpuaudit.capacity.rightsize import load_bench, rightsize
     from gpuaudit.price.catalog import load_user_catalog, resolve_rate
     from gpuaudit.price.owned import load_owned
     from gpuaudit.recommend import Finding
@@ -110,19 +132,19 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: str | None, 
     user = load_user_catalog(kw["catalog"]) if kw["catalog"] else ()
     owned = load_owned(kw["catalog"]) if kw["catalog"] else ()
     src = open_source(path, gpu_model=kw["gpu_model"])
-    prof = build_profiles(src, step_s=parse_duration_s(step))
+    prof = build_profiles(src, step_s=step_s)
     models = [m for m in prof.gpu_model if m]
     model = kw["gpu_model"] or (max(set(models), key=models.count) if models else None)
     rate = resolve_rate(model, price=kw["price"], provider=kw["provider"],
                         purchase=kw["purchase"], user_catalog=user)
     rs = rightsize(prof, current_rate=rate, current_model=model,
-                   throughput_per_s=parse_throughput(throughput) if throughput else None,
+                   throughput_per_s=throughput,
                    unit=unit, sla_p99_ms=sla_p99_ms, p99_ms_now=p99_ms_now,
                    bench=load_bench(bench) if bench else (),
                    bench_name=bench.name if bench else "benchmark", user_catalog=user,
                    owned=owned, duty=duty, headroom=headroom, max_busy_pct=max_busy)
     findings = []
-    best = rs.best
+    best = rs.best_for(rate.purchase, rate.provider)
     now = rs.current_usd_per_hour
     if best is not None and now > 0 and best.usd_per_hour < now:
         share = float(Decimal(1) - best.usd_per_hour / now)
@@ -146,17 +168,18 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: str | None, 
               show_default=True, help="Consolidation policy to simulate.")
 @click.option("--by", "by", multiple=True, metavar="KEY",
               help="Keep groups apart (namespace, pod, a label such as team).")
-@click.option("--step", default="1m", show_default=True, help="Simulation time step.")
-@click.option("--headroom", type=float, default=0.10, show_default=True,
+@click.option("--step", "step_s", type=Duration(STEP_S), default="1m", show_default=True,
+              help="Simulation time step.")
+@click.option("--headroom", type=Number(HEADROOM), default=0.10, show_default=True,
               help="Memory headroom over each workload's peak.")
-@click.option("--replicas", type=int, default=None,
+@click.option("--replicas", type=Number(REPLICAS), default=None,
               help="Time-slicing replicas per GPU (default 4, NVIDIA's example).")
 @click.option("--no-plan", is_flag=True, help="Skip the audit's recommendations.")
 @pricing_options
 @output_options
-def simulate_cmd(path: Path | None, prometheus: str | None, since: str | None,
-                 start: str | None, end: str | None, bearer_token_file: Path | None,
-                 timeout_s: float, policy: str, by: tuple[str, ...], step: str,
+def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | None,
+                 start_s: float | None, end_s: float | None, bearer_token_file: Path | None,
+                 timeout_s: float, policy: str, by: tuple[str, ...], step_s: float,
                  headroom: float, replicas: int | None, no_plan: bool, fmt: str,
                  output: Path | None, **kw: Any) -> None:
     """Replay the history packed by MIG, MPS or time-slicing: GPUs needed, risk, dollars."""
@@ -170,7 +193,6 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since: str | None,
     if (path is None) == (prometheus is None):
         raise InputError("give either a recording PATH or --prometheus URL",
                          fix="gpuaudit simulate fleet.parquet --policy mig --gpu-model H100")
-    step_s = parse_duration_s(step)
     keys = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
     from gpuaudit.classify.phases import group_key_names
 
@@ -181,17 +203,23 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since: str | None,
         from gpuaudit.measure.prometheus import PromClient, PrometheusSource
         from gpuaudit.schema import Recording
 
-        s, e = _range(since, start, end, "7d")
+        s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
         s = (s // step_s + 1) * step_s
         e = (e // step_s) * step_s
+        import pyarrow as pa
+
+        from gpuaudit.measure.prometheus import pod_labels
+        from gpuaudit.price.attribution import Attributor, attribute_table
+        from gpuaudit.schema import SAMPLE_SCHEMA
+
         with PromClient(prometheus, timeout_s=timeout_s,
                         bearer_token_file=bearer_token_file) as client:
-            src = PrometheusSource(client, start_s=s, end_s=e, step_s=step_s)
-            import pyarrow as pa
-
-            from gpuaudit.schema import SAMPLE_SCHEMA
-
+            src = PrometheusSource(client, start_s=s, end_s=e, step_s=step_s,
+                                   metrics=PROFILE_METRICS)
             table = pa.Table.from_batches(list(src.batches()), schema=SAMPLE_SCHEMA)
+            # team / project / user from kube_pod_labels, as the fleet audit attributes them
+            kube = pod_labels(client, start_s=s, end_s=e)
+            table = attribute_table(table, Attributor(None, kube))
         if table.num_rows == 0:
             raise InputError("no dcgm-exporter samples in the range", where=prometheus,
                              fix="check --since/--start/--end")
@@ -241,20 +269,22 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since: str | None,
 @click.option("--prometheus", required=True, metavar="URL",
               help="Prometheus with kube-state-metrics and dcgm-exporter series.")
 @_prom_options
-@click.option("--step", default="1m", show_default=True, help="Resolution of the waits.")
+@click.option("--step", "step_s", type=Duration(STEP_S), default="1m", show_default=True,
+              help="Resolution of the waits.")
 @click.option("--namespace", "namespaces", multiple=True, help="Only these namespaces.")
 @output_options
-def queue_cmd(prometheus: str, since: str | None, start: str | None, end: str | None,
-              bearer_token_file: Path | None, timeout_s: float, step: str,
+def queue_cmd(prometheus: str, since_s: float | None, start_s: float | None,
+              end_s: float | None, bearer_token_file: Path | None, timeout_s: float,
+              step_s: float,
               namespaces: tuple[str, ...], fmt: str, output: Path | None) -> None:
     """Wait times of pods pending for nvidia.com/gpu, beside the GPU-hours idle meanwhile."""
     from gpuaudit.capacity.queue import queue_waits
     from gpuaudit.measure.prometheus import PromClient
     from gpuaudit.report.capacity import capacity_dict
 
-    s, e = _range(since, start, end, "7d")
+    s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
     with PromClient(prometheus, timeout_s=timeout_s,
                     bearer_token_file=bearer_token_file) as client:
-        q = queue_waits(client, start_s=s, end_s=e, step_s=parse_duration_s(step),
+        q = queue_waits(client, start_s=s, end_s=e, step_s=step_s,
                         namespaces=namespaces)
     _emit(capacity_dict(q, source={"prometheus": prometheus}), fmt, output)

@@ -20,6 +20,8 @@ from typing import Any
 import click
 
 from gpuaudit.cli.options import pricing_kwargs, pricing_options
+from gpuaudit.cli.params import Number
+from gpuaudit.validate import EXPORTER_INTERVAL_S, EXPORTER_REFRESH_S, LIVE_DURATION_S
 
 __all__ = ["exporter_cmd"]
 
@@ -34,13 +36,13 @@ __all__ = ["exporter_cmd"]
 @click.option("--by", "by", multiple=True, default=("namespace", "team"), show_default=True,
               metavar="KEY", help="Labels besides gpu/host/gpu_model: pod, namespace, container "
               "or any label key (repeat or comma-separate).")
-@click.option("--interval", "interval_s", type=click.FloatRange(min=0.01), default=1.0,
+@click.option("--interval", "interval_s", type=Number(EXPORTER_INTERVAL_S), default=1.0,
               show_default=True, help="--live: seconds between samples.")
-@click.option("--refresh", "refresh_s", type=click.FloatRange(min=0.1), default=15.0,
+@click.option("--refresh", "refresh_s", type=Number(EXPORTER_REFRESH_S), default=15.0,
               show_default=True, help="--live: seconds between audits of the new samples.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="--live: attribution label on every sample (team=vision).")
-@click.option("--duration", type=click.FloatRange(min=0.0, min_open=True), default=None,
+@click.option("--duration", type=Number(LIVE_DURATION_S), default=None,
               help="Stop after this many seconds (default: until Ctrl-C).")
 @pricing_options
 def exporter_cmd(listen: str, source: Path | None, live: bool, by: tuple[str, ...],

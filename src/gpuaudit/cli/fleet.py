@@ -9,8 +9,6 @@ composition for Python callers.
 
 from __future__ import annotations
 
-import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -20,47 +18,31 @@ from typing import Any
 
 import click
 
-from gpuaudit.cli.options import output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.options import (
+    output_options,
+    pricing_kwargs,
+    pricing_options,
+    warn_unmatched_groups,
+)
 from gpuaudit.cli.output import write_output
+from gpuaudit.cli.params import Duration, Number, Time
 from gpuaudit.errors import InputError
+from gpuaudit.validate import (
+    EPOCH_S,
+    FLEET_CHUNK_S,
+    FLEET_SINCE_S,
+    FLEET_STEP_S,
+    PRICE_USD_PER_GPU_HOUR,
+    RETRIES,
+    TIMEOUT_S,
+    parse_duration_s,
+    parse_time_s,
+)
 
 __all__ = ["audit_fleet", "fleet_cmd", "parse_duration_s", "parse_time_s"]
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0,
-          "y": 31536000.0}
-
-
-def parse_duration_s(text: str) -> float:
-    """``15s``, ``1m``, ``7d``, ``1h30m`` or plain seconds, as seconds."""
-    t = text.strip()
-    try:
-        return float(t)
-    except ValueError:
-        pass
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w|y)", t)
-    if not parts or "".join(a + b for a, b in parts) != t:
-        raise InputError(f"cannot read duration {text!r}", fix="write e.g. 15s, 1m, 7d, 1h30m")
-    return sum(float(a) * _UNITS[b] for a, b in parts)
-
-
-def parse_time_s(text: str) -> float:
-    """An absolute time: ISO 8601 (UTC when no zone), epoch seconds, or ``now``."""
-    t = text.strip()
-    if t == "now":
-        return time.time()
-    try:
-        return float(t)
-    except ValueError:
-        pass
-    try:
-        dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise InputError(f"cannot read time {text!r}",
-                         fix="write ISO 8601 (2025-01-31T00:00:00Z) or epoch seconds") from exc
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return dt.timestamp()
-
+# parse_duration_s and parse_time_s live in gpuaudit.validate; re-exported here for callers
+# that imported them from this module
 
 def _advice(usage: Any, rates: Any, keys: Sequence[str], top: int,
             pricing: Mapping[str, Any]) -> dict[tuple[str | None, ...], list[dict[str, Any]]]:
@@ -110,7 +92,7 @@ def audit_fleet(
 
     from gpuaudit.api import assemble, fleet_usage, local_kpis, rates_for
     from gpuaudit.classify import classify
-    from gpuaudit.classify.phases import group_key_names
+    from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
     from gpuaudit.price.attribution import (
         Attributor,
         attribute_table,
@@ -120,6 +102,14 @@ def audit_fleet(
     )
 
     pricing = dict(pricing or {})
+    if pricing.get("price") is not None:
+        pricing["price"] = PRICE_USD_PER_GPU_HOUR.check_decimal(pricing["price"], "price")
+    since_s = FLEET_SINCE_S.check(since_s, "since_s")
+    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
+    if step_s is not None:
+        step_s = FLEET_STEP_S.check(step_s, "step_s")
+    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
+    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
     mapping = load_mapping(map_file) if map_file else None
     user_keys = group_key_names(list(by) or ["team"])
     fine_keys = tuple(dict.fromkeys([*user_keys, "namespace", "pod"]))
@@ -144,6 +134,10 @@ def audit_fleet(
             by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
             client_kwargs=client_kwargs, chunk_s=chunk_s)
     usage = coarse_usage(usage_fine, user_keys)
+    # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
+    # no series has are noted
+    usage = replace(usage, notes=(*(n for n in usage.notes if n.where != "--by"),
+                                  *unmatched_group_notes(usage.cells, user_keys, None)))
     rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
                       provider=pricing.get("provider"),
                       purchase=pricing.get("purchase", "on-demand"),
@@ -175,10 +169,13 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
               help="Prometheus-compatible base URL (Prometheus, Thanos, Mimir, VictoriaMetrics).")
 @click.option("--recording", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Audit a recording from `gpuaudit scrape` instead.")
-@click.option("--since", default="7d", show_default=True, help="Range ending now (or --end).")
-@click.option("--start", default=None, help="Range start (ISO 8601 or epoch seconds).")
-@click.option("--end", default=None, help="Range end (ISO 8601, epoch seconds or 'now').")
-@click.option("--step", default=None,
+@click.option("--since", "since_s", type=Duration(FLEET_SINCE_S), default="7d",
+              show_default=True, help="Range ending now (or --end).")
+@click.option("--start", "start_s", type=Time(), default=None,
+              help="Range start (ISO 8601 or epoch seconds).")
+@click.option("--end", "end_s", type=Time(), default=None,
+              help="Range end (ISO 8601, epoch seconds or 'now').")
+@click.option("--step", "step_s", type=Duration(FLEET_STEP_S), default=None,
               help="Scrape interval of the exporter series (default: detected).")
 @click.option("--by", "by", multiple=True, metavar="KEY",
               help="Roll up by team, project, user, namespace, pod or any label "
@@ -188,7 +185,8 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
 @click.option("--match", "match", multiple=True, metavar="LABEL=VALUE",
               help="Only series with this label value (repeatable), e.g. Hostname=node-1.")
 @click.option("--raw", is_flag=True, help="Pull raw samples (query_range) instead of pushdown.")
-@click.option("--chunk", default="1d", show_default=True, help="Time chunk per query batch.")
+@click.option("--chunk", "chunk_s", type=Duration(FLEET_CHUNK_S), default="1d",
+              show_default=True, help="Time chunk per query batch.")
 @click.option("--bearer-token-file", type=click.Path(path_type=Path), default=None,
               help="File holding a bearer token (re-read per request).")
 @click.option("--bearer-token-env", default=None, metavar="VAR",
@@ -197,17 +195,18 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
               help="Basic auth: user name and the environment variable holding the password.")
 @click.option("--ca-file", type=click.Path(path_type=Path), default=None,
               help="CA bundle (PEM) to verify the server's certificate.")
-@click.option("--timeout", "timeout_s", type=float, default=60.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Number(TIMEOUT_S), default=60.0, show_default=True,
               help="Seconds per request.")
-@click.option("--retries", type=int, default=4, show_default=True,
+@click.option("--retries", type=Number(RETRIES), default=4, show_default=True,
               help="Retries per request (exponential backoff) before giving up.")
 @click.option("--progress/--no-progress", default=None,
               help="Progress bars on stderr (default: when stderr is a terminal).")
 @pricing_options
 @output_options
-def fleet_cmd(prometheus: str | None, recording: Path | None, since: str, start: str | None,
-              end: str | None, step: str | None, by: tuple[str, ...], map_file: Path | None,
-              match: tuple[str, ...], raw: bool, chunk: str, bearer_token_file: Path | None,
+def fleet_cmd(prometheus: str | None, recording: Path | None, since_s: float,
+              start_s: float | None, end_s: float | None, step_s: float | None,
+              by: tuple[str, ...], map_file: Path | None,
+              match: tuple[str, ...], raw: bool, chunk_s: float, bearer_token_file: Path | None,
               bearer_token_env: str | None, basic_auth: str | None, ca_file: Path | None,
               timeout_s: float, retries: int, progress: bool | None, fmt: str,
               output: Path | None, **kw: Any) -> None:
@@ -236,12 +235,9 @@ def fleet_cmd(prometheus: str | None, recording: Path | None, since: str, start:
     try:
         result = audit_fleet(
             prometheus=prometheus, recording=recording,
-            start_s=parse_time_s(start) if start else None,
-            end_s=parse_time_s(end) if end else None,
-            since_s=parse_duration_s(since),
-            step_s=parse_duration_s(step) if step else None,
+            start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
             by=groups or ("team",), map_file=map_file, matchers=_matchers(match), raw=raw,
-            client_kwargs=client_kwargs, chunk_s=parse_duration_s(chunk), pricing=pricing)
+            client_kwargs=client_kwargs, chunk_s=chunk_s, pricing=pricing)
     finally:
         if stop is not None:
             stop()
@@ -255,6 +251,7 @@ def emit_fleet(result: Any, fmt: str, output: Path | None) -> None:
 
     from gpuaudit.report.fleet import render_fleet
 
+    warn_unmatched_groups(result)
     tty = output is None and sys.stdout.isatty()
     text = result.render(fmt, width=100, color=tty)
     if fmt in ("terminal", "markdown"):

@@ -7,12 +7,13 @@ from pathlib import Path
 import click
 
 from gpuaudit.cli.output import write_output
+from gpuaudit.cli.params import OutputFile
 
 __all__ = ["grafana_cmd"]
 
 
 @click.command("grafana")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+@click.option("-o", "--output", type=OutputFile(), default=None,
               help="Write the dashboard here instead of stdout.")
 @click.option("--exported", "exported_labels", is_flag=True,
               help="Match exported_namespace (dcgm-exporter Helm chart default, "

@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.params import Number, TimeZone
+from gpuaudit.validate import INTERVAL_S, WORKERS
 
 
 @click.command("report")
@@ -22,11 +24,11 @@ from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_o
               help="Group by pod, namespace, container, host, gpu_model or any label key "
               "(repeat or comma-separate).")
 @click.option("--host", default=None, help="Host name when the file has none.")
-@click.option("--tz", default="UTC", show_default=True,
+@click.option("--tz", type=TimeZone(), default="UTC", show_default=True,
               help="Time zone of timestamps written without one (nvidia-smi local time).")
-@click.option("--interval", "interval_s", type=float, default=None,
+@click.option("--interval", "interval_s", type=Number(INTERVAL_S), default=None,
               help="Nominal sample interval in seconds (default: from the file).")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
+@click.option("--workers", type=Number(WORKERS), default=None,
               help="Processes for a large gpuaudit recording (row-group ranges, stitched "
               "exactly). Default: one per available core, from 8M rows per process.")
 @pricing_options

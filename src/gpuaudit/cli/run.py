@@ -20,13 +20,22 @@ import subprocess
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import click
 
-from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
+from gpuaudit.cli.options import (
+    emit,
+    output_options,
+    pricing_kwargs,
+    pricing_options,
+    warn_unmatched_groups,
+)
+from gpuaudit.cli.params import Number, OutputFile
 from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.validate import FLUSH_S, HZ
 
 __all__ = ["parse_labels", "run_cmd", "run_workload"]
 
@@ -149,13 +158,13 @@ def run_workload(
     "run",
     context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False},
 )
-@click.option("--hz", type=click.FloatRange(min=0.01, max=1000.0), default=10.0,
+@click.option("--hz", type=Number(HZ), default=10.0,
               show_default=True, help="samples per second")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="attribution label on every sample (repeatable)")
-@click.option("-r", "--record", "record", type=click.Path(dir_okay=False), default=None,
+@click.option("-r", "--record", "record", type=OutputFile(), default=None,
               help="recording path (Parquet); default gpuaudit-run-<UTC time>.parquet")
-@click.option("--flush-s", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
+@click.option("--flush-s", type=Number(FLUSH_S), default=5.0, show_default=True,
               help="seconds between journal flushes: at most this much is lost if killed")
 @click.option("--no-report", is_flag=True, help="record only; print no report")
 @click.option("--process/--no-process", "process", default=None,
@@ -164,7 +173,7 @@ def run_workload(
 @output_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
-def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: str | None,
+def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: Path | None,
             flush_s: float, no_report: bool, process: bool | None, command: tuple[str, ...],
             **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
@@ -173,7 +182,8 @@ def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: s
     gpuaudit run --hz 10 --label team=vision -- python train.py
     """
     code, recording, unavailable = run_workload(
-        command, hz=hz, labels=parse_labels(labels), output=record, flush_s=flush_s,
+        command, hz=hz, labels=parse_labels(labels), output=str(record) if record else None,
+        flush_s=flush_s,
         process=process)
     if not no_report and recording is not None:
         try:
@@ -199,6 +209,7 @@ def _report(recording: Any, unavailable: str | None, opts: dict[str, Any]) -> No
     pricing["counts"] = pricing["counts"] or counts_from(recording)
     result = audit(recording, **pricing)
     if out is None and fmt == "terminal":
+        warn_unmatched_groups(result)
         click.echo(result.render(fmt, width=100, color=False), err=True, nl=False)
     else:
         emit(result, fmt, out)

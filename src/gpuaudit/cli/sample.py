@@ -12,35 +12,38 @@ from __future__ import annotations
 
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 
 import click
 
+from gpuaudit.cli.params import Number, OutputFile
 from gpuaudit.cli.run import default_output, parse_labels
+from gpuaudit.validate import FLUSH_S, HZ, LIVE_DURATION_S
 
 __all__ = ["sample_cmd"]
 
 
 @click.command("sample")
-@click.option("--duration", type=click.FloatRange(min=0.0, min_open=True), default=None,
+@click.option("--duration", type=Number(LIVE_DURATION_S), default=None,
               help="seconds to record (default: until Ctrl-C)")
-@click.option("--hz", type=click.FloatRange(min=0.01, max=1000.0), default=10.0,
+@click.option("--hz", type=Number(HZ), default=10.0,
               show_default=True, help="samples per second")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="attribution label on every sample (repeatable)")
-@click.option("-o", "--output", type=click.Path(dir_okay=False), default=None,
+@click.option("-o", "--output", type=OutputFile(), default=None,
               help="recording path (Parquet); default gpuaudit-sample-<UTC time>.parquet")
-@click.option("--flush-s", type=click.FloatRange(min=0.01), default=5.0, show_default=True,
+@click.option("--flush-s", type=Number(FLUSH_S), default=5.0, show_default=True,
               help="seconds between journal flushes: at most this much is lost if killed")
 @click.option("--process/--no-process", "process", default=None,
               help="sample in a separate process (default: at --hz 50 and above)")
 def sample_cmd(duration: float | None, hz: float, labels: tuple[str, ...],
-               output: str | None, flush_s: float, process: bool | None) -> None:
+               output: Path | None, flush_s: float, process: bool | None) -> None:
     """Record every visible GPU to a Parquet recording."""
     from gpuaudit.measure.nvml import NvmlBackend
     from gpuaudit.measure.sampler import Sampler
 
-    out = output or default_output("sample")
+    out = str(output) if output else default_output("sample")
     sampler = Sampler(NvmlBackend(), interval_s=1.0 / hz, labels=parse_labels(labels),
                       output=out, flush_s=flush_s, process=process,
                       origin="live NVML sampling by gpuaudit sample")

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import click
 
+from gpuaudit.cli.params import Duration, Number, OutputFile
+from gpuaudit.validate import SCRAPE_DURATION_S, SCRAPE_EVERY_S, TIMEOUT_S
+
 __all__ = ["scrape_cmd", "scrape_to_recording"]
 
 
@@ -81,18 +84,17 @@ def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, durati
 
 @click.command("scrape")
 @click.argument("urls", nargs=-1, required=True)
-@click.option("--every", default="15s", show_default=True, help="Scrape interval.")
-@click.option("--duration", default="10m", show_default=True, help="How long to record.")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-              required=True, help="Recording to write (Parquet).")
-@click.option("--timeout", "timeout_s", type=float, default=10.0, show_default=True,
+@click.option("--every", "every_s", type=Duration(SCRAPE_EVERY_S), default="15s",
+              show_default=True, help="Scrape interval.")
+@click.option("--duration", "duration_s", type=Duration(SCRAPE_DURATION_S), default="10m",
+              show_default=True, help="How long to record.")
+@click.option("-o", "--output", type=OutputFile(), required=True,
+              help="Recording to write (Parquet).")
+@click.option("--timeout", "timeout_s", type=Number(TIMEOUT_S), default=10.0, show_default=True,
               help="Seconds per request.")
-def scrape_cmd(urls: tuple[str, ...], every: str, duration: str, output: Path,
+def scrape_cmd(urls: tuple[str, ...], every_s: float, duration_s: float, output: Path,
                timeout_s: float) -> None:
     """Record dcgm-exporter endpoints (http://node:9400/metrics ...) into a recording."""
-    from gpuaudit.cli.fleet import parse_duration_s
-
-    every_s = parse_duration_s(every)
-    rows = scrape_to_recording(list(urls), output, every_s=every_s,
-                               duration_s=parse_duration_s(duration), timeout_s=timeout_s)
+    rows = scrape_to_recording(list(urls), output, every_s=every_s, duration_s=duration_s,
+                               timeout_s=timeout_s)
     click.echo(f"wrote {rows} sample rows to {output}", err=True)

@@ -24,7 +24,9 @@ import click
 
 from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
 from gpuaudit.cli.output import write_output
+from gpuaudit.cli.params import Number
 from gpuaudit.errors import InputError
+from gpuaudit.validate import WINDOW_MS
 
 _NS_PER_HOUR = Decimal(3_600_000_000_000)
 
@@ -99,7 +101,7 @@ def nsys_extra(path: Path, pricing: dict[str, Any]) -> dict[str, Any]:
 
 @click.command("trace")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--window-ms", default=100.0, show_default=True,
+@click.option("--window-ms", type=Number(WINDOW_MS), default=100.0, show_default=True,
               help="Window of the per-rank busy series (the recording that is priced).")
 @click.option("--hta-compat", is_flag=True,
               help="Reproduce HolisticTraceAnalysis 0.5.0 exactly (us rounding, its NCCL regex).")
@@ -112,9 +114,6 @@ def trace_cmd(paths: tuple[Path, ...], window_ms: float, hta_compat: bool,
     """Audit PyTorch profiler traces (a directory of rank traces, .json/.json.gz) or an nsys
     cuda_gpu_kern_sum CSV: busy/idle and its causes, kernel classes, overlap, input stalls,
     tensor-core use, what it costs and what to change."""
-    if window_ms <= 0:
-        raise InputError(f"--window-ms {window_ms} must be positive", where="--window-ms",
-                         fix="e.g. --window-ms 100")
     pricing = pricing_kwargs(kw)
     plist = list(paths)
     if len(plist) == 1 and plist[0].suffix.lower() == ".csv":

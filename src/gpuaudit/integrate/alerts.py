@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 
 __all__ = ["AlertThresholds", "alert_rules", "budget_rules", "rules_yaml", "to_yaml"]
 
-_DURATION_UNITS = ("ms", "s", "m", "h", "d", "w", "y")
 
 
 @dataclass(frozen=True)
@@ -44,20 +43,19 @@ class AlertThresholds:
     selector: str = ""
 
     def __post_init__(self) -> None:
-        from gpuaudit.errors import InputError
+        # the checks of the CLI's options (gpuaudit.validate), for Python callers too
+        from gpuaudit import validate as v
 
         for name in ("underutil_window", "tensor_window", "for_duration"):
-            v = getattr(self, name)
-            if not v or not v[0].isdigit() or not v.endswith(_DURATION_UNITS):
-                raise InputError(f"{name.replace('_', '-')} {v!r} is not a Prometheus duration",
-                                 where=f"--{name.replace('_', '-')}",
-                                 fix="write e.g. 30m, 1h, 6h")
-        if not 0 < self.memory_pressure_ratio <= 1:
-            raise InputError(f"memory pressure {self.memory_pressure_ratio} is not in (0, 1]",
-                             where="--memory-pressure", fix="give a ratio such as 0.85")
-        if self.held_idle_hours <= 0:
-            raise InputError(f"held-idle hours {self.held_idle_hours} must be > 0",
-                             where="--held-idle-hours", fix="give e.g. 4")
+            v.parse_prom_duration_s(getattr(self, name), name=name)
+        for name, q in (("underutil_pct", v.ALERT_UNDERUTIL_PCT),
+                        ("memory_pressure_ratio", v.MEMORY_PRESSURE_RATIO),
+                        ("temperature_c", v.ALERT_TEMPERATURE_C),
+                        ("tensor_idle_ratio", v.TENSOR_IDLE_RATIO),
+                        ("tensor_busy_ratio", v.RATIO),
+                        ("held_idle_hours", v.ALERT_HELD_IDLE_HOURS),
+                        ("held_idle_util_pct", v.ALERT_UNDERUTIL_PCT)):
+            q.check(getattr(self, name), name)
 
 
 def _g(x: float) -> str:

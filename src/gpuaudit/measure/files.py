@@ -39,6 +39,7 @@ from gpuaudit.measure.parquet_io import (
     write_recording,
 )
 from gpuaudit.schema import ImportNote, Recording
+from gpuaudit.validate import check_time_zone
 
 __all__ = ["FORMATS", "FileSource", "open_samples", "parse_mapping", "read_samples",
            "write_recording"]
@@ -145,7 +146,7 @@ class FileSource:
         self.host = host or _stem(path)
         self.host_from = "--host" if host else f"the file name {path.name!r}"
         self.gpu_model = gpu_model
-        self.tz = tz
+        self.tz = check_time_zone(tz, "tz")
         self.batch_rows = batch_rows
         self._chunk = min(batch_rows, _CHUNK_ROWS)
         self.row_groups = row_groups

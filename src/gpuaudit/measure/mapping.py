@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pyarrow as pa
@@ -275,6 +275,18 @@ def _const_dict(value: str, n: int) -> pa.Array:
                                           pa.array([value], type=pa.string()))
 
 
+def _header_scale(name: str) -> str | None:
+    """The scale a header states: ``utilization_gpu_percent``, ``gpu_util_pct``,
+    ``util [%]`` -> percent; ``sm_active_ratio`` -> ratio; None when it says nothing."""
+    base, unit = smi.split_header_unit(name)
+    low = base.strip().lower()
+    if unit == "%" or low.endswith(("percent", "pct", "%")):
+        return "percent"
+    if low.endswith(("ratio", "fraction")):
+        return "ratio"
+    return None
+
+
 class BatchConverter:
     """Turns raw batches (a file's own columns) into sample-table batches.
 
@@ -327,13 +339,14 @@ class BatchConverter:
             fmt = smi.detect_time_format(arr, self.tz, sc.target.ts_unit)
             if fmt is None:
                 return arr
+            fmt = replace(fmt, example_where=locate(fmt.example_row))
             self._time_fmt = fmt
             if fmt.kind == "epoch" and sc.target.ts_unit is None:
                 self.notes.add(f"epoch timestamps read as {fmt.epoch_unit} since 1970 "
-                               "(told by their magnitude)", 1, locate(0), sc.name)
+                               "(told by their magnitude)", 1, fmt.example_where, sc.name)
             if fmt.assumed_tz:
                 self.notes.add(f"timestamps carry no time zone; assumed {fmt.assumed_tz} "
-                               "(pass --tz to change)", 1, locate(0), sc.name)
+                               "(pass --tz to change)", 1, fmt.example_where, sc.name)
         out = smi.parse_timestamp(arr, self._time_fmt, column=sc.name, locate=locate)
         if out.null_count:
             row = _first_null(out)
@@ -367,22 +380,40 @@ class BatchConverter:
 
     def _scale(self, out: pa.Array, sc: SourceColumn, col: schema.Column,
                locate: Locate) -> pa.Array:
-        given = sc.target.scale
+        """The source's scale -> the table column's. A scale declared in the mapping
+        (``util_gpu_pct:percent``) or by the header (``utilization_gpu_percent``,
+        ``util [%]``, ``..._ratio``) is obeyed whatever the values look like. A mapped or
+        aliased column without one is judged by its range on the first rows that hold a
+        non-zero value: largest value at most 1 -> a ratio, above 1 -> a percent (averaged
+        readings such as 0.47 beside 28.2 are percent; whether values are whole numbers
+        decides nothing); the decision is a data note and holds for the whole file."""
         if col.scale is None:
             return out
-        if given is None and col.scale == "percent" and sc.kind in ("map", "alias"):
+        given = sc.target.scale
+        said = (_header_scale(sc.name) if given is None and sc.kind in ("map", "alias")
+                else None)
+        if said is not None:  # the header states it (utilization_gpu_percent): obeyed
+            given = said
+        elif given is None and sc.kind in ("map", "alias"):
             given = self._auto_scale.get(col.name)
-            if given is None and len(out) - out.null_count > 0:
-                mx = float(pc.max(out).as_py())
-                frac = pc.and_(pc.greater(out, 0.0), pc.less(out, 1.0))
-                if mx <= 1.0 and pc.any(frac).as_py():
-                    given = self._auto_scale[col.name] = "ratio"
-                    self.notes.add(
-                        f"column {sc.name!r} holds values within 0..1 with fractions: read "
-                        f"as a ratio and multiplied by 100 for {col.name} (map it with "
-                        f"{col.name}:percent to override)", 1, locate(0), sc.name)
-                elif mx > 1.0:
-                    self._auto_scale[col.name] = "percent"
+            mx = float(pc.max(out).as_py() or 0.0) if len(out) > out.null_count else 0.0
+            if given is None and mx > 0.0:
+                given = self._auto_scale[col.name] = "ratio" if mx <= 1.0 else "percent"
+                other = "percent" if given == "ratio" else "ratio"
+                self.notes.add(
+                    f"column {sc.name!r} read as a {given} "
+                    f"({'0..1' if given == 'ratio' else '0..100'}) for {col.name}: its "
+                    f"largest value in the first rows is {mx:g}, "
+                    f"{'at most 1' if given == 'ratio' else 'above 1'} (map it with "
+                    f"{col.name}:{other} to override)", 1, locate(0), sc.name)
+            elif given == "ratio" and mx > 1.0:  # decided on earlier rows, contradicted here
+                row = int(pc.index(pc.greater(out, 1.0), True).as_py())
+                raise InputError(
+                    f"column {sc.name!r} was read as a ratio (0..1) for {col.name}, since its "
+                    f"first values were at most 1, but this row holds {out[row].as_py()}",
+                    where=locate(row),
+                    fix=f"declare the scale in the mapping: {sc.name}={col.name}:percent "
+                    f"(or {col.name}:ratio if the values above 1 are wrong)")
         if given is None or given == col.scale:
             return out
         if given == "ratio":

@@ -275,6 +275,11 @@ class TimeFormat:
     slashes: bool = False
     epoch_unit: str | None = None
     assumed_tz: str | None = None
+    #: the value the format was decided on, as the file wrote it, and where it is (file:line;
+    #: the reader fills it in), so an error can quote the real first value, not an example
+    example: str | None = None
+    example_row: int = 0
+    example_where: str | None = None
 
 
 def epoch_unit_for(magnitude: float) -> str:
@@ -303,24 +308,26 @@ def detect_time_format(arr: pa.Array, tz: str, explicit_unit: str | None) -> Tim
     """Look at the first non-null value and decide the format of the whole column."""
     if pa.types.is_timestamp(arr.type):
         return TimeFormat("timestamp", assumed_tz=None if arr.type.tz else tz)
-    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
-        vals = pc.drop_null(arr)
-        if len(vals) == 0:
-            return None
-        mag = float(pc.max(pc.abs(pc.cast(vals, pa.float64()))).as_py())
-        return TimeFormat("epoch", epoch_unit=explicit_unit or epoch_unit_for(mag))
-    vals = pc.drop_null(arr)
-    if len(vals) == 0:
+    valid = pc.is_valid(arr)
+    row = pc.index(valid, True).as_py()
+    if row is None or row < 0:
         return None
-    first = str(vals[0].as_py()).strip()
+    vals = pc.drop_null(arr)
+    first = str(arr[row].as_py()).strip()
+    if pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type):
+        mag = float(pc.max(pc.abs(pc.cast(vals, pa.float64()))).as_py())
+        return TimeFormat("epoch", epoch_unit=explicit_unit or epoch_unit_for(mag),
+                          example=first, example_row=row)
     if _NUMBER.match(first):
         nums = pc.cast(pc.ascii_trim_whitespace(vals), pa.float64())
         mag = float(pc.max(pc.abs(nums)).as_py())
-        return TimeFormat("epoch", epoch_unit=explicit_unit or epoch_unit_for(mag))
+        return TimeFormat("epoch", epoch_unit=explicit_unit or epoch_unit_for(mag),
+                          example=first, example_row=row)
     slashes = "/" in first[:10]
     if _ZONE.search(first):
-        return TimeFormat("iso-zone", slashes=slashes)
-    return TimeFormat("iso-naive", slashes=slashes, assumed_tz=tz)
+        return TimeFormat("iso-zone", slashes=slashes, example=first, example_row=row)
+    return TimeFormat("iso-naive", slashes=slashes, assumed_tz=tz, example=first,
+                      example_row=row)
 
 
 def parse_timestamp(arr: pa.Array, fmt: TimeFormat, *, column: str, locate: Locate) -> pa.Array:
@@ -355,11 +362,15 @@ def parse_timestamp(arr: pa.Array, fmt: TimeFormat, *, column: str, locate: Loca
         row = first_bad_row(arr, convert)
         value = _bad_value(arr, row)
         expected = {
-            "iso-zone": "an ISO 8601 time with a zone like the first rows (2025-09-24T03:41:43Z)",
-            "iso-naive": "a time without a zone like the first rows (2025/10/15 15:57:04.086)",
-            "epoch": f"epoch {fmt.epoch_unit} like the first rows",
+            "iso-zone": "an ISO 8601 time with a zone",
+            "iso-naive": "a date and time without a zone",
+            "epoch": f"a number of epoch {fmt.epoch_unit}",
             "timestamp": "a valid time",
         }[fmt.kind]
+        if fmt.example is not None:  # the file's own first value, quoted where it stands
+            expected += f" like the column's first value {fmt.example!r}"
+            if fmt.example_where:
+                expected += f" ({fmt.example_where})"
         raise InputError(
             f"column '{column}' value {value!r} is not {expected}: {exc}",
             where=locate(row),

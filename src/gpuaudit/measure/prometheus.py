@@ -198,6 +198,12 @@ class PromClient:
             return [({}, float(data["result"][1]))]
         return [(dict(r.get("metric", {})), float(r["value"][1])) for r in data.get("result", [])]
 
+    def query_samples(self, expr: str, time_s: float) -> list[list[float]]:
+        """``/api/v1/query`` of a range selector (``m{...}[1h]``) at ``time_s``: each series'
+        raw sample timestamps (seconds), as stored."""
+        data = self._post("/api/v1/query", {"query": expr, "time": _fmt_time(time_s)})
+        return [[float(v[0]) for v in r.get("values", [])] for r in data.get("result", [])]
+
     def label_names(self, match: str, start_s: float, end_s: float) -> list[str]:
         """``/api/v1/labels`` of the series ``match`` selects in [start, end]: an index
         lookup that reads no samples (an empty list: no such series)."""
@@ -388,14 +394,53 @@ def pod_labels(client: PromClient, *, start_s: float, end_s: float,
     return out
 
 
-def detect_interval_s(client: PromClient, *, end_s: float,
+_INTERVAL_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+
+
+def detect_interval_s(client: PromClient, *, end_s: float, start_s: float | None = None,
                       matchers: Mapping[str, str] | None = None) -> float | None:
-    """The scrape interval of the dcgm-exporter series: 3600 / the median number of
-    ``DCGM_FI_DEV_GPU_UTIL`` (or GR_ENGINE_ACTIVE) samples per series in the last hour of the
-    range (PromQL ``quantile(0.5, count_over_time(...[1h]))``), rounded to a whole second."""
+    """The scrape interval of the dcgm-exporter series (``DCGM_FI_DEV_GPU_UTIL``, else
+    ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``), found where the series have samples.
+
+    First the last hour of the range; when no series has samples there (a job that finished,
+    a cluster scaled down, history) and ``start_s`` is given, the latest window of the range
+    where a series has two samples or more (``count(count_over_time(...[W]) >= 2)`` at steps of ``W`` = 1 h, or longer so
+    the range fits in 10,000 steps). In that window the series with the most samples is read
+    raw and the interval is the median gap between its timestamps, rounded to a whole second
+    (at least 1): exact whether the window is full or holds the first or last samples only.
+    ``None``: no series anywhere in the range.
+    """
     sel = selector(matchers)
-    for metric in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE"):
-        res = client.query(f"quantile(0.5, count_over_time({metric}{sel}[1h]))", end_s)
-        if res and res[0][1] == res[0][1] and res[0][1] >= 2:
-            return float(max(1, round(3600.0 / res[0][1])))
+    for metric in _INTERVAL_METRICS:
+        found = _interval_at(client, metric, sel, end_s, 3600.0)
+        if found is not None:
+            return found
+    if start_s is None or end_s - start_s <= 3600.0:
+        return None
+    window = max(3600.0, (end_s - start_s) / 10_000)
+    steps = int((end_s - start_s) // window)
+    for metric in _INTERVAL_METRICS:
+        expr = f"count(count_over_time({metric}{sel}[{duration(window)}]) >= 2)"
+        latest = [int(r.ts_ns[-1]) for r in client.query_range_once(
+            expr, end_s - steps * window, end_s, window) if len(r.ts_ns)]
+        if latest:
+            found = _interval_at(client, metric, sel, max(latest) / 1e9, window)
+            if found is not None:
+                return found
     return None
+
+
+def _interval_at(client: PromClient, metric: str, sel: str, at_s: float,
+                 window_s: float) -> float | None:
+    """Median gap between the raw samples of the fullest ``metric`` series in the window
+    ``(at_s - window_s, at_s]``, in whole seconds; None when no series has two samples."""
+    counts = client.query(f"count_over_time({metric}{sel}[{duration(window_s)}])", at_s)
+    counts = [(labels, n) for labels, n in counts if n >= 2]
+    if not counts:
+        return None
+    labels, _ = max(counts, key=lambda c: c[1])
+    series = client.query_samples(f"{metric}{selector(labels)}[{duration(window_s)}]", at_s)
+    ts = max(series, key=len, default=[])
+    if len(ts) < 2:
+        return None
+    return float(max(1, round(float(np.median(np.diff(np.array(ts)))))))

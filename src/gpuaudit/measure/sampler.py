@@ -44,6 +44,7 @@ from gpuaudit.errors import InputError
 from gpuaudit.measure.nvml import INT_COLUMNS, READ_COLUMNS, Device, GpuLostError, Reading
 from gpuaudit.measure.recorder import Extras, Recorder, iso_utc, read_recording
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording, build_table
+from gpuaudit.validate import FLUSH_S, SAMPLING_INTERVAL_S, check_output_path
 
 __all__ = ["PROCESS_MIN_HZ", "Backend", "BackendSpec", "Sampler", "SamplerStats",
            "wants_process"]
@@ -222,6 +223,7 @@ class Sampler:
 
     def __new__(cls, backend: BackendSpec, *args: Any, process: bool | None = False,
                 interval_s: float = 0.1, **kwargs: Any) -> Sampler:
+        interval_s = SAMPLING_INTERVAL_S.check(interval_s, "interval_s")
         if cls is Sampler and wants_process(process, interval_s):
             why = _picklable(backend) if process is None else None
             if why is None:
@@ -247,8 +249,10 @@ class Sampler:
         stop_timeout_s: float = 5.0,
         process: bool | None = False,
     ) -> None:
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        interval_s = SAMPLING_INTERVAL_S.check(interval_s, "interval_s")
+        flush_s = FLUSH_S.check(flush_s, "flush_s")
+        if output is not None:
+            check_output_path(output, "output")
         self._spec = backend
         self.backend: Backend = (backend if not callable(backend) or hasattr(backend, "open")
                                  else _Deferred())  # type: ignore[assignment]

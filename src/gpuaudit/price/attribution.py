@@ -44,6 +44,7 @@ from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, Usage
 from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.price.cost import CostLine, cost_lines
+from gpuaudit.price.money import cents
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -292,12 +293,14 @@ def fleet_summary(
                             for k, v in (util_window_pct or {}).items()},
     }
     days: list[dict[str, Any]] = []
+    day_waste: list[Decimal] = []
     if daily is not None and daily.num_rows:
         day_ns = daily.column("day_start").cast(pa.int64()).to_numpy()
         for d in np.unique(day_ns):
             sub = daily.filter(pc.equal(daily.column("day_start").cast(pa.int64()), int(d)))
             line = _total(sub, rates)
             tt = line.time
+            day_waste.append(line.waste)
             days.append({
                 "day_start": datetime.fromtimestamp(int(d) / 1e9, tz=timezone.utc).isoformat(),
                 "gpu_hours": round(tt.total_s / 3600.0, 3),
@@ -310,8 +313,8 @@ def fleet_summary(
     if days:
         kpis["idle_gpu_hours_per_day"] = round(
             sum(d["idle_gpu_hours"] for d in days) / len(days), 3)
-        kpis["waste_usd_per_day"] = str((sum((Decimal(d["waste_usd"]) for d in days),
-                                             Decimal(0)) / len(days)).quantize(Decimal("0.01")))
+        # the mean of the days' unrounded waste, rounded once (not a mean of rounded cents)
+        kpis["waste_usd_per_day"] = str(cents(sum(day_waste, Decimal(0)) / len(day_waste)))
     hist = []
     if pod_keys:
         for pk, ln in sorted(((ln.key, ln) for ln in cost_lines(cells, rates, pod_keys)),

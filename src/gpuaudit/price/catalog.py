@@ -29,6 +29,7 @@ from gpuaudit.errors import InputError, PricingError
 from gpuaudit.hardware import form_factor as _form
 from gpuaudit.hardware import gpu_family
 from gpuaudit.hardware import memory_gb as _memory_gb
+from gpuaudit.validate import PRICE_USD_PER_GPU_HOUR
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -311,8 +312,7 @@ def resolve_rate(
         raise PricingError(f"unknown purchase option {purchase!r}",
                            fix=f"use one of {', '.join(PURCHASE_OPTIONS)}")
     if price is not None:
-        value = _decimal(str(price), "--price", "price")
-        assert value is not None
+        value = PRICE_USD_PER_GPU_HOUR.check_decimal(price, "price")
         return Rate(usd_per_gpu_hour=value, purchase=purchase, source="--price (given by user)",
                     as_of=(today or date.today()).isoformat(), gpu_model=gpu_model,
                     provider=provider, on_demand_usd_per_gpu_hour=value

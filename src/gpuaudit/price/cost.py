@@ -34,6 +34,7 @@ from gpuaudit.price.money import (
     hourly,
     projections,
 )
+from gpuaudit.validate import ENERGY_USD_PER_KWH, check_counts
 
 __all__ = ["CentLine", "CostLine", "CostReport", "Energy", "cost_lines", "price_usage"]
 
@@ -259,8 +260,10 @@ def price_usage(
         hourly_waste = min(hourly(total.waste / wall_hours), hourly_cost)
     else:
         hourly_cost = hourly_waste = ZERO
-    count_map = {k: dec(v) for k, v in (counts or {}).items() if v}
-    unit_costs = {k: total.observed_cost / v for k, v in count_map.items() if v > 0}
+    count_map = check_counts(counts)
+    energy_price = (ENERGY_USD_PER_KWH.check_decimal(energy_usd_per_kwh, "energy_usd_per_kwh")
+                    if energy_usd_per_kwh is not None else None)
+    unit_costs = {k: total.observed_cost / v for k, v in count_map.items()}
     return CostReport(
         currency="USD",
         rates=dict(rates),
@@ -273,11 +276,11 @@ def price_usage(
         hourly_waste=hourly_waste,
         unit_costs=unit_costs,
         counts=count_map,
-        energy=_energy(usage, energy_usd_per_kwh),
+        energy=_energy(usage, energy_price),
     )
 
 
-def _energy(usage: Usage, usd_per_kwh: Decimal | str | float | None) -> Energy | None:
+def _energy(usage: Usage, usd_per_kwh: Decimal | None) -> Energy | None:
     joules = ZERO
     counter = power = False
     for s in usage.series:
@@ -292,6 +295,6 @@ def _energy(usage: Usage, usd_per_kwh: Decimal | str | float | None) -> Energy |
     method = "energy counter" if counter and not power else (
         "power x time" if power and not counter else "energy counter + power x time")
     kwh = joules / J_PER_KWH
-    price = dec(str(usd_per_kwh)) if usd_per_kwh is not None else None
+    price = usd_per_kwh
     return Energy(kwh=kwh, method=method, usd_per_kwh=price,
                   cost=kwh * price if price is not None else None)

@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from gpuaudit.validate import check_output_path
+
 __all__ = ["bill_html", "render_bill", "showback_csv", "write_showback_parquet"]
 
 PHASES = ("idle", "underutilized", "productive", "compute_bound", "unobserved")
@@ -233,5 +235,5 @@ def write_showback_parquet(table: pa.Table, path: Path) -> None:
     amounts = pa.array([None if c is None else Decimal(int(c)).scaleb(-2)
                         for c in table.column("amount").to_pylist()], pa.decimal128(18, 2))
     out = table.set_column(i, "amount", amounts)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    check_output_path(path, "--output")
     pq.write_table(out, path)

@@ -208,6 +208,9 @@ def _phases(result: AuditResult) -> str:
            '<div class="scroll"><table><thead><tr><th>phase</th><th class="n">GPU time</th>'
            f'<th class="n">share</th><th class="n">cost</th></tr></thead><tbody>{rows}'
            "</tbody></table></div>"]
+    if 0 < c.total.observed_cost < Decimal("0.005"):
+        out.append(f'<p class="meta">The {esc(_hours(result.usage.wall_s))} window cost under '
+                   "a cent; the rates per hour and the projections carry the figures.</p>")
     if t.has_sm_view:
         secs = t.sm_phase_seconds()
         sm_shares = t.sm_phase_shares_pct()

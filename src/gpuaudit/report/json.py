@@ -171,6 +171,9 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                      for x in u.patterns],
         "job_patterns": [{"job": j.job, "gpu_uuids": list(j.gpu_uuids), "kind": j.kind,
                           "shape": j.shape, "evidence": j.evidence} for j in u.job_patterns],
+        "job_diagnoses": [{"job": j.job, "kind": j.kind, "gpu_uuids": list(j.gpu_uuids),
+                           "gpus_with_kind": j.with_kind, "evidence": j.evidence,
+                           "fixes": list(j.fixes)} for j in result.job_diagnoses],
         "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence,
                        "phase": d.phase, "top": d.top, "fixes": list(d.fixes),
                        "numbers": dict(d.numbers), "decides": d.decides}
@@ -224,11 +227,11 @@ def _demo(notice: Any) -> dict[str, str] | None:
 
 
 def presented(value: Any) -> Any:
-    """Floats as a reader should see them: 12 significant digits, so binary noise such as
+    """Floats as a reader should see them: 15 significant digits, so binary noise such as
     ``0.9930000000000001`` (0.331 x 3) reads ``0.993``. The one place the JSON report rounds
     a float; every other field is already exact (money is a string of Decimal)."""
     if isinstance(value, float):
-        return float(f"{value:.12g}") if value == value and value not in (
+        return float(f"{value:.15g}") if value == value and value not in (
             float("inf"), float("-inf")) else value
     if isinstance(value, dict):
         return {k: presented(v) for k, v in value.items()}

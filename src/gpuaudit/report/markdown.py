@@ -79,6 +79,9 @@ def render_markdown(result: AuditResult) -> str:
                 for j in u.job_patterns if len(j.gpu_uuids) > 1]
     if result.diagnoses:
         out += ["", "## Diagnoses", ""]
+        out += [f"- job `{_esc(j.job)}`: **{j.kind}** on {j.with_kind} of {len(j.gpu_uuids)} "
+                "GPUs" + (f"; fixes: {', '.join(j.fixes)}" if j.fixes else "")
+                for j in result.job_diagnoses if len(j.gpu_uuids) > 1]
         out += [f"- `{_esc(d.gpu_uuid)}`: **{d.kind}** ({d.phase}): {_esc(d.evidence)}"
                 + (f"; fixes: {', '.join(d.fixes)}" if d.fixes else "")
                 + (f"; to decide: {_esc(d.decides)}" if d.decides else "")

@@ -152,6 +152,11 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         for j in u.job_patterns:
             if len(j.gpu_uuids) > 1:
                 con.print(f"  job {j.job}: {j.shape} ({len(j.gpu_uuids)} GPUs)")
+        for jd in result.job_diagnoses:
+            if len(jd.gpu_uuids) > 1:
+                con.print(f"  job {jd.job}: {jd.kind} on {jd.with_kind} of "
+                          f"{len(jd.gpu_uuids)} GPUs"
+                          + (f"; fixes: {', '.join(jd.fixes)}" if jd.fixes else ""))
         # one line per cause and stretch of the run, with the GPUs it names
         causes: dict[tuple[str, str, bool], list[str]] = {}
         for d in result.diagnoses:

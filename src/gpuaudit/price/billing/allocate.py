@@ -31,6 +31,7 @@ from gpuaudit.price.billing.reconcile import (
     split_cents,
 )
 from gpuaudit.price.catalog import CatalogEntry
+from gpuaudit.validate import check_output_dir
 
 __all__ = ["HOUR_KEY", "BillAllocation", "allocate", "usage_hours"]
 
@@ -165,8 +166,8 @@ def allocate(
     win = None if window is None else (_iso(window[0]), _iso(window[1]))
     sql = allocation_sql(len(keys), method, cost, win)
     if sql_dir is not None:
-        out = Path(sql_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        out = check_output_dir(sql_dir, "sql_dir")
+        out.mkdir(exist_ok=True)  # the one folder asked for; its parent must exist
         for rel in ("bill_lines", "gpu_skus", "host_map", "usage_hours"):
             dest = str(out / f"{rel}.parquet").replace("'", "''")
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
