@@ -155,6 +155,26 @@ def test_confusion_table_top1_at_least_90_percent(outcomes: list[Outcome]) -> No
     assert sum(o.right_fix for o in outcomes) / n >= MIN_ACCURACY, "\n".join(wrong)
 
 
+def test_a_found_cause_with_high_waste_never_saves_zero() -> None:
+    """Issue 16: efficiency savings 0.0% beside 85% waste. Over every case: where at least
+    half the cost is waste and a cause was found, the efficiency saving is above 0, never
+    above the waste, and each fix of the cause is in the plan with its evidence."""
+    checked = 0
+    for c in cases():
+        report = audit_file(c.file)
+        plan = report.plan
+        tops = [d for d in report.diagnoses if d.top]
+        assert plan.efficiency_fraction <= plan.waste_fraction, c.name
+        if plan.waste_fraction < Decimal("0.5") or all(d.kind == "undetermined" for d in tops):
+            continue
+        checked += 1
+        assert plan.efficiency_fraction > 0, c.name
+        recs = {r.id for r in plan.recommendations}
+        for d in tops:
+            assert set(d.fixes) <= recs, (c.name, d.fixes, recs)
+    assert checked >= 8
+
+
 def test_docs_show_the_current_table(outcomes: list[Outcome]) -> None:
     """docs/diagnosis.md carries the table this scorer prints today (re-run this file
     directly and paste its output when the diagnosis changes)."""
