@@ -190,7 +190,13 @@ def fleet_usage(
         pod_labels,
     )
     from gpuaudit.price.attribution import Attributor, attribute_table
+    from gpuaudit.validate import EPOCH_S, FLEET_CHUNK_S, FLEET_SINCE_S, FLEET_STEP_S
 
+    since_s = FLEET_SINCE_S.check(since_s, "since_s")
+    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
+    step_s = None if step_s is None else FLEET_STEP_S.check(step_s, "step_s")
+    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
+    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
     fine_keys = tuple(by)
     daily: pa.Table | None = None
     client = PromClient(prometheus, **dict(client_kwargs or {}))
@@ -387,8 +393,10 @@ def bill(
         summary["budgets"] = budget_status(load_budgets(budgets), alloc.showback, names,
                                            today=today)
     rep = assemble(usage, rates, extra={"bill": summary})
-    return BillReport(usage=rep.usage, cost=rep.cost, plan=rep.plan, diagnoses=rep.diagnoses,
-                      health=rep.health, extra=rep.extra, showback=alloc.showback)
+    from dataclasses import fields
+
+    return BillReport(**{f.name: getattr(rep, f.name) for f in fields(rep)},
+                      showback=alloc.showback)
 
 
 def _epoch_text(ts: Any) -> pa.Array:

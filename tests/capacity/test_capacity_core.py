@@ -277,6 +277,22 @@ def test_rightsize_estimates_and_bench(tmp_path):
     assert all(c.gpus == 4 and c.basis.startswith("bench.csv:") for c in h100)  # 1200/(400x.9)
 
 
+def test_achieved_flops_from_a_known_count(capsys):
+    p = build_profiles(open_samples(NANOGPT), step_s=10)
+    rs = rightsize(p, current_rate=resolve_rate("H100"), throughput_per_s=1200, unit="tokens",
+                   flops_per_unit=1.4e10)
+    assert rs.achieved_tflops == pytest.approx(1200 * 1.4e10 / 1e12)
+    assert rs.mfu == pytest.approx(rs.achieved_tflops / (989 * 8))
+    assert any("below 10 %" in n for n in rs.notes)
+    with pytest.raises(InputError, match="needs --throughput"):
+        rightsize(p, current_rate=resolve_rate("H100"), flops_per_unit=1e9)
+    assert main(["rightsize", str(NANOGPT), "--throughput", "1200/s", "--unit", "tokens",
+                 "--flops-per-unit", "1.4e10", "--no-plan", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["rightsize"]["achieved_tflops"] == pytest.approx(16.8)
+    assert main(["rightsize", str(NANOGPT), "--flops-per-unit", "-3"]) == 2
+
+
 def test_bench_table_errors_name_the_line(tmp_path):
     bad = tmp_path / "b.csv"
     bad.write_text("gpu_model,throughput_per_s,p99_ms\nH100,abc,3\n")
@@ -458,3 +474,30 @@ def test_achieved_vs_peak_and_memory_bound_right_size():
     assert l4.basis == "estimate (bandwidth ratio)"
     assert l4.est_busy_pct * l4.gpus == pytest.approx(60.0 * 864 / 300, rel=1e-3)
     assert rs.mem_need_mib == pytest.approx(20_000 * 1.1)
+
+
+@settings(max_examples=30)
+@given(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(0, 2**31 - 1))
+def test_capacity_findings_respect_the_combined_savings_rules(consol, right, seed):
+    from gpuaudit.api import audit
+    from gpuaudit.recommend import Finding
+
+    rng = np.random.default_rng(seed)
+    n, steps = 3, 40
+    util = rng.uniform(0, 100, (n, steps)) * (rng.random((n, 1)) < 0.8)
+    mem = rng.uniform(500, 20_000, (n, steps))
+    findings = [Finding("capacity_consolidation_share", consol, "sim", source="capacity"),
+                Finding("capacity_right_size_share", right, "rs", source="capacity")]
+    plan = audit(_table(n, steps, util, mem), findings=findings, provider="aws").plan
+    assert 0 <= plan.efficiency_fraction <= plan.waste_fraction
+    assert plan.total_fraction <= 1
+    assert plan.monthly_savings_usd <= plan.monthly_cost_usd
+    by = {r.id: r for r in plan.recommendations}
+    if consol > 1e-5 and plan.waste_fraction > 0:  # below 1e-6 a fraction rounds to 0
+        sim = by["consolidation_simulated"]
+        assert sim.counted and sim.fraction <= sim.cap <= plan.waste_fraction + Decimal("1e-6")
+        for rid in ("mig", "mps", "time_slicing"):
+            assert rid not in by or not by[rid].counted
+    if right > 1e-5:
+        assert by["right_size_simulated"].counted
+        assert "right_size" not in by or not by["right_size"].counted

@@ -90,9 +90,32 @@ def test_fleet_and_alerts_check_their_numbers() -> None:
     _refused("step_s", "seconds", audit_fleet, prometheus="http://127.0.0.1:9", step_s=0)
     _refused("price", "USD per GPU-hour", audit_fleet, prometheus="http://127.0.0.1:9",
              pricing={"price": "inf"})
+    from gpuaudit.api import fleet_usage  # gpuaudit fleet and gpuaudit bill --prometheus
+
+    _refused("chunk_s", "seconds", fleet_usage, "http://127.0.0.1:9", chunk_s=-1)
+    _refused("end_s", "Unix epoch seconds", fleet_usage, "http://127.0.0.1:9", end_s=INF)
     _refused("underutil_pct", "percent", AlertThresholds, underutil_pct=NAN)
     _refused("for_duration", None, AlertThresholds, for_duration="1x5m")
     _refused("temperature_c", "degrees C", AlertThresholds, temperature_c=-3)
+
+
+def test_capacity_checks_its_numbers() -> None:
+    from gpuaudit.capacity.profiles import build_profiles
+    from gpuaudit.capacity.rightsize import parse_throughput
+    from gpuaudit.measure.files import read_samples
+
+    rec = read_samples(LOG)
+    _refused("step_s", "seconds", build_profiles, rec, step_s=NAN)
+    _refused("step_s", "seconds", build_profiles, rec, step_s=0)
+    _refused("throughput", "units per second", parse_throughput, "inf/s")
+    prof = build_profiles(rec, step_s=1.0)
+    from gpuaudit.capacity.rightsize import rightsize
+    from gpuaudit.price.catalog import resolve_rate
+
+    rate = resolve_rate("H100", price="2")
+    _refused("headroom", None, rightsize, prof, current_rate=rate, headroom=NAN)
+    _refused("duty", None, rightsize, prof, current_rate=rate, duty=0)
+    _refused("max_busy_pct", "percent", rightsize, prof, current_rate=rate, max_busy_pct=250)
 
 
 QUANTITIES = [getattr(validate, n) for n in validate.__all__

@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import MIG_COMPUTE_SLICES
 from gpuaudit.schema import Recording, SampleSource
+from gpuaudit.validate import STEP_S
 
 __all__ = ["Profiles", "WorkloadStats", "build_profiles", "profile_stats"]
 
@@ -195,6 +196,7 @@ def build_profiles(
     history into workloads. ``window_ns``: first and last timestamp, where the source does not
     say (a file's footer does; otherwise the batches are read into memory once first).
     """
+    step_s = STEP_S.check(step_s, "step_s")
     if step_s <= 0:
         raise InputError(f"step must be positive, got {step_s}", fix="pass --step 1m or more")
     keys = tuple(by)

@@ -39,7 +39,7 @@ from gpuaudit.price.catalog import (
     resolve_rate,
 )
 from gpuaudit.price.owned import OwnedGpu, break_even_duty
-from gpuaudit.validate import THROUGHPUT_PER_S
+from gpuaudit.validate import BUSY_PCT, DUTY, HEADROOM, LATENCY_MS, THROUGHPUT_PER_S
 
 __all__ = ["BenchRow", "Candidate", "Rightsize", "load_bench", "parse_throughput", "rightsize"]
 
@@ -161,6 +161,10 @@ class Rightsize:
     candidates: tuple[Candidate, ...]
     stats: tuple[WorkloadStats, ...]
     achieved: tuple[Achieved, ...]
+    #: from a known FLOP count per unit (``--flops-per-unit``) x ``--throughput``: the FLOP/s
+    #: the run achieved and its share of the current GPUs' dense peak (model FLOP utilization)
+    achieved_tflops: float | None = None
+    mfu: float | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -222,6 +226,7 @@ def rightsize(
     user_catalog: Sequence[CatalogEntry] = (),
     owned: Sequence[OwnedGpu] = (),
     duty: float = 1.0,
+    flops_per_unit: float | None = None,
     headroom: float = 0.10,
     max_busy_pct: float = 90.0,
     purchases: Sequence[str] = PURCHASE_OPTIONS,
@@ -229,8 +234,14 @@ def rightsize(
     """Every candidate GPU priced and checked (module doc); ``best`` is the cheapest fit."""
     if unit not in UNIT_SCALE:
         raise InputError(f"unknown unit {unit!r}", fix=f"use one of {', '.join(UNIT_SCALE)}")
-    if not 0 < duty <= 1:
-        raise InputError(f"duty {duty} must be in (0, 1]", fix="pass --duty 0.5 for 12 h a day")
+    duty = DUTY.check(duty, "duty")
+    headroom = HEADROOM.check(headroom, "headroom")
+    max_busy_pct = BUSY_PCT.check(max_busy_pct, "max_busy_pct")
+    for name, ms in (("sla_p99_ms", sla_p99_ms), ("p99_ms_now", p99_ms_now)):
+        if ms is not None:
+            LATENCY_MS.check(ms, name)
+    if throughput_per_s is not None:
+        throughput_per_s = THROUGHPUT_PER_S.check(throughput_per_s, "throughput_per_s")
     if bench and throughput_per_s is None:
         raise InputError("--bench needs --throughput (the rate to serve)",
                          fix="add --throughput 1200/s")
@@ -262,6 +273,18 @@ def rightsize(
         notes.append("the p99 latency SLA was not checked: give --bench table.csv (measured "
                      "p99 per GPU) or --p99-ms-now (measured on the current GPU)")
     achieved = achieved_vs_peak(p)
+    achieved_tflops = mfu = None
+    if flops_per_unit is not None:
+        if throughput_per_s is None or flops_per_unit <= 0:
+            raise InputError("--flops-per-unit needs --throughput and a positive FLOP count",
+                             fix="e.g. --throughput 1200/s --unit tokens --flops-per-unit 1.4e10 "
+                             "(2 x parameters per token)")
+        achieved_tflops = throughput_per_s * flops_per_unit / 1e12
+        mfu = achieved_tflops / (peak_tflops(cur) * n_now)
+        notes.append(f"achieved {achieved_tflops:.1f} TFLOP/s = {mfu:.1%} of {n_now} x "
+                     f"{cur.gpu_model}'s dense peak ({peak_tflops(cur):g} TFLOP/s each)"
+                     + ("; below 10 %: the GPUs' FLOP/s are mostly unused, a smaller GPU or "
+                        "fewer of them is worth testing with --bench" if mfu < 0.10 else ""))
     memory_bound = bool(achieved) and all(a.memory_bound for a in achieved)
     if memory_bound:
         bw = max(a.bandwidth_gb_per_s or 0.0 for a in achieved)
@@ -325,7 +348,7 @@ def rightsize(
         mem_need_mib=mem_need, busy_p99_pct=busy_p99, busy_mean_pct=busy_mean,
         throughput_per_s=throughput_per_s, unit=unit, sla_p99_ms=sla_p99_ms,
         headroom=headroom, max_busy_pct=max_busy_pct, candidates=tuple(cands), stats=stats,
-        achieved=achieved, notes=tuple(notes))
+        achieved=achieved, achieved_tflops=achieved_tflops, mfu=mfu, notes=tuple(notes))
 
 
 def _candidate(spec: GpuSpec, provider: str, purchase: str, usd: Decimal, source: str,

@@ -42,6 +42,7 @@ from gpuaudit.hardware import (
     spec_for,
 )
 from gpuaudit.price.catalog import Rate
+from gpuaudit.validate import HEADROOM, REPLICAS
 
 __all__ = [
     "POLICIES",
@@ -247,6 +248,8 @@ def simulate(
     on); ``target_rate`` its price; ``today_rates`` the price of each model seen today.
     ``by_group``: workloads of different groups never share a GPU (one packing per group).
     """
+    headroom = HEADROOM.check(headroom, "headroom")
+    replicas = int(REPLICAS.check(replicas, "replicas"))
     for pol in policies:
         if pol not in POLICIES:
             raise InputError(f"unknown policy {pol!r}", fix=f"use one of {', '.join(POLICIES)} or all")

@@ -30,7 +30,12 @@ from gpuaudit.validate import (
     REPLICAS,
     STEP_S,
     TIMEOUT_S,
+    Quantity,
 )
+
+#: FLOPs one unit of --throughput costs (2 x parameters per token for a transformer's forward)
+FLOPS_PER_UNIT = Quantity("the FLOPs per unit of throughput", "FLOP", 0.0, 1e18, low_open=True,
+                          example="1.4e10")
 
 __all__ = ["queue_cmd", "rightsize_cmd", "simulate_cmd"]
 
@@ -109,6 +114,9 @@ def _pricing(price: str | None, provider: str | None, purchase: str,
               help="Highest busy share (%) a candidate may run at.")
 @click.option("--duty", type=Number(DUTY), default=1.0, show_default=True,
               help="Share of the month's hours the work runs (owned-hardware TCO).")
+@click.option("--flops-per-unit", type=Number(FLOPS_PER_UNIT), default=None,
+              help="FLOPs one unit of --throughput costs (e.g. 2 x parameters per token): "
+              "achieved FLOP/s and its share of peak.")
 @click.option("--step", "step_s", type=Duration(STEP_S), default="10s", show_default=True,
               help="Profile time step.")
 @click.option("--no-plan", is_flag=True, help="Skip the audit's recommendations.")
@@ -116,7 +124,8 @@ def _pricing(price: str | None, provider: str | None, purchase: str,
 @output_options
 def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None, unit: str,
                   p99_ms_now: float | None, bench: Path | None, headroom: float,
-                  max_busy: float, duty: float, step_s: float, no_plan: bool, fmt: str,
+                  max_busy: float, duty: float, flops_per_unit: float | None, step_s: float,
+                  no_plan: bool, fmt: str,
                   output: Path | None, **kw: Any) -> None:
     """The cheapest GPU, provider and purchase option that meets the measured need."""
     from gpuaudit.api import open_source
@@ -142,7 +151,8 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None
                    unit=unit, sla_p99_ms=sla_p99_ms, p99_ms_now=p99_ms_now,
                    bench=load_bench(bench) if bench else (),
                    bench_name=bench.name if bench else "benchmark", user_catalog=user,
-                   owned=owned, duty=duty, headroom=headroom, max_busy_pct=max_busy)
+                   owned=owned, duty=duty, flops_per_unit=flops_per_unit, headroom=headroom,
+                   max_busy_pct=max_busy)
     findings = []
     best = rs.best_for(rate.purchase, rate.provider)
     now = rs.current_usd_per_hour

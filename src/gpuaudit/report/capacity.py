@@ -111,6 +111,8 @@ def capacity_dict(value: Rightsize | Simulation | QueueReport, *,
                 "break_even_duty": None if c.break_even_duty is None
                 else _r(float(c.break_even_duty), 4),
                 "why_not": c.why_not, "source": c.source} for c in value.candidates],
+            "achieved_tflops": _r(value.achieved_tflops, 3),
+            "mfu": _r(value.mfu, 5),
             "achieved_vs_peak": [{
                 "workload": a.workload, "gpu_model": a.gpu_model,
                 "dram_active": _r(a.dram_active, 4), "tensor_active": _r(a.tensor_active, 4),
