@@ -393,8 +393,10 @@ def bill(
         summary["budgets"] = budget_status(load_budgets(budgets), alloc.showback, names,
                                            today=today)
     rep = assemble(usage, rates, extra={"bill": summary})
-    return BillReport(usage=rep.usage, cost=rep.cost, plan=rep.plan, diagnoses=rep.diagnoses,
-                      health=rep.health, extra=rep.extra, showback=alloc.showback)
+    from dataclasses import fields
+
+    return BillReport(**{f.name: getattr(rep, f.name) for f in fields(rep)},
+                      showback=alloc.showback)
 
 
 def _epoch_text(ts: Any) -> pa.Array:

@@ -109,6 +109,8 @@ def test_period_outside_telemetry_allocates_nothing(files: dict[str, Path], sc: 
     ln = r.extra["bill"]["currencies"]["USD"]["lines"]
     assert {x["kind"] for x in ln} == {"unallocated"}
     assert {x["reason"] for x in ln} == {"outside telemetry"}
+    assert any("charge periods have no measured GPU time" in n
+               for n in r.extra["bill"]["notes"])
 
 
 def test_gpu_focus_file_from_the_spec_example(tmp_path: Path) -> None:

@@ -220,3 +220,14 @@ def test_gz_csv_is_read(files: dict[str, Path]) -> None:
     with gzip.open(files["focus_gz"], "rt") as f:
         assert f.readline().startswith("BillingPeriodStart")
     assert _sum(open_bill(files["focus_gz"])) == _sum(open_bill(files["focus_csv"]))
+
+
+def test_wrong_typed_parquet_column(tmp_path: Path) -> None:
+    t = pa.table({"ChargePeriodStart": ["2026-10-01T00:00:00Z"],
+                  "ChargePeriodEnd": ["2026-10-01T01:00:00Z"],
+                  "BilledCost": [True], "BillingCurrency": ["USD"]})
+    p = tmp_path / "f.parquet"
+    pq.write_table(t, p)
+    with pytest.raises(InputError, match=r"column BilledCost, row 1: column BilledCost has "
+                       "type BOOLEAN, not an amount"):
+        open_bill(p)

@@ -300,7 +300,7 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
             ph = list(ln["phase_units"])
             ln["phase_cents"] = dict(zip(ph, split_cents([ln["phase_units"][p] for p in ph], c)))
         line_list = sorted(vals, key=lambda d: (kind_order[d["kind"]], -d["cents"], d["line"]))
-        period_rows = []
+        period_rows: list[dict[str, Any]] = []
         all_exact = True
         for p, t in c_periods:
             pp = per_period.get((p[1], p[2]), {"team": 0, "idle": 0, "unallocated": 0})
@@ -326,8 +326,16 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         rates = con.execute(
             "SELECT instance, gpu_model, COALESCE(pricing_category, 'Standard'), "
             "sum(billed_gpu_ms), sum(billed_cost), sum(effective_cost), sum(list_cost), "
-            "count(*) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC",
+            "sum(lines) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC",
             [ccy]).fetchall()
+        outside = [r for r in period_rows if r["billed"] == r["unallocated"]
+                   and r["billed"] != "0.00"]
+        if window is not None and outside:
+            amount = sum((Decimal(str(r["unallocated"])) for r in outside), Decimal(0))
+            out["notes"].append(
+                f"{len(outside)} of {len(period_rows)} {ccy} charge periods have no measured GPU "
+                f"time (telemetry covers {_iso(window[0])} .. {_iso(window[1])}): "
+                f"{amount:,.2f} {ccy} of GPU cost in them is unallocated, not guessed")
         out["currencies"][ccy] = {
             "bill_total": _dec_usd(all_total[0] or Decimal(0)),
             "bill_lines": int(all_total[1]),
@@ -362,9 +370,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         }
     unmatched = con.execute(
         "SELECT resource_id, any_value(instance), currency, sum(billed_cost), "
-        "sum(billed_gpu_ms) FROM gpu_lines WHERE resource_id IS NULL OR resource_id NOT IN "
-        "(SELECT resource_id FROM host_map) GROUP BY resource_id, currency "
-        "ORDER BY 4 DESC").fetchall()
+        "sum(billed_gpu_ms) FROM gpu_lines WHERE no_data_reason = 'no telemetry for this node' "
+        "GROUP BY resource_id, currency ORDER BY 4 DESC").fetchall()
     out["bill_without_telemetry"] = [
         {"resource_id": r[0], "instance": r[1], "currency": r[2], "billed": _dec_usd(r[3]),
          "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]

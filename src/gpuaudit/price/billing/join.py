@@ -18,7 +18,9 @@ is split over its node's capacity ``W = max(billed GPU-ms, measured GPU-ms)`` in
 charge period: measured time to the teams (method ``allocation``: every phase of the time a
 team held; method ``usage``: the non-idle phases, a team's idle time going to ``idle``),
 time held by nobody to ``idle``, and billed time without telemetry to ``unallocated``
-(with its reason). The integer division leaves less than one unit (1e-12) per weight; the
+(with its reason). Lines with nothing measured to split them by (outside the telemetry's
+window, or on a node never measured) are summed per charge period and go to ``unallocated``
+whole. The integer division leaves less than one unit (1e-12) per weight; the
 reconciliation (``reconcile.py``) rounds each charge period against its exact billed total.
 """
 
@@ -60,6 +62,10 @@ def allocation_sql(n_keys: int, method: str, cost: str = "billed",
     g_sel = "".join(f"u.{g}, " for g in gk)
     g_null = "".join(f"CAST(NULL AS VARCHAR) AS {g}, " for g in gk)
     w_start, w_end = window or ("1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z")
+
+    def ts(iso: str) -> str:
+        return f"TIMESTAMPTZ '{iso}'"
+
     per_phase = []
     for p in PHASE_COLS:
         if method == "allocation":
@@ -75,19 +81,36 @@ def allocation_sql(n_keys: int, method: str, cost: str = "billed",
             + f"'{p}' AS phase, m.{p}_ms AS w FROM meas m")
     return f"""
 CREATE OR REPLACE TEMP TABLE gpu_lines AS
-SELECT b.*, s.instance, s.gpu_model, s.gpus_per_instance, s.per_gpu,
-       CAST(round(({_hours_expr()}) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)
-                  * 3600000) AS BIGINT) AS billed_gpu_ms,
-       CAST(b.{cost_col} * {UNITS_PER_USD} AS HUGEINT) AS cost_units
-FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text;
-
-CREATE OR REPLACE TEMP TABLE line_groups AS
-SELECT row_number() OVER () AS line_id, l.*, h.host
+-- one row per resource and charge period inside the telemetry's window, lines outside it
+-- summed per charge period, instance and pricing category (nothing to split them by)
+SELECT currency, CASE WHEN no_data_reason = 'outside telemetry' THEN NULL ELSE resource_id
+       END AS resource_id, host, charge_start, charge_end, pricing_category, instance,
+       gpu_model, no_data_reason, sum(billed_cost) AS billed_cost,
+       sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
+       sum(billed_gpu_ms) AS billed_gpu_ms, sum(cost_units) AS cost_units, count(*) AS lines
 FROM (
-  SELECT currency, resource_id, charge_start, charge_end,
+  SELECT b.currency, b.resource_id, b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
+         CAST(round(({_hours_expr()})
+                    * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)
+                    * 3600000) AS BIGINT) AS billed_gpu_ms,
+         CAST(b.{cost_col} * {UNITS_PER_USD} AS HUGEINT) AS cost_units,
+         CASE WHEN b.charge_end <= {ts(w_start)} OR b.charge_start >= {ts(w_end)}
+              THEN 'outside telemetry'
+              WHEN h.host IS NULL THEN 'no telemetry for this node'
+              ELSE NULL END AS no_data_reason
+  FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
+  LEFT JOIN host_map h ON b.resource_id = h.resource_id
+) GROUP BY ALL;
+
+-- lines on a measured node inside the telemetry's window: split by the measured time
+CREATE OR REPLACE TEMP TABLE line_groups AS
+SELECT row_number() OVER () AS line_id, l.*
+FROM (
+  SELECT currency, resource_id, host, charge_start, charge_end,
          sum(cost_units) AS cost_units, sum(billed_gpu_ms) AS billed_gpu_ms
-  FROM gpu_lines GROUP BY ALL
-) l LEFT JOIN host_map h ON l.resource_id = h.resource_id;
+  FROM gpu_lines WHERE no_data_reason IS NULL GROUP BY ALL
+) l;
 
 CREATE OR REPLACE TEMP TABLE meas AS
 SELECT l.line_id, u.held, {g_sel}
@@ -106,10 +129,7 @@ WITH measured AS (
 ), caps AS (
   SELECT l.line_id, l.cost_units, COALESCE(m.measured_ms, 0) AS measured_ms,
          greatest(l.billed_gpu_ms, COALESCE(m.measured_ms, 0)) AS cap_ms,
-         CASE WHEN l.charge_end <= TIMESTAMPTZ '{w_start}' OR l.charge_start >= TIMESTAMPTZ '{w_end}'
-              THEN 'outside telemetry'
-              WHEN l.host IS NULL THEN 'no telemetry for this node'
-              ELSE 'telemetry gap' END AS no_data_reason
+         'telemetry gap' AS no_data_reason
   FROM line_groups l LEFT JOIN measured m ON l.line_id = m.line_id
 ), parts AS (
   {' UNION ALL '.join(per_phase)}
@@ -131,12 +151,16 @@ SELECT l.currency, l.charge_start, l.charge_end, w.kind, w.reason, {", ".join(f"
        sum(CAST(w.cost_units AS HUGEINT) * w.w // w.cap_ms) AS units,
        sum(w.w) AS gpu_ms
 FROM weights w JOIN line_groups l ON w.line_id = l.line_id
-GROUP BY ALL;
+GROUP BY ALL
+UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
+SELECT currency, charge_start, charge_end, 'unallocated', no_data_reason, {g_null}
+       'unobserved', sum(cost_units), sum(billed_gpu_ms)
+FROM gpu_lines WHERE no_data_reason IS NOT NULL GROUP BY ALL;
 
 CREATE OR REPLACE TEMP TABLE period_totals AS
 SELECT currency, charge_start, charge_end, sum(cost_units) AS units,
        sum(billed_gpu_ms) AS billed_gpu_ms
-FROM line_groups GROUP BY ALL;
+FROM gpu_lines GROUP BY ALL;
 """
 
 

@@ -276,6 +276,7 @@ def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None
     kind = kinds.pop() or "csv"
     con = con if con is not None else duckdb.connect()
     con.execute("SET TimeZone='UTC'")
+    con.execute("SET enable_progress_bar = false")  # DuckDB would draw it on stdout
     scan = _raw_scan(files, kind)
     try:
         con.execute(f"CREATE OR REPLACE TEMP VIEW bill_raw AS SELECT * FROM {scan}")
@@ -308,6 +309,7 @@ def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None
     bill = Bill(con=con, files=tuple(str(f) for f in files), fmt=got_fmt, dialect=dialect,
                 columns=tuple(columns))
     spec = _FIELDS[dialect.split(" 1.")[0] if dialect.startswith("FOCUS") else dialect]
+    _check_types(bill, spec, types)
     _build_view(bill, spec, columns, kind)
     return bill
 
@@ -418,6 +420,31 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
         + [f"CAST({exprs[n]} AS {t}) AS {n}" for n, t in CANONICAL[2:]])
     _check_values(bill, checks, row)
     con.execute(f"CREATE OR REPLACE TEMP VIEW bill_lines AS SELECT\n  {select}\nFROM bill_raw")
+
+
+_TYPES_OK = {
+    "money": ("DECIMAL", "DOUBLE", "FLOAT", "REAL", "INTEGER", "BIGINT", "HUGEINT", "SMALLINT",
+              "TINYINT", "UINTEGER", "UBIGINT", "USMALLINT", "UTINYINT", "VARCHAR"),
+    "time": ("TIMESTAMP", "DATE", "VARCHAR"),
+}
+_TYPES_OK["number"] = _TYPES_OK["money"]
+
+
+def _check_types(bill: Bill, spec: Sequence[_Field], types: dict[str, str]) -> None:
+    """A typed export (Parquet) whose money or time column has the wrong type: say so before
+    reading a value (a boolean is not an amount even where it would cast to one)."""
+    for fld in spec:
+        if fld.kind == "text":
+            continue
+        for src in fld.sources:
+            typ = types.get(src)
+            if typ is not None and not typ.startswith(_TYPES_OK[fld.kind]):
+                what = {"money": "an amount", "number": "a number", "time": "a timestamp"}
+                raise InputError(
+                    f"column {src} has type {typ}, not {what[fld.kind]}",
+                    where=f"{bill.files[0]}, column {src}, row 1",
+                    fix="export the bill with its standard column types (FOCUS: decimal "
+                    "amounts, timestamp periods)")
 
 
 def _cur_charge_category(raw: str) -> str:

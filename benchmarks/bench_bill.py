@@ -1,0 +1,259 @@
+"""The bill join at scale: a 10M-line FOCUS bill (1,000 instances hourly for a year, plus
+storage lines) split over 1,000 GPUs x 30 days of 1-minute telemetry, gpuaudit vs a plain
+pandas join of the same data, each in a fresh process.
+
+    python benchmarks/bench_bill.py                  # gpuaudit only
+    python benchmarks/bench_bill.py --pandas         # with the pandas column (pip install pandas)
+
+The input is SYNTHETIC, generated once under benchmarks/_work/ (git-ignored):
+
+- telemetry: 125 nodes x 8 GPUs (NVIDIA H100), one sample a minute for 30 days from
+  2026-10-01 (43,200,000 rows), a gpuaudit Parquet recording (zstd, ~1M-row row groups); each
+  GPU held by a pod of one of ten namespaces (every tenth GPU by nobody), with one of five
+  utilization shapes;
+- bill: FOCUS 1.2 Parquet, 2026-01-01 .. 2026-12-31 hourly: the 125 measured nodes as
+  p5.48xlarge (on demand, some on spot or a commitment), 875 other instances (g5, g6, p4d,
+  m5, c5), and 142 storage buckets: 10,003,920 lines, written by DuckDB.
+
+Timings are wall seconds and peak RSS of the whole child process (plus the classify worker it
+starts, which runs at the same time), median of --repeat runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+WORK = Path(__file__).resolve().parent / "_work"
+GPUS, NODES, DAYS = 1000, 125, 30
+T0_S = 1_790_812_800  # 2026-10-01T00:00:00Z
+YEAR0 = "2026-01-01 00:00:00+00"
+
+
+def generate_telemetry(path: Path) -> None:
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from gpuaudit.schema import SAMPLE_SCHEMA, build_table
+
+    ticks = DAYS * 24 * 60
+    rng = np.random.default_rng(0)
+    kinds = rng.integers(0, 5, GPUS)
+    uuids = pa.array([f"GPU-{i:08d}-bench" for i in range(GPUS)])
+    hosts = pa.array([f"node-{i:04d}" for i in range(NODES)])
+    pods = pa.array([None if i % 10 == 9 else f"job-{i:04d}" for i in range(GPUS)], pa.string())
+    nss = pa.array([None if i % 10 == 9 else f"team-{i % 10}" for i in range(GPUS)], pa.string())
+    meta = {b"gpuaudit.version": b"0.1.0", b"gpuaudit.interval_s": b"60",
+            b"gpuaudit.source": b"synthetic",
+            b"gpuaudit.origin": b"SYNTHETIC benchmark fleet (benchmarks/bench_bill.py)"}
+    per_group = max(1, (1 << 20) // GPUS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with pq.ParquetWriter(tmp, SAMPLE_SCHEMA.with_metadata(meta), compression="zstd") as w:
+        for start in range(0, ticks, per_group):
+            n = min(per_group, ticks - start)
+            tick = np.repeat(np.arange(start, start + n), GPUS)
+            g = np.tile(np.arange(GPUS), n)
+            kind = kinds[g]
+            noise = rng.normal(0, 4, tick.shape[0])
+            u = np.select(
+                [kind == 0, kind == 1, kind == 2, kind == 3],
+                [np.abs(noise) / 4, np.where((tick // 3 + g) % 2 == 0, 0.0, 100.0),
+                 45.0 + noise, 97.0 + noise / 2],
+                default=np.where((tick // 120 + g) % 3 == 0, 0.0, 92.0 + noise),
+            ).clip(0, 100).round()
+            gi = pa.array(g.astype(np.int32))
+            table = build_table({
+                "ts": pa.array((T0_S + tick * 60) * 10**9).cast(pa.timestamp("ns", "UTC")),
+                "host": pa.DictionaryArray.from_arrays(pa.array((g // 8).astype(np.int32)),
+                                                       hosts),
+                "gpu_uuid": pa.DictionaryArray.from_arrays(gi, uuids),
+                "gpu_model": pa.DictionaryArray.from_arrays(
+                    pa.array(np.zeros(g.shape[0], np.int32)), pa.array(["NVIDIA H100 80GB HBM3"])),
+                "util_gpu_pct": pa.array(u.astype(np.float32)),
+                "pod": pods.take(gi), "namespace": nss.take(gi),
+            })
+            w.write_table(table.replace_schema_metadata(meta))
+    tmp.rename(path)
+
+
+def generate_bill(path: Path) -> None:
+    import duckdb
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    con = duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    q = f"""
+    WITH inst AS (
+      SELECT i,
+        CASE WHEN i < {NODES} THEN 'p5.48xlarge'
+             ELSE ['g5.12xlarge', 'g6.xlarge', 'p4d.24xlarge', 'm5.large', 'c5.2xlarge'][i % 5 + 1]
+        END AS itype,
+        CASE WHEN i < {NODES} THEN 55.04
+             ELSE [5.672, 0.8048, 21.9576, 0.096, 0.34][i % 5 + 1] END AS od,
+        CASE WHEN i % 7 = 3 THEN 'Dynamic' WHEN i % 5 = 2 THEN 'Committed'
+             ELSE 'Standard' END AS cat
+      FROM range(1000) t(i)
+    ), hours AS (SELECT h FROM range(8760) t(h)),
+    lines AS (
+      SELECT TIMESTAMPTZ '{YEAR0}' + to_hours(h) AS s, i, itype, od, cat FROM inst, hours
+    )
+    SELECT s AS ChargePeriodStart, s + INTERVAL 1 HOUR AS ChargePeriodEnd,
+      'Usage' AS ChargeCategory, cat AS PricingCategory, 'AWS' AS ServiceProviderName,
+      'Amazon Elastic Compute Cloud' AS ServiceName,
+      printf('i-%017d', i) AS ResourceId,
+      CASE WHEN i < {NODES} THEN printf('node-%04d', i) ELSE printf('ip-10-1-%d', i) END
+        AS ResourceName,
+      'USE1-' || CASE cat WHEN 'Dynamic' THEN 'SpotUsage' ELSE 'BoxUsage' END || ':' || itype
+        AS x_UsageType,
+      1.0::DOUBLE AS ConsumedQuantity, 'Hours' AS ConsumedUnit,
+      CAST(CASE cat WHEN 'Dynamic' THEN od * 0.41 WHEN 'Committed' THEN 0 ELSE od END
+           AS DECIMAL(38,10)) AS BilledCost,
+      CAST(CASE cat WHEN 'Dynamic' THEN od * 0.41 WHEN 'Committed' THEN od * 0.65 ELSE od END
+           AS DECIMAL(38,10)) AS EffectiveCost,
+      CAST(od AS DECIMAL(38,10)) AS ListCost, 'USD' AS BillingCurrency
+    FROM lines
+    UNION ALL
+    SELECT TIMESTAMPTZ '{YEAR0}' + to_hours(h), TIMESTAMPTZ '{YEAR0}' + to_hours(h + 1),
+      'Usage', 'Standard', 'AWS', 'Amazon Simple Storage Service', printf('arn:aws:s3:::b%d', b),
+      NULL, 'USE1-TimedStorage-ByteHrs', 1.0, 'GB-Mo',
+      CAST(0.0001234567 * (b + 1) AS DECIMAL(38,10)),
+      CAST(0.0001234567 * (b + 1) AS DECIMAL(38,10)),
+      CAST(0.0001234567 * (b + 1) AS DECIMAL(38,10)), 'USD'
+    FROM range(142) t(b), hours
+    """
+    tmp = path.with_suffix(".tmp")
+    con.execute(f"COPY ({q}) TO '{tmp}' (FORMAT parquet, COMPRESSION zstd, "
+                "ROW_GROUP_SIZE 1000000)")
+    tmp.rename(path)
+
+
+GPUAUDIT_CHILD = r"""
+import sys, time, resource, json
+t = time.perf_counter()
+from gpuaudit.cli import main
+rc = main(["bill", sys.argv[1], "--telemetry", sys.argv[2], "--by", "namespace",
+           "--format", "json", "-o", sys.argv[3]])
+wall = time.perf_counter() - t
+me = resource.getrusage(resource.RUSAGE_SELF)
+kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+d = json.load(open(sys.argv[3]))["extra"]["bill"]["currencies"]["USD"]
+lines = {ln["line"]: ln["amount"] for ln in d["lines"]}
+print(json.dumps({"rc": rc, "wall_s": wall, "rss_mib": me.ru_maxrss / 1024,
+                  "child_rss_mib": kids.ru_maxrss / 1024,
+                  "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+                  "bill_lines": d["bill_lines"], "billed": d["reconciliation"]["billed"],
+                  "difference": d["reconciliation"]["difference"],
+                  "exact": d["reconciliation"]["every_period_exact"],
+                  "team0": lines.get("team-0"), "idle": lines.get("idle (held by nobody)"),
+                  "outside": lines.get("unallocated (outside telemetry)")}))
+"""
+
+PANDAS_CHILD = r"""
+import sys, time, resource, json
+t = time.perf_counter()
+import numpy as np, pandas as pd
+bill = pd.read_parquet(sys.argv[1], columns=["ChargePeriodStart", "ResourceName",
+                                             "x_UsageType", "BilledCost"])
+bill["BilledCost"] = bill["BilledCost"].astype(float)
+gpus = pd.DataFrame({"itype": ["p5.48xlarge", "g5.12xlarge", "g6.xlarge", "p4d.24xlarge"],
+                     "gpus": [8, 4, 1, 8]})
+bill["itype"] = bill["x_UsageType"].str.split(":").str[-1]
+bill = bill.merge(gpus, on="itype", how="left")
+gpu = bill[bill["gpus"].notna()]
+tel = pd.read_parquet(sys.argv[2], columns=["ts", "host", "util_gpu_pct", "pod", "namespace"])
+tel["hour"] = tel["ts"].dt.floor("h")
+tel["held"] = tel["pod"].notna()
+tel["ns"] = tel["namespace"].astype("object").where(tel["held"], "idle (held by nobody)")
+tel["sec"] = 60.0
+meas = tel.groupby(["host", "hour", "ns"], observed=True)["sec"].sum().reset_index()
+meas["host"] = meas["host"].astype(str)
+j = gpu.merge(meas, left_on=["ResourceName", "ChargePeriodStart"], right_on=["host", "hour"],
+              how="left")
+j["share"] = (j["sec"] / (j["gpus"] * 3600.0)).fillna(0.0)
+j["alloc"] = j["BilledCost"] * j["share"]
+by = j.groupby("ns")["alloc"].sum()
+total = gpu["BilledCost"].sum()
+wall = time.perf_counter() - t
+print(json.dumps({"wall_s": wall,
+                  "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "bill_lines": int(len(bill)), "billed": round(float(total), 2),
+                  "team0": round(float(by.get("team-0", 0.0)), 2),
+                  "idle": round(float(by.get("idle (held by nobody)", 0.0)), 2),
+                  "unallocated": round(float(total - by.sum()), 2)}))
+"""
+
+
+def run_child(code: str, *args: str) -> dict[str, object]:
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr[-3000:])
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def median_of(code: str, repeat: int, *args: str) -> dict[str, object]:
+    runs = [run_child(code, *args) for _ in range(repeat)]
+    walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
+    best = runs[walls.index(statistics.median(walls))] if repeat % 2 else runs[0]
+    return {**best, "wall_s": statistics.median(walls), "walls": walls,
+            "rss_mib": max(float(r["rss_mib"]) for r in runs),  # type: ignore[arg-type]
+            "child_rss_mib": max(float(r.get("child_rss_mib", 0.0)) for r in runs)}  # type: ignore[arg-type]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--pandas", action="store_true", help="also run the plain pandas join")
+    ap.add_argument("--no-gpuaudit", action="store_true", help="run the pandas join only")
+    args = ap.parse_args()
+    tel = WORK / f"bill_telemetry_{GPUS}gpu_{DAYS}d_1m.parquet"
+    bill = WORK / "bill_focus_10m.parquet"
+    for path, gen in ((tel, generate_telemetry), (bill, generate_bill)):
+        if not path.exists():
+            t = time.perf_counter()
+            gen(path)
+            print(f"generated {path.name} in {time.perf_counter() - t:.0f} s "
+                  f"({path.stat().st_size / 2**20:.0f} MiB)", file=sys.stderr)
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), platform.processor())
+    print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    out = WORK / "bill_report.json"
+    if args.no_gpuaudit:
+        g = None
+    else:
+        g = median_of(GPUAUDIT_CHILD, args.repeat, str(bill), str(tel), str(out))
+    if g is not None:
+        _show(g)
+    if args.pandas:
+        p = median_of(PANDAS_CHILD, args.repeat, str(bill), str(tel))
+        print(f"pandas join:   {p['bill_lines']:,} bill lines  {p['wall_s']:.2f} s (runs "
+              f"{', '.join(f'{w:.1f}' for w in p['walls'])})  peak RSS {p['rss_mib']:.0f} MiB  "  # type: ignore[union-attr]
+              f"billed {p['billed']}  team-0 {p['team0']}  idle {p['idle']}  "
+              f"unallocated {p['unallocated']}")
+        print(f"load average after pandas: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def _show(g: dict[str, object]) -> None:
+    kids = float(g["child_rss_mib"])  # type: ignore[arg-type]
+    print(f"gpuaudit bill: {g['bill_lines']:,} bill lines x 43,200,000 samples  "
+          f"{g['wall_s']:.2f} s (runs {', '.join(f'{w:.1f}' for w in g['walls'])})  "  # type: ignore[union-attr]
+          f"peak RSS {g['rss_mib']:.0f} MiB"
+          + (f" + worker {kids:.0f} MiB = {float(g['rss_mib']) + kids:.0f} MiB" if kids else "")  # type: ignore[arg-type]
+          + f"  cpu {float(g['cpu_s']):.1f} s  billed {g['billed']} difference "  # type: ignore[arg-type]
+          f"{g['difference']} every period exact {g['exact']}  team-0 {g['team0']}  "
+          f"idle {g['idle']}  outside telemetry {g['outside']}")
+    print(f"load average after gpuaudit: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
