@@ -400,9 +400,12 @@ def bill(
 
 
 def _epoch_text(ts: Any) -> pa.Array:
-    """A timestamp column as epoch seconds in text (classify's ``period:<s>`` values)."""
+    """Hourly chunk starts as the hour they cover, epoch seconds in text (classify's
+    ``period:3600`` values). The pushdown's chunks start one scrape step after the range's
+    start, so a chunk starting at 09:59:15 is the 10:00 hour: rounded to the nearest hour."""
     import pyarrow.compute as pc
 
     secs = pc.divide(pc.cast(pc.cast(ts, pa.timestamp("ns", tz="UTC")), pa.int64()),
                      1_000_000_000)
-    return pc.cast(secs, pa.string())
+    hour = pc.multiply(pc.divide(pc.add(secs, 1800), 3600), 3600)
+    return pc.cast(hour, pa.string())
