@@ -320,6 +320,7 @@ def bill(
     workers: int | None = None,
     today: Any = None,
     sql_dir: str | Path | None = None,
+    timeline: bool = True,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -329,8 +330,10 @@ def bill(
     ``focus``, ``cur`` or ``gcp`` (detected by columns when None). ``cost``: which of the
     bill's costs is split: ``billed`` (the invoice), ``effective`` or ``list``. ``budgets``: a
     TOML of monthly budgets (docs/billing.md). ``sql_dir``: write the join's inputs and SQL
-    there (to run it in Athena, Trino or BigQuery). Every charge period's lines sum to its
-    billed cost to the cent; see ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
+    there (to run it in Athena, Trino or BigQuery). ``timeline``: also fold the per-GPU
+    utilization timeline of the core report (telemetry files only). Every charge period's
+    lines sum to its billed cost to the cent; see
+    ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
     from datetime import datetime, timezone
 
@@ -355,7 +358,7 @@ def bill(
     fine = tuple(dict.fromkeys([*keys, "pod"]))
     if telemetry is not None:
         source = open_source(telemetry)
-        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers)
+        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers, timeline=timeline)
         window = (usage_h.window_start, usage_h.window_end)
     else:
         assert prometheus is not None
