@@ -10,6 +10,7 @@ from __future__ import annotations
 __all__ = [
     "GpuauditError",
     "InputError",
+    "MissingExtraError",
     "PricingError",
     "SampleTableError",
     "SourceUnavailableError",
@@ -77,3 +78,15 @@ class PricingError(GpuauditError):
 
 class SourceUnavailableError(GpuauditError):
     """A measurement source (NVML, a Prometheus server, an exporter) cannot be reached."""
+
+
+class MissingExtraError(GpuauditError, ImportError):
+    """An optional integration was asked for but its package is not installed.
+
+    ``extra`` names the pip extra that installs it (``pip install 'gpuaudit[mlflow]'``).
+    Also an :class:`ImportError`, so ``except ImportError`` catches it as users expect.
+    """
+
+    def __init__(self, what: str, *, extra: str, where: str | None = None) -> None:
+        self.extra = extra
+        super().__init__(what, where=where, fix=f"pip install 'gpuaudit[{extra}]'")

@@ -26,7 +26,7 @@ import functools
 import os
 import sys
 import types
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from gpuaudit.errors import SourceUnavailableError
@@ -72,6 +72,11 @@ class Monitor:
     to this process). ``output`` streams the recording to a Parquet path as it is sampled.
     ``process``: True samples in a separate process, False in a thread, None (default)
     chooses the process at ``hz >= 50`` when the backend can be sent there.
+
+    ``mlflow=True`` / ``wandb=True`` log the audit to the active run of that tracker when
+    sampling stops (see docs/integrations.md); ``trackers`` passes tracker objects directly
+    (:mod:`gpuaudit.integrate.trackers`). ``pricing``: :func:`gpuaudit.audit` keywords for
+    the logged audit (``price``, ``provider``, ...).
     """
 
     def __init__(
@@ -84,6 +89,10 @@ class Monitor:
         flush_s: float = 5.0,
         quiet: bool = False,
         process: bool | None = None,
+        mlflow: bool = False,
+        wandb: bool = False,
+        trackers: Sequence[Any] = (),
+        pricing: Mapping[str, Any] | None = None,
     ) -> None:
         hz = HZ.check(hz, "hz")
         FLUSH_S.check(flush_s, "flush_s")
@@ -101,8 +110,21 @@ class Monitor:
         self._sampler: Any = None
         self._totals: dict[str, float | None] = {"steps": 0, "samples": None, "tokens": None}
         self._marks: list[str] = []
+        self.pricing = dict(pricing or {})
+        self.trackers: list[Any] = list(trackers)
+        if mlflow or wandb:
+            from gpuaudit.integrate.tracker_runs import make_trackers
+
+            # a missing extra raises MissingExtraError here, naming it
+            self.trackers += make_trackers(mlflow=mlflow, wandb=wandb)
+        self._logged = not self.trackers
+        self.tracker_summary: Any = None
 
     def start(self) -> Monitor:
+        if self.trackers:
+            from gpuaudit.integrate.tracker_runs import begin_trackers
+
+            begin_trackers(self.trackers)
         from gpuaudit.measure.nvml import NvmlBackend
         from gpuaudit.measure.sampler import Sampler
 
@@ -122,17 +144,50 @@ class Monitor:
         self._sampler = sampler
         return self
 
-    def stop(self) -> Recording | None:
-        """Stop sampling and finalise the recording (idempotent)."""
+    def stop(self, *, failed: bool = False) -> Recording | None:
+        """Stop sampling and finalise the recording (idempotent); then log to the trackers
+        (once). ``failed``: the measured work raised (a tracker run this monitor started is
+        marked failed)."""
         if self._sampler is not None and self.recording is None:
             self.recording = self._sampler.stop()
+        if not self._logged:
+            self._logged = True
+            self._log_trackers(failed)
         return self.recording
+
+    def _log_trackers(self, failed: bool) -> None:
+        from gpuaudit.integrate.tracker_runs import finish_trackers
+        from gpuaudit.integrate.trackers import nothing_sampled, summarize
+
+        def say(text: str) -> None:
+            if not self.quiet:
+                print(text, file=sys.stderr)
+
+        rec = self.recording
+        counts = {k: float(v) for k, v in self._totals.items() if v}
+        try:
+            if rec is None or rec.table.num_rows == 0:
+                why = self.unavailable or "the work ended before the first sample"
+                summary = nothing_sampled(why, labels=self.labels, counts=counts)
+            else:
+                from gpuaudit.api import audit
+
+                pricing = dict(self.pricing)
+                pricing.setdefault("counts", counts_from(rec))
+                summary = summarize(audit(rec, **pricing), labels=self.labels,
+                                    recording_path=None if self.output is None
+                                    else str(self.output), samples=rec.table)
+        except Exception as exc:  # the user's work matters more than our logging
+            summary = nothing_sampled(f"the audit failed: {type(exc).__name__}: {exc}",
+                                      labels=self.labels, counts=counts)
+        self.tracker_summary = summary
+        finish_trackers(self.trackers, summary, failed=failed, say=say)
 
     def __enter__(self) -> Monitor:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        self.stop(failed=exc_type is not None)
 
     def step(self, steps: int = 1, *, samples: float | None = None,
              tokens: float | None = None) -> None:

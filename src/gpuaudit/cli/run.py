@@ -76,11 +76,13 @@ def run_workload(
     flush_s: float = 5.0,
     echo: Any = None,
     process: bool | None = None,
+    env: dict[str, str] | None = None,
 ) -> tuple[int, Any, str | None]:
     """Run ``command`` under the sampler; return (exit code, Recording or None, why-not).
 
     ``why-not`` is set when nothing was sampled. ``process``: sample in a separate process
     (True), in a thread of this one (False), or choose by rate (None: process at >= 50 Hz).
+    ``env``: variables added to the child's environment (a tracker's run id).
     """
     from gpuaudit.measure.nvml import NvmlBackend
     from gpuaudit.measure.sampler import Sampler
@@ -123,7 +125,8 @@ def run_workload(
     previous = {s: signal.signal(s, forward) for s in _FORWARD}
     try:
         try:
-            child = subprocess.Popen(list(command))
+            child = subprocess.Popen(list(command),
+                                     env={**os.environ, **env} if env else None)
         except OSError as exc:
             say(f"error: cannot run {command[0]!r}: {exc.strerror or exc}\n"
                 "  fix: check the command name and PATH")
@@ -169,45 +172,100 @@ def run_workload(
 @click.option("--no-report", is_flag=True, help="record only; print no report")
 @click.option("--process/--no-process", "process", default=None,
               help="sample in a separate process (default: at --hz 50 and above)")
+@click.option("--mlflow", "to_mlflow", is_flag=True,
+              help="log the audit to the MLflow run (active, MLFLOW_RUN_ID, or a new one); "
+              "needs gpuaudit[mlflow]")
+@click.option("--wandb", "to_wandb", is_flag=True,
+              help="log the audit to the W&B run the command uses (WANDB_RUN_ID or a new "
+              "one; offline mode works); needs gpuaudit[wandb]")
 @pricing_options
 @output_options
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @click.pass_context
 def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: Path | None,
-            flush_s: float, no_report: bool, process: bool | None, command: tuple[str, ...],
-            **opts: Any) -> None:
+            flush_s: float, no_report: bool, process: bool | None, to_mlflow: bool,
+            to_wandb: bool, command: tuple[str, ...], **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
 
     \b
     gpuaudit run --hz 10 --label team=vision -- python train.py
+    gpuaudit run --mlflow --label team=vision -- python train.py
+    gpuaudit run --wandb -- python train.py
     """
+    from gpuaudit.integrate.tracker_runs import begin_trackers, make_trackers
+
+    label_map = parse_labels(labels)
+    # a missing extra, or a tracker that cannot be reached: error, exit 2, before the job
+    trackers = make_trackers(mlflow=to_mlflow, wandb=to_wandb, child=True)
+    env = begin_trackers(trackers)
+    record_path = str(record) if record else default_output("run")
     code, recording, unavailable = run_workload(
-        command, hz=hz, labels=parse_labels(labels), output=str(record) if record else None,
-        flush_s=flush_s,
-        process=process)
-    if not no_report and recording is not None:
+        command, hz=hz, labels=label_map, output=record_path, flush_s=flush_s,
+        process=process, env=env)
+    fmt = opts.pop("fmt", None) or "terminal"
+    out = opts.pop("output", None)
+    pricing = pricing_kwargs(opts)
+    result = None
+    if recording is not None and recording.table.num_rows and (trackers or not no_report):
         try:
-            _report(recording, unavailable, opts)
+            result = _audit(recording, pricing)
         except Exception as exc:  # the job's exit code matters more than our report
             click.echo(f"gpuaudit: report failed: {exc}", err=True)
+    if not no_report and recording is not None:
+        try:
+            _report(recording, result, unavailable, fmt, out)
+        except Exception as exc:
+            click.echo(f"gpuaudit: report failed: {exc}", err=True)
+    if trackers:
+        _log_trackers(trackers, result, recording, unavailable, label_map, code,
+                      record_path if recording is not None else None)
     ctx.exit(code)
 
 
-def _report(recording: Any, unavailable: str | None, opts: dict[str, Any]) -> None:
+def _audit(recording: Any, pricing: dict[str, Any]) -> Any:
+    from gpuaudit.api import audit
+    from gpuaudit.monitor import counts_from
+
+    pricing = dict(pricing)
+    pricing["counts"] = pricing["counts"] or counts_from(recording)
+    return audit(recording, **pricing)
+
+
+def _log_trackers(trackers: list[Any], result: Any, recording: Any, unavailable: str | None,
+                  labels: dict[str, str], code: int, record: str | None) -> None:
+    """Send the audit (or why there is none) to each tracker, tagged with the exit code."""
+    from gpuaudit.integrate.tracker_runs import finish_trackers
+    from gpuaudit.integrate.trackers import nothing_sampled, summarize
+
+    def say(text: str) -> None:
+        click.echo(text, err=True)
+
+    try:
+        if result is not None:
+            summary = summarize(result, labels=labels, exit_code=code, recording_path=record,
+                                samples=recording.table)
+        else:
+            why = unavailable or "the audit of the recording failed"
+            summary = nothing_sampled(why, labels=labels, exit_code=code)
+    except Exception as exc:
+        say(f"gpuaudit: tracker summary failed: {type(exc).__name__}: {exc}")
+        summary = nothing_sampled(f"the tracker summary failed: {exc}", labels=labels,
+                                  exit_code=code)
+    finish_trackers(trackers, summary, failed=code != 0, say=say)
+
+
+def _report(recording: Any, result: Any, unavailable: str | None, fmt: str,
+            out: Any) -> None:
     """The priced report: terminal text on stderr (the child's stdout stays its own),
     other formats through the shared ``emit`` (stdout or ``-o``)."""
-    from gpuaudit.api import audit
-    from gpuaudit.monitor import counts_from, render_report
+    from gpuaudit.monitor import render_report
 
     if recording is None or recording.table.num_rows == 0:
         click.echo(render_report(recording, "terminal", unavailable=unavailable), err=True,
                    nl=False)
         return
-    fmt = opts.pop("fmt", None) or "terminal"
-    out = opts.pop("output", None)
-    pricing = pricing_kwargs(opts)
-    pricing["counts"] = pricing["counts"] or counts_from(recording)
-    result = audit(recording, **pricing)
+    if result is None:
+        return  # the audit failed and said so
     if out is None and fmt == "terminal":
         warn_unmatched_groups(result)
         click.echo(result.render(fmt, width=100, color=False), err=True, nl=False)
