@@ -294,8 +294,8 @@ def fleet_usage(
 
     from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
     from gpuaudit.errors import InputError
-    from gpuaudit.measure.dcgm import series_id
-    from gpuaudit.measure.prometheus import (
+    from gpuaudit.measure.fleet.dcgm import series_id
+    from gpuaudit.measure.fleet.prometheus import (
         PromClient,
         PrometheusSource,
         detect_interval_s,
@@ -432,6 +432,7 @@ def bill(
     workers: int | None = None,
     today: Any = None,
     sql_dir: str | Path | None = None,
+    timeline: bool = True,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -441,8 +442,10 @@ def bill(
     ``focus``, ``cur`` or ``gcp`` (detected by columns when None). ``cost``: which of the
     bill's costs is split: ``billed`` (the invoice), ``effective`` or ``list``. ``budgets``: a
     TOML of monthly budgets (docs/billing.md). ``sql_dir``: write the join's inputs and SQL
-    there (to run it in Athena, Trino or BigQuery). Every charge period's lines sum to its
-    billed cost to the cent; see ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
+    there (to run it in Athena, Trino or BigQuery). ``timeline``: also fold the per-GPU
+    utilization timeline of the core report (telemetry files only). Every charge period's
+    lines sum to its billed cost to the cent; see
+    ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
     from datetime import datetime, timezone
 
@@ -467,7 +470,7 @@ def bill(
     fine = tuple(dict.fromkeys([*keys, "pod"]))
     if telemetry is not None:
         source = open_source(telemetry)
-        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers)
+        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers, timeline=timeline)
         window = (usage_h.window_start, usage_h.window_end)
     else:
         assert prometheus is not None
@@ -512,9 +515,12 @@ def bill(
 
 
 def _epoch_text(ts: Any) -> pa.Array:
-    """A timestamp column as epoch seconds in text (classify's ``period:<s>`` values)."""
+    """Hourly chunk starts as the hour they cover, epoch seconds in text (classify's
+    ``period:3600`` values). The pushdown's chunks start one scrape step after the range's
+    start, so a chunk starting at 09:59:15 is the 10:00 hour: rounded to the nearest hour."""
     import pyarrow.compute as pc
 
     secs = pc.divide(pc.cast(pc.cast(ts, pa.timestamp("ns", tz="UTC")), pa.int64()),
                      1_000_000_000)
-    return pc.cast(secs, pa.string())
+    hour = pc.multiply(pc.divide(pc.add(secs, 1800), 3600), 3600)
+    return pc.cast(hour, pa.string())
