@@ -496,6 +496,12 @@ def _findings(result: AuditResult) -> str:
         if len(j.gpu_uuids) > 1:
             items.append(f"<li><b>{esc(j.kind)}</b> on job <code>{esc(j.job)}</code>: "
                          f"{esc(j.evidence)}</li>")
+    for jd in result.job_diagnoses:
+        if len(jd.gpu_uuids) > 1:
+            items.append(f"<li><b>{esc(jd.kind)}</b> on job <code>{esc(jd.job)}</code>: "
+                         f"{jd.with_kind} of {len(jd.gpu_uuids)} GPUs"
+                         + (f"; fixes: {esc(', '.join(jd.fixes))}" if jd.fixes else "")
+                         + "</li>")
     for d in result.diagnoses:
         items.append(f"<li><b>{esc(d.kind)}</b> ({esc(d.phase)}) on "
                      f"<code>{esc(d.gpu_uuid)}</code>: {esc(d.evidence)}"
