@@ -31,7 +31,7 @@ from fleetgen import backfill, make_fleet, run_prometheus  # noqa: E402
 
 CHILD = r"""
 import json, resource, sys, time
-from gpuaudit.cli.fleet import audit_fleet
+from gpuaudit.api import audit_fleet
 url, start, end, step, raw = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), sys.argv[5] == "1"
 t = time.perf_counter()
 r = audit_fleet(prometheus=url, start_s=start, end_s=end, step_s=step, by=("team",), raw=raw,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Report", "__version__", "audit", "bill", "monitor", "monitored"]
+__all__ = ["Report", "__version__", "audit", "audit_fleet", "bill", "monitor", "monitored"]
 
 _LAZY = {"monitor": "gpuaudit.monitor", "monitored": "gpuaudit.monitor",
-         "audit": "gpuaudit.api", "Report": "gpuaudit.api", "bill": "gpuaudit.api"}
+         "audit": "gpuaudit.api", "Report": "gpuaudit.api", "bill": "gpuaudit.api",
+         "audit_fleet": "gpuaudit.api"}
 
 
 def __getattr__(name: str) -> object:

@@ -24,8 +24,8 @@ from gpuaudit.recommend import Finding, recommend
 from gpuaudit.result import AuditResult
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["Report", "assemble", "audit", "bill", "fleet_usage", "local_kpis", "open_source",
-           "rates_for"]
+__all__ = ["Report", "assemble", "audit", "audit_fleet", "bill", "fleet_usage", "local_kpis",
+           "open_source", "rates_for"]
 
 
 class Report(AuditResult):
@@ -153,6 +153,118 @@ def assemble(
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
                   health=check_health(usage.series), extra=dict(extra or {}),
                   job_diagnoses=job_diagnoses(usage.series, diagnoses))
+
+
+def _fleet_advice(usage: Usage, rates: Mapping[str | None, Rate], keys: Sequence[str], top: int,
+            pricing: Mapping[str, Any]) -> dict[tuple[str | None, ...], list[dict[str, Any]]]:
+    """The recommender run on each of the ``top`` costliest groups alone."""
+
+    from gpuaudit.price.attribution import cells_of_group
+    from gpuaudit.price.cost import cost_lines
+
+    out: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
+    cells = usage.cells
+    for line in cost_lines(cells, rates, keys)[:top]:
+        key = line.key
+        sub_cells = cells_of_group(cells, keys, key)
+        gpus = set(sub_cells.column("gpu_uuid").to_pylist())
+        series = tuple(s for s in usage.series if s.gpu_uuid in gpus)
+        patterns = tuple(p for p in usage.patterns if p.gpu_uuid in gpus)
+        sub = dc_replace(usage, cells=sub_cells, series=series, patterns=patterns)
+        plan = assemble(sub, rates, energy_usd_per_kwh=pricing.get("energy_usd_per_kwh")).plan
+        recs = sorted(plan.recommendations, key=lambda r: -r.monthly_usd)[:3]
+        out[tuple(key)] = [{"id": r.id, "title": r.remediation.title,
+                            "monthly_usd": str(r.monthly_usd.quantize(Decimal("0.01"))),
+                            "evidence": r.evidence, "counted": r.counted} for r in recs]
+    return out
+
+
+def audit_fleet(
+    *,
+    prometheus: str | None = None,
+    recording: str | Path | None = None,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    since_s: float = 7 * 86400.0,
+    step_s: float | None = None,
+    by: Sequence[str] = ("team",),
+    map_file: str | Path | None = None,
+    matchers: Mapping[str, str] | None = None,
+    raw: bool = False,
+    client_kwargs: Mapping[str, Any] | None = None,
+    chunk_s: float = 86400.0,
+    pricing: Mapping[str, Any] | None = None,
+    advice_groups: int = 10,
+) -> Report:
+    """Audit a fleet and return a :class:`Report` whose ``extra["fleet"]`` holds the
+    showback, KPIs and histograms (see report/fleet.py): the fleet's usage from Prometheus
+    (:func:`fleet_usage`, pushdown or raw) or a ``gpuaudit scrape`` recording, attributed to
+    teams, rolled up by ``by``, then :func:`assemble`, plus the recommender run on each of the
+    ``advice_groups`` costliest groups alone."""
+    from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
+    from gpuaudit.errors import InputError
+    from gpuaudit.price.attribution import (
+        Attributor,
+        attribute_table,
+        coarse_usage,
+        fleet_summary,
+        load_mapping,
+    )
+    from gpuaudit.validate import (
+        EPOCH_S,
+        FLEET_CHUNK_S,
+        FLEET_SINCE_S,
+        FLEET_STEP_S,
+        PRICE_USD_PER_GPU_HOUR,
+    )
+
+    pricing = dict(pricing or {})
+    if pricing.get("price") is not None:
+        pricing["price"] = PRICE_USD_PER_GPU_HOUR.check_decimal(pricing["price"], "price")
+    since_s = FLEET_SINCE_S.check(since_s, "since_s")
+    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
+    if step_s is not None:
+        step_s = FLEET_STEP_S.check(step_s, "step_s")
+    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
+    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
+    mapping = load_mapping(map_file) if map_file else None
+    user_keys = group_key_names(list(by) or ["team"])
+    fine_keys = tuple(dict.fromkeys([*user_keys, "namespace", "pod"]))
+    transfer: dict[str, Any] = {}
+    util_window: dict[str, float | None] = {}
+    daily: pa.Table | None = None
+    if (prometheus is None) == (recording is None):
+        raise InputError("give either --prometheus URL or --recording PATH",
+                         fix="gpuaudit fleet --prometheus http://prom:9090 --since 7d")
+    if recording is not None:
+        from gpuaudit.measure.files import read_samples
+
+        rec = read_samples(recording)
+        table = attribute_table(rec.table, Attributor(mapping, {}))
+        usage_fine = classify(dc_replace(rec, table=table), by=fine_keys)
+        daily, util_window = local_kpis(table, fine_keys, usage_fine.interval_s)
+        transfer = {"mode": "recording", "path": str(recording)}
+    else:
+        assert prometheus is not None
+        usage_fine, daily, util_window, transfer = fleet_usage(
+            prometheus, start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
+            by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
+            client_kwargs=client_kwargs, chunk_s=chunk_s)
+    usage = coarse_usage(usage_fine, user_keys)
+    # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
+    # no series has are noted
+    usage = dc_replace(usage, notes=(*(n for n in usage.notes if n.where != "--by"),
+                                  *unmatched_group_notes(usage.cells, user_keys, None)))
+    rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
+                      provider=pricing.get("provider"),
+                      purchase=pricing.get("purchase", "on-demand"),
+                      catalog=pricing.get("catalog"))
+    advice = _fleet_advice(usage_fine, rates, list(user_keys), advice_groups, pricing)
+    fleet = fleet_summary(usage_fine, rates, group_keys=user_keys, daily=daily,
+                          util_window_pct=util_window, advice=advice, transfer=transfer)
+    return assemble(usage, rates, counts=pricing.get("counts"),
+                    energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"),
+                    extra={"fleet": fleet})
 
 
 def fleet_usage(
@@ -320,6 +432,7 @@ def bill(
     workers: int | None = None,
     today: Any = None,
     sql_dir: str | Path | None = None,
+    timeline: bool = True,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -329,8 +442,10 @@ def bill(
     ``focus``, ``cur`` or ``gcp`` (detected by columns when None). ``cost``: which of the
     bill's costs is split: ``billed`` (the invoice), ``effective`` or ``list``. ``budgets``: a
     TOML of monthly budgets (docs/billing.md). ``sql_dir``: write the join's inputs and SQL
-    there (to run it in Athena, Trino or BigQuery). Every charge period's lines sum to its
-    billed cost to the cent; see ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
+    there (to run it in Athena, Trino or BigQuery). ``timeline``: also fold the per-GPU
+    utilization timeline of the core report (telemetry files only). Every charge period's
+    lines sum to its billed cost to the cent; see
+    ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
     from datetime import datetime, timezone
 
@@ -355,7 +470,7 @@ def bill(
     fine = tuple(dict.fromkeys([*keys, "pod"]))
     if telemetry is not None:
         source = open_source(telemetry)
-        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers)
+        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers, timeline=timeline)
         window = (usage_h.window_start, usage_h.window_end)
     else:
         assert prometheus is not None
@@ -400,9 +515,12 @@ def bill(
 
 
 def _epoch_text(ts: Any) -> pa.Array:
-    """A timestamp column as epoch seconds in text (classify's ``period:<s>`` values)."""
+    """Hourly chunk starts as the hour they cover, epoch seconds in text (classify's
+    ``period:3600`` values). The pushdown's chunks start one scrape step after the range's
+    start, so a chunk starting at 09:59:15 is the 10:00 hour: rounded to the nearest hour."""
     import pyarrow.compute as pc
 
     secs = pc.divide(pc.cast(pc.cast(ts, pa.timestamp("ns", tz="UTC")), pa.int64()),
                      1_000_000_000)
-    return pc.cast(secs, pa.string())
+    hour = pc.multiply(pc.divide(pc.add(secs, 1800), 3600), 3600)
+    return pc.cast(hour, pa.string())

@@ -313,7 +313,13 @@ def check_time_zone(tz: str, name: str = "tz") -> str:
     except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
         import difflib
 
-        close = difflib.get_close_matches(text, sorted(zoneinfo.available_timezones()), n=3)
+        known = zoneinfo.available_timezones()
+        if not known:  # not the name's fault: this machine has no zone database at all
+            raise InputError(f"cannot look up time zone {tz!r}: this machine has no time-zone "
+                             "database", where=name,
+                             fix="install one (apt-get install tzdata, or pip install tzdata), "
+                             "or give an offset such as +02:00") from None
+        close = difflib.get_close_matches(text, sorted(known), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise InputError(f"unknown time zone {tz!r}{hint}", where=name,
                          fix="give an IANA zone name such as UTC, Europe/Berlin or "

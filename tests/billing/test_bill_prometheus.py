@@ -57,8 +57,9 @@ def focus(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
                                       "Amazon Elastic Compute Cloud", "Usage", "Standard",
                                       Decimal(1), "Hours", price, price, price))
     sc = billgen.Scenario(lines=lines)
-    return billgen.write_csv(billgen.focus_rows(sc), tmp_path_factory.mktemp("b") / "f.csv",
-                             billgen.FOCUS_COLUMNS)
+    d = tmp_path_factory.mktemp("b")
+    billgen.write_csv(billgen.cur_rows(sc), d / "cur" / "cur-00001.csv.gz", billgen.CUR_COLUMNS)
+    return billgen.write_csv(billgen.focus_rows(sc), d / "f.csv", billgen.FOCUS_COLUMNS)
 
 
 def _amounts(r: Any) -> dict[str, Decimal]:
@@ -87,10 +88,13 @@ def test_prometheus_split_matches_local_ground_truth(fleet: Fleet, prom: str,
     assert any(ln["kind"] == "team" for ln in usd["lines"])
 
 
-def test_cli_prometheus_usage_method(prom: str, focus: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(["bill", str(focus), "--prometheus", prom, "--by", "namespace", "--method",
-               "usage", "--step", "1m"])
+def test_cli_cur_folder_prometheus_usage_method(prom: str, focus: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's second command: a CUR folder, forced, against the fleet."""
+    rc = main(["bill", str(focus.parent / "cur"), "--format", "cur", "--prometheus", prom,
+               "--by", "namespace", "--method", "usage", "--step", "1m"])
     out = capsys.readouterr()
     assert rc == 0, out.err
-    assert "method: usage" in out.out and "each exact to the cent: yes" in out.out
+    assert "AWS CUR (legacy)" in out.out and "method: usage" in out.out
+    assert "each exact to the cent: yes" in out.out
+    assert "team-vision" in out.out or "team-nlp" in out.out  # namespaces from the series

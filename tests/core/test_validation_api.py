@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import gpuaudit
 from gpuaudit import validate
-from gpuaudit.cli.fleet import audit_fleet
+from gpuaudit.api import audit_fleet
 from gpuaudit.errors import InputError
 from gpuaudit.integrate.alerts import AlertThresholds
 from gpuaudit.measure.fake_nvml import FakeNvml

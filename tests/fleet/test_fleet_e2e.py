@@ -9,12 +9,12 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
+from gpuaudit.api import audit_fleet
 from gpuaudit.classify import classify
 from gpuaudit.classify.pushdown import pull_aggregates as _pull
 from gpuaudit.classify.pushdown import usage_from_pushdown
 from gpuaudit.classify.usage import PHASES
 from gpuaudit.cli import main
-from gpuaudit.cli.fleet import audit_fleet
 from gpuaudit.measure.dcgm import series_id
 from gpuaudit.measure.prometheus import PromClient, PrometheusSource, pod_labels
 from gpuaudit.price.attribution import (

@@ -63,7 +63,7 @@ def _fleet() -> Report:
     group table price the same GPUs; a GPU no pod holds is the unallocated line."""
     import tempfile
 
-    from gpuaudit.cli.fleet import audit_fleet
+    from gpuaudit.api import audit_fleet
     from gpuaudit.measure.parquet_io import write_recording
 
     util = {"g0": [5.0, 50.0, 95.0, 0.0] * 30, "g1": [60.0, 65.0, 3.0, 80.0] * 30,

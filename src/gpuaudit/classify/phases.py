@@ -310,10 +310,16 @@ class _Engine:
         uniq, inverse = np.unique(combined, return_inverse=True)
         first_rows = np.zeros(uniq.shape[0], dtype=np.int64)
         first_rows[inverse[::-1]] = np.arange(codes.shape[0])[::-1]
-        cell_of_uniq = np.empty(uniq.shape[0], dtype=np.int64)
-        for j, row in enumerate(first_rows):
-            key = tuple(tbl[ind[row]] for tbl, ind in zip(key_tables, key_inds))
-            cell_of_uniq[j] = self._cell(int(codes[row]), key)
+        # the distinct combinations' keys, column by column in C (list.__getitem__ over the
+        # indices), then one dictionary lookup per combination
+        cols = [list(map(tbl.__getitem__, ind[first_rows].tolist()))
+                for tbl, ind in zip(key_tables, key_inds)]
+        index = self.cell_index
+        out: list[int] = []
+        for code, key in zip(codes[first_rows].tolist(), zip(*cols)):
+            cid = index.get((code, key))
+            out.append(self._cell(code, key) if cid is None else cid)
+        cell_of_uniq = np.array(out, dtype=np.int64)
         return np.asarray(cell_of_uniq[inverse])
 
     def _cell(self, code: int, key: tuple[str | None, ...]) -> int:

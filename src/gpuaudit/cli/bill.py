@@ -63,11 +63,14 @@ OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
 @click.option("--sql-out", "sql_out", type=OutputDir(),
               default=None, help="Also write the join's inputs (Parquet) and its SQL here, to "
               "run the same query in Athena, Trino or BigQuery (docs/billing.md).")
+@click.option("--timeline/--no-timeline", default=None,
+              help="Fold the per-GPU utilization timeline into the report (default: for "
+              "terminal, markdown and html; json, csv and parquet skip it).")
 def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
              by: tuple[str, ...], method: str, formats: tuple[str, ...], output: Path | None,
              cost: str, budgets: Path | None, map_file: Path | None, match: tuple[str, ...],
              step_s: float | None, host_alias: tuple[str, ...], catalog: Path | None,
-             workers: int | None, sql_out: Path | None) -> None:
+             workers: int | None, sql_out: Path | None, timeline: bool | None) -> None:
     """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
     from gpuaudit.api import bill
     from gpuaudit.cli.fleet import _matchers
@@ -86,7 +89,9 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
                   by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
                   budgets=budgets, map_file=map_file, matchers=_matchers(match),
                   step_s=step_s, host_aliases=aliases,
-                  catalog=catalog, workers=workers, sql_dir=sql_out)
+                  catalog=catalog, workers=workers, sql_dir=sql_out,
+                  timeline=timeline if timeline is not None
+                  else out_fmt in ("terminal", "markdown", "html"))
     emit_bill(result, out_fmt, output)
 
 

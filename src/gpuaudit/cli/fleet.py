@@ -3,16 +3,15 @@
 Default path: the phase classification is pushed down into Prometheus as PromQL
 (:mod:`gpuaudit.classify.pushdown`), so only per-series sums cross the wire. ``--raw`` pulls
 the samples with ``query_range`` instead and classifies them here. ``--recording`` audits a
-recording made by ``gpuaudit scrape`` the same way. :func:`audit_fleet` is the same
-composition for Python callers.
+recording made by ``gpuaudit scrape`` the same way. The composition itself is
+:func:`gpuaudit.api.audit_fleet` (also for Python callers); this module parses options and
+renders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -28,127 +27,19 @@ from gpuaudit.cli.output import write_output
 from gpuaudit.cli.params import Duration, Number, Time
 from gpuaudit.errors import InputError
 from gpuaudit.validate import (
-    EPOCH_S,
     FLEET_CHUNK_S,
     FLEET_SINCE_S,
     FLEET_STEP_S,
-    PRICE_USD_PER_GPU_HOUR,
     RETRIES,
     TIMEOUT_S,
     parse_duration_s,
     parse_time_s,
 )
 
-__all__ = ["audit_fleet", "fleet_cmd", "parse_duration_s", "parse_time_s"]
+__all__ = ["fleet_cmd", "parse_duration_s", "parse_time_s"]
 
 # parse_duration_s and parse_time_s live in gpuaudit.validate; re-exported here for callers
 # that imported them from this module
-
-def _advice(usage: Any, rates: Any, keys: Sequence[str], top: int,
-            pricing: Mapping[str, Any]) -> dict[tuple[str | None, ...], list[dict[str, Any]]]:
-    """The recommender run on each of the ``top`` costliest groups alone."""
-
-    from gpuaudit.api import assemble
-    from gpuaudit.price.attribution import cells_of_group
-    from gpuaudit.price.cost import cost_lines
-
-    out: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
-    cells = usage.cells
-    for line in cost_lines(cells, rates, keys)[:top]:
-        key = line.key
-        sub_cells = cells_of_group(cells, keys, key)
-        gpus = set(sub_cells.column("gpu_uuid").to_pylist())
-        series = tuple(s for s in usage.series if s.gpu_uuid in gpus)
-        patterns = tuple(p for p in usage.patterns if p.gpu_uuid in gpus)
-        sub = replace(usage, cells=sub_cells, series=series, patterns=patterns)
-        plan = assemble(sub, rates, energy_usd_per_kwh=pricing.get("energy_usd_per_kwh")).plan
-        recs = sorted(plan.recommendations, key=lambda r: -r.monthly_usd)[:3]
-        out[tuple(key)] = [{"id": r.id, "title": r.remediation.title,
-                            "monthly_usd": str(r.monthly_usd.quantize(Decimal("0.01"))),
-                            "evidence": r.evidence, "counted": r.counted} for r in recs]
-    return out
-
-
-def audit_fleet(
-    *,
-    prometheus: str | None = None,
-    recording: str | Path | None = None,
-    start_s: float | None = None,
-    end_s: float | None = None,
-    since_s: float = 7 * 86400.0,
-    step_s: float | None = None,
-    by: Sequence[str] = ("team",),
-    map_file: str | Path | None = None,
-    matchers: Mapping[str, str] | None = None,
-    raw: bool = False,
-    client_kwargs: Mapping[str, Any] | None = None,
-    chunk_s: float = 86400.0,
-    pricing: Mapping[str, Any] | None = None,
-    advice_groups: int = 10,
-) -> Any:
-    """Audit a fleet and return an :class:`~gpuaudit.result.AuditResult` whose
-    ``extra["fleet"]`` holds the showback, KPIs and histograms (see report/fleet.py)."""
-    import pyarrow as pa
-
-    from gpuaudit.api import assemble, fleet_usage, local_kpis, rates_for
-    from gpuaudit.classify import classify
-    from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
-    from gpuaudit.price.attribution import (
-        Attributor,
-        attribute_table,
-        coarse_usage,
-        fleet_summary,
-        load_mapping,
-    )
-
-    pricing = dict(pricing or {})
-    if pricing.get("price") is not None:
-        pricing["price"] = PRICE_USD_PER_GPU_HOUR.check_decimal(pricing["price"], "price")
-    since_s = FLEET_SINCE_S.check(since_s, "since_s")
-    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
-    if step_s is not None:
-        step_s = FLEET_STEP_S.check(step_s, "step_s")
-    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
-    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
-    mapping = load_mapping(map_file) if map_file else None
-    user_keys = group_key_names(list(by) or ["team"])
-    fine_keys = tuple(dict.fromkeys([*user_keys, "namespace", "pod"]))
-    transfer: dict[str, Any] = {}
-    util_window: dict[str, float | None] = {}
-    daily: pa.Table | None = None
-    if (prometheus is None) == (recording is None):
-        raise InputError("give either --prometheus URL or --recording PATH",
-                         fix="gpuaudit fleet --prometheus http://prom:9090 --since 7d")
-    if recording is not None:
-        from gpuaudit.measure.files import read_samples
-
-        rec = read_samples(recording)
-        table = attribute_table(rec.table, Attributor(mapping, {}))
-        usage_fine = classify(replace(rec, table=table), by=fine_keys)
-        daily, util_window = local_kpis(table, fine_keys, usage_fine.interval_s)
-        transfer = {"mode": "recording", "path": str(recording)}
-    else:
-        assert prometheus is not None
-        usage_fine, daily, util_window, transfer = fleet_usage(
-            prometheus, start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
-            by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
-            client_kwargs=client_kwargs, chunk_s=chunk_s)
-    usage = coarse_usage(usage_fine, user_keys)
-    # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
-    # no series has are noted
-    usage = replace(usage, notes=(*(n for n in usage.notes if n.where != "--by"),
-                                  *unmatched_group_notes(usage.cells, user_keys, None)))
-    rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
-                      provider=pricing.get("provider"),
-                      purchase=pricing.get("purchase", "on-demand"),
-                      catalog=pricing.get("catalog"))
-    advice = _advice(usage_fine, rates, list(user_keys), advice_groups, pricing)
-    fleet = fleet_summary(usage_fine, rates, group_keys=user_keys, daily=daily,
-                          util_window_pct=util_window, advice=advice, transfer=transfer)
-    return assemble(usage, rates, counts=pricing.get("counts"),
-                    energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"),
-                    extra={"fleet": fleet})
-
 
 def _iso(t: float) -> str:
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
@@ -233,6 +124,8 @@ def fleet_cmd(prometheus: str | None, recording: Path | None, since_s: float,
         hook, stop = progress_bars()
         client_kwargs["progress"] = hook
     try:
+        from gpuaudit.api import audit_fleet
+
         result = audit_fleet(
             prometheus=prometheus, recording=recording,
             start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,

@@ -27,7 +27,7 @@ def recommend(usage: Usage, cost: CostReport, diagnoses: Sequence[Diagnosis] = (
             r.provider is None for r in cost.rates.values()):
         notes.append("rate levers (spot, commitments) need a catalog price: pass --provider "
                      "instead of --price to see them")
-    open_ = [d for d in diagnoses if d.top and d.decides]
+    open_ = [d for d in diagnoses if d.top and d.kind == "undetermined" and d.decides]
     if open_:
         notes.append(f"no cause could be decided for {len(open_)} GPU(s) from the fields "
                      f"present ({open_[0].gpu_uuid}{' and others' if len(open_) > 1 else ''}): "
