@@ -294,8 +294,8 @@ def fleet_usage(
 
     from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
     from gpuaudit.errors import InputError
-    from gpuaudit.measure.dcgm import series_id
-    from gpuaudit.measure.prometheus import (
+    from gpuaudit.measure.fleet.dcgm import series_id
+    from gpuaudit.measure.fleet.prometheus import (
         PromClient,
         PrometheusSource,
         detect_interval_s,
