@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
-from gpuaudit.measure.fake_nvml import FakeNvml
-from gpuaudit.measure.sampler import Sampler
+from gpuaudit.measure.live.fake_nvml import FakeNvml
+from gpuaudit.measure.live.sampler import Sampler
 
 SCENARIO = {"gpus": [{"gpm": True, "pattern": {"kind": "square", "period_s": 1.0}},
                      {"gpm": True, "pattern": {"kind": "sawtooth", "period_s": 3.0}}]}

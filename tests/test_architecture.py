@@ -98,10 +98,10 @@ def test_the_source_rule_catches_classify_importing_measure(tmp_path):
     pkg = tmp_path / "gpuaudit"
     (pkg / "classify").mkdir(parents=True)
     (pkg / "classify" / "pushdown.py").write_text(
-        "from gpuaudit.measure.dcgm import SeriesId\nfrom gpuaudit.schema import ImportNote\n")
+        "from gpuaudit.measure.fleet.dcgm import SeriesId\nfrom gpuaudit.schema import ImportNote\n")
     (pkg / "api.py").write_text("from gpuaudit.measure.files import open_samples\n")
     assert _source_imports_outside_compositions(pkg) == [
-        "classify/pushdown.py:1 imports gpuaudit.measure.dcgm: stage classify must not import "
+        "classify/pushdown.py:1 imports gpuaudit.measure.fleet.dcgm: stage classify must not import "
         "a source; take the data (or a client protocol) as an argument and let api/cli pass "
         "the source in"]
 
@@ -204,7 +204,7 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 #: Import loops kept on purpose, each with its reason. ``Sampler(backend, process=True)`` is
 #: public API that returns the process-mode subclass, so the base class names its subclass.
-KNOWN_LOOPS = [["measure.sampler", "measure.sampler_process"]]
+KNOWN_LOOPS = [["measure.live.sampler", "measure.live.sampler_process"]]
 
 
 def test_no_module_import_loops():

@@ -117,7 +117,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=15.0)
     args = ap.parse_args()
     import gpuaudit
-    from gpuaudit.measure.recorder import read_recording
+    from gpuaudit.measure.live.recorder import read_recording
 
     args.out_dir.mkdir(parents=True, exist_ok=True)
     summary: dict[str, Any] = {}

@@ -11,9 +11,9 @@
     @gpuaudit.monitored(labels={"project": "resnet"})
     def train(): ...
 
-Sampling runs in a background thread (see :mod:`gpuaudit.measure.sampler`), or, at 50 Hz
+Sampling runs in a background thread (see :mod:`gpuaudit.measure.live.sampler`), or, at 50 Hz
 and above or with ``process=True``, in a separate process that owns NVML and the recording
-(:mod:`gpuaudit.measure.sampler_process`): a GIL-bound workload cannot slow it, and a crash
+(:mod:`gpuaudit.measure.live.sampler_process`): a GIL-bound workload cannot slow it, and a crash
 or hang of the sampler cannot hurt the workload. ``m.mark``/``m.step`` only append to a list
 there; a thread sends them over in batches. Measurement
 never stands between a user and their job: without an NVIDIA driver or GPU the block runs
@@ -68,7 +68,7 @@ def counts_from(recording: Recording) -> dict[str, float] | None:
 class Monitor:
     """A running measurement: counters, marks, and the recording once stopped.
 
-    ``backend`` defaults to :class:`~gpuaudit.measure.nvml.NvmlBackend` (every GPU visible
+    ``backend`` defaults to :class:`~gpuaudit.measure.live.nvml.NvmlBackend` (every GPU visible
     to this process). ``output`` streams the recording to a Parquet path as it is sampled.
     ``process``: True samples in a separate process, False in a thread, None (default)
     chooses the process at ``hz >= 50`` when the backend can be sent there.
@@ -125,8 +125,8 @@ class Monitor:
             from gpuaudit.integrate.tracker_runs import begin_trackers
 
             begin_trackers(self.trackers)
-        from gpuaudit.measure.nvml import NvmlBackend
-        from gpuaudit.measure.sampler import Sampler
+        from gpuaudit.measure.live.nvml import NvmlBackend
+        from gpuaudit.measure.live.sampler import Sampler
 
         backend = self._backend if self._backend is not None else NvmlBackend()
         sampler = Sampler(backend, interval_s=1.0 / self.hz, labels=self.labels,
@@ -214,7 +214,7 @@ class Monitor:
 
     @property
     def stats(self) -> Any:
-        """The sampler's :class:`~gpuaudit.measure.sampler.SamplerStats` (None if unmeasured)."""
+        """The sampler's :class:`~gpuaudit.measure.live.sampler.SamplerStats` (None if unmeasured)."""
         return self._sampler.stats() if self._sampler is not None else None
 
     def report(self, fmt: str = "terminal", **pricing: Any) -> str:

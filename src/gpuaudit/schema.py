@@ -289,7 +289,7 @@ def validate(
     power, a ratio column holding percents, and timestamps that repeat or run backwards
     within one GPU's series. A column's scale is what its name declares (``util_gpu_pct`` is
     percent, 0..100, fractions included): guessing a source's scale from its values is the
-    importer's job (:mod:`gpuaudit.measure.mapping`, by range).
+    importer's job (:mod:`gpuaudit.measure.files.mapping`, by range).
     """
 
     def where(row: int) -> str:
@@ -457,7 +457,7 @@ def column_names() -> Sequence[str]:
 class SeriesId:
     """Who a fleet series belongs to (one GPU, MIG instance, or GPU x pod when time-sliced):
     the identity columns of the sample table, decoded from a dcgm-exporter series' labels by
-    :func:`gpuaudit.measure.dcgm.series_id`."""
+    :func:`gpuaudit.measure.fleet.dcgm.series_id`."""
 
     host: str
     gpu_uuid: str

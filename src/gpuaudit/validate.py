@@ -1,7 +1,7 @@
 """One validation layer for every number, duration, time, time zone and output path a user gives.
 
 The CLI's parameter types (:mod:`gpuaudit.cli.params`) and the Python API
-(:func:`gpuaudit.audit`, :func:`gpuaudit.monitor`, :class:`~gpuaudit.measure.sampler.Sampler`,
+(:func:`gpuaudit.audit`, :func:`gpuaudit.monitor`, :class:`~gpuaudit.measure.live.sampler.Sampler`,
 :func:`gpuaudit.price.price_usage`, ...) call the same checks, so ``--price nan`` and
 ``gpuaudit.audit(..., price=float("nan"))`` fail the same way: an
 :class:`~gpuaudit.errors.InputError` naming the option or argument, the bad value, the unit

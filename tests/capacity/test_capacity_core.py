@@ -431,7 +431,7 @@ def _capture_series(values: dict[str, list[float]]) -> pa.Table:
     place of its (idle) values."""
     import re
 
-    from gpuaudit.measure.dcgm import parse_metrics_text
+    from gpuaudit.measure.fleet.dcgm import parse_metrics_text
 
     text = L40S_CAPTURE.read_text()
     n = len(next(iter(values.values())))

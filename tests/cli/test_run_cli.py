@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuaudit.measure.fake_nvml import SCENARIO_ENV, build_fake_library
-from gpuaudit.measure.recorder import JOURNAL_SUFFIX, read_recording, recover_recording
+from gpuaudit.measure.live.fake_nvml import SCENARIO_ENV, build_fake_library
+from gpuaudit.measure.live.recorder import JOURNAL_SUFFIX, read_recording, recover_recording
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc for the fake "
                                 "libnvidia-ml")

@@ -22,7 +22,7 @@ import pytest
 import gpuaudit
 from gpuaudit.api import Report
 from gpuaudit.classify.diagnose import KINDS
-from gpuaudit.measure.dcgm import parse_metrics_text
+from gpuaudit.measure.fleet.dcgm import parse_metrics_text
 
 if sys.version_info >= (3, 11):
     import tomllib

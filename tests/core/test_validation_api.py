@@ -20,8 +20,8 @@ from gpuaudit import validate
 from gpuaudit.api import audit_fleet
 from gpuaudit.errors import InputError
 from gpuaudit.integrate.alerts import AlertThresholds
-from gpuaudit.measure.fake_nvml import FakeNvml
-from gpuaudit.measure.sampler import Sampler
+from gpuaudit.measure.live.fake_nvml import FakeNvml
+from gpuaudit.measure.live.sampler import Sampler
 
 LOG = Path(__file__).parents[1] / "data" / "nvidia_smi" / "smi_units.csv"
 NAN, INF = float("nan"), float("inf")

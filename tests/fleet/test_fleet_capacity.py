@@ -15,7 +15,7 @@ from fleetgen import Fleet, run_prometheus
 from gpuaudit.capacity.profiles import build_profiles
 from gpuaudit.capacity.queue import queue_waits, wait_runs
 from gpuaudit.cli import main
-from gpuaudit.measure.prometheus import PromClient
+from gpuaudit.measure.fleet.prometheus import PromClient
 
 T0 = 1_704_067_200  # 2024-01-01T00:00:00Z, a multiple of 60
 STEPS = 180  # three hours at one minute

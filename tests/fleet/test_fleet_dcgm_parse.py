@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 import pytest
 
 from gpuaudit.errors import InputError
-from gpuaudit.measure.dcgm import parse_metrics_text
+from gpuaudit.measure.fleet.dcgm import parse_metrics_text
 
 DCGM = Path(__file__).parents[1] / "data" / "dcgm"
 TS = 1_700_000_000_000_000_000

@@ -15,8 +15,8 @@ from gpuaudit.classify.pushdown import pull_aggregates as _pull
 from gpuaudit.classify.pushdown import usage_from_pushdown
 from gpuaudit.classify.usage import PHASES
 from gpuaudit.cli import main
-from gpuaudit.measure.dcgm import series_id
-from gpuaudit.measure.prometheus import PromClient, PrometheusSource, pod_labels
+from gpuaudit.measure.fleet.dcgm import series_id
+from gpuaudit.measure.fleet.prometheus import PromClient, PrometheusSource, pod_labels
 from gpuaudit.price.attribution import (
     Attributor,
     attribute_table,
@@ -226,7 +226,7 @@ def test_cli_prometheus_down_is_a_clear_error(capsys):
 def test_interval_is_detected_where_the_data_is_not_in_the_last_hour(prom, fleet, capsys):
     # a range that ends 5 h after the last sample (a finished job, history): the scrape
     # interval is found in the latest window that holds samples, not in the empty last hour
-    from gpuaudit.measure.prometheus import detect_interval_s
+    from gpuaudit.measure.fleet.prometheus import detect_interval_s
 
     c = PromClient(prom)
     late = fleet.end_s + 5 * 3600

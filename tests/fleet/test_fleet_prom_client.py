@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.errors import InputError, SourceUnavailableError
-from gpuaudit.measure.prometheus import (
+from gpuaudit.measure.fleet.prometheus import (
     PromClient,
     escape_label_value,
     selector,

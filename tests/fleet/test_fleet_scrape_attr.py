@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gpuaudit.cli import main
 from gpuaudit.cli.scrape import scrape_to_recording
 from gpuaudit.errors import InputError
-from gpuaudit.measure.recorder import read_recording
+from gpuaudit.measure.live.recorder import read_recording
 from gpuaudit.price.attribution import (
     UNALLOCATED,
     UNATTRIBUTED,

@@ -108,8 +108,8 @@ def test_live_feed_counters_only_grow() -> None:
 def test_live_feed_with_a_real_sampler_on_fake_nvml() -> None:
     import time
 
-    from gpuaudit.measure.fake_nvml import FakeNvml
-    from gpuaudit.measure.sampler import Sampler
+    from gpuaudit.measure.live.fake_nvml import FakeNvml
+    from gpuaudit.measure.live.sampler import Sampler
 
     scenario = {"gpus": [{"name": "NVIDIA H100 80GB HBM3",
                           "pattern": {"kind": "square", "low": 0, "high": 100, "period_s": 0.4}},

@@ -19,7 +19,7 @@ import httpx
 import pytest
 from ithelpers import free_port
 
-from gpuaudit.measure.fake_nvml import build_fake_library
+from gpuaudit.measure.live.fake_nvml import build_fake_library
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,7 +9,7 @@ import socket
 import sys
 from pathlib import Path
 
-from gpuaudit.measure.fake_nvml import SCENARIO_ENV
+from gpuaudit.measure.live.fake_nvml import SCENARIO_ENV
 
 GPUAUDIT = [sys.executable, "-c", "import sys; from gpuaudit.cli import main; sys.exit(main())"]
 

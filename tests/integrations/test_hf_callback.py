@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ithelpers import TWO_GPUS
 
-from gpuaudit.measure.fake_nvml import FakeNvml
+from gpuaudit.measure.live.fake_nvml import FakeNvml
 
 pytestmark = pytest.mark.integrations
 

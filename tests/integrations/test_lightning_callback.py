@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ithelpers import TWO_GPUS
 
-from gpuaudit.measure.fake_nvml import FakeNvml
+from gpuaudit.measure.live.fake_nvml import FakeNvml
 
 pytestmark = pytest.mark.integrations
 
@@ -120,7 +120,7 @@ DDP = '''
 import json, sys
 import lightning as L
 import gpuaudit.integrate
-from gpuaudit.measure.fake_nvml import FakeNvml
+from gpuaudit.measure.live.fake_nvml import FakeNvml
 {model}
 if __name__ == "__main__":
     out = sys.argv[1]

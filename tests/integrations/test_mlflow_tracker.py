@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from ithelpers import GPUAUDIT, TWO_GPUS, fake_gpu_env
 
-from gpuaudit.measure.fake_nvml import FakeNvml
+from gpuaudit.measure.live.fake_nvml import FakeNvml
 
 pytestmark = pytest.mark.integrations
 

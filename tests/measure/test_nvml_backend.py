@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpuaudit.errors import SourceUnavailableError
-from gpuaudit.measure.fake_nvml import FakeNvml, pattern_value
-from gpuaudit.measure.nvml import (
+from gpuaudit.measure.live.fake_nvml import FakeNvml, pattern_value
+from gpuaudit.measure.live.nvml import (
     Device,
     FunctionNotFoundError,
     GpuLostError,

@@ -14,9 +14,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuaudit.measure.fake_nvml import SCENARIO_ENV, FakeNvml, build_fake_library
-from gpuaudit.measure.nvml import GpuLostError, NvmlBackend, load_library
-from gpuaudit.measure.sampler import Sampler
+from gpuaudit.measure.live.fake_nvml import SCENARIO_ENV, FakeNvml, build_fake_library
+from gpuaudit.measure.live.nvml import GpuLostError, NvmlBackend, load_library
+from gpuaudit.measure.live.sampler import Sampler
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (scripts/test "
                                 "installs it) to build the fake libnvidia-ml")

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.errors import InputError
-from gpuaudit.measure.recorder import (
+from gpuaudit.measure.live.recorder import (
     JOURNAL_SUFFIX,
     Extras,
     Recorder,

@@ -20,17 +20,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.errors import InputError, SourceUnavailableError
-from gpuaudit.measure.fake_nvml import FakeNvml
-from gpuaudit.measure.nvml import NvmlBackend
-from gpuaudit.measure.recorder import (
+from gpuaudit.measure.live.fake_nvml import FakeNvml
+from gpuaudit.measure.live.nvml import NvmlBackend
+from gpuaudit.measure.live.recorder import (
     JOURNAL_SUFFIX,
     Extras,
     read_recording,
     recover_recording,
 )
-from gpuaudit.measure.sampler import Sampler
-from gpuaudit.measure.sampler_child import apply_message
-from gpuaudit.measure.sampler_process import ProcessSampler
+from gpuaudit.measure.live.sampler import Sampler
+from gpuaudit.measure.live.sampler_child import apply_message
+from gpuaudit.measure.live.sampler_process import ProcessSampler
 from gpuaudit.monitor import Monitor
 from gpuaudit.schema import validate
 
@@ -214,7 +214,7 @@ def test_monitor_process_mode_marks_and_report(tmp_path: Path) -> None:
 
 _SCRIPT = """
 import os, signal, sys, time
-from gpuaudit.measure.fake_nvml import FakeNvml
+from gpuaudit.measure.live.fake_nvml import FakeNvml
 import gpuaudit.monitor as mon
 m = mon.Monitor(hz=100, output=sys.argv[1], flush_s=0.1, process=True,
                 backend=FakeNvml.backend({{"gpus": [{{}}]}}))

@@ -14,9 +14,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.measure.fake_nvml import FakeNvml
-from gpuaudit.measure.nvml import READ_COLUMNS, Device, GpuLostError
-from gpuaudit.measure.sampler import Sampler, _Buffer
+from gpuaudit.measure.live.fake_nvml import FakeNvml
+from gpuaudit.measure.live.nvml import READ_COLUMNS, Device, GpuLostError
+from gpuaudit.measure.live.sampler import Sampler, _Buffer
 from gpuaudit.monitor import Monitor, monitored
 from gpuaudit.schema import validate
 

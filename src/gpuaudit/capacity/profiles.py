@@ -14,7 +14,7 @@ is two workloads. Its history is resampled onto a common grid of ``step_s`` step
 NaN marks a step with no sample: unobserved, never zero demand. The matrices are built batch by
 batch from any sample source gpuaudit reads (recordings, CSV / nvidia-smi logs through
 :func:`gpuaudit.measure.files.open_samples`, Prometheus through
-:class:`gpuaudit.measure.prometheus.PrometheusSource`), with one sort per batch and
+:class:`gpuaudit.measure.fleet.prometheus.PrometheusSource`), with one sort per batch and
 ``reduceat``: no per-row Python.
 """
 
@@ -37,7 +37,7 @@ from gpuaudit.validate import STEP_S
 __all__ = ["Profiles", "WorkloadStats", "build_profiles", "profile_stats"]
 
 _COLUMNS = ("namespace", "pod", "container", "host", "gpu_model")
-#: a MIG instance's gpu_uuid is ``<parent-uuid>/gi<GPU_I_ID>`` (gpuaudit.measure.dcgm)
+#: a MIG instance's gpu_uuid is ``<parent-uuid>/gi<GPU_I_ID>`` (gpuaudit.measure.fleet.dcgm)
 _MIG_SUFFIX = re.compile(r"/gi\d+$")
 #: a step counts as busy (for burst lengths) from this utilization, the idle phase's edge
 BUSY_FROM_PCT = 10.0

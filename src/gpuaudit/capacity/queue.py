@@ -1,7 +1,7 @@
 """Queue waits: how long pods that request GPUs wait in Pending, beside the GPUs idle meanwhile.
 
 From kube-state-metrics in Prometheus, through any client with chunked range queries
-(``RangeClient``; the CLI passes :class:`gpuaudit.measure.prometheus.PromClient`, since a
+(``RangeClient``; the CLI passes :class:`gpuaudit.measure.fleet.prometheus.PromClient`, since a
 stage never imports a source):
 
 - ``kube_pod_status_phase{phase="Pending"} == 1``: the steps each pod spends pending;

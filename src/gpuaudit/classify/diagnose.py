@@ -18,7 +18,8 @@ The tree, first match is the GPU's top diagnosis (docs/diagnosis.md draws it):
 
 1. idle nearly all the judged time: ``host_bound`` if PCIe is busy (loading / offload),
    else ``held_idle`` if memory is held (notebook, stuck job), else ``idle``;
-2. ``communication_bound``: a multi-GPU job, NVLink busy while SMs wait;
+2. ``communication_bound``: a multi-GPU job, NVLink busy while SMs wait (on GPUs without
+   NVLink: PCIe busy during busy time while SMs wait and utilization is at least 50%);
 3. ``host_bound``: PCIe busy while SMs wait (CPU / NVMe offload or the input pipeline);
 4. ``input_bound``: bursty (short idle gaps between busy runs) or a power sawtooth;
 5. with SM activity: ``small_kernels`` (busy but SMs mostly empty), ``memory_bound`` (DRAM
@@ -253,6 +254,19 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
         assert nvlink is not None
         return d("communication_bound", f"{_link(nvlink, nv_bps, 'NVLink')}{nv_when} while "
                  f"{sm_txt}: waiting on collectives")
+    # no NVLink: peers exchange over PCIe, during the busy time (collectives are kernels)
+    pcie_busy = None
+    if v.pcie is not None and v.pcie_idle is not None and v.idle_share < 0.9:
+        pcie_busy = max(0.0, (v.pcie - v.pcie_idle * v.idle_share) / (1.0 - v.idle_share))
+    elif v.pcie is not None and v.idle_share < 0.1:
+        pcie_busy = v.pcie
+    if (multi and spec is not None and spec.nvlink_gb_per_s_per_direction is None
+            and pcie_busy is not None and host_bps
+            and pcie_busy / host_bps >= HOST_LINK_BUSY_SHARE
+            and v.sm is not None and v.sm < SM_BUSY and v.util_pct >= 50):
+        return d("communication_bound", f"{_link(pcie_busy, host_bps, 'PCIe')} during busy "
+                 f"time while {sm_txt} in a multi-GPU job on GPUs without NVLink: collectives "
+                 "cross PCIe")
     if host_busy and waiting and pcie is not None:
         return d("host_bound", f"{held_txt}{_link(pcie, host_bps, 'PCIe')}{pcie_when or ' sustained'} while "
                  f"{sm_txt}: {host_txt}")

@@ -3,7 +3,7 @@ and its per-series, per-chunk answers become a :class:`~gpuaudit.classify.usage.
 
 :func:`pull_aggregates` asks the queries of :mod:`gpuaudit.classify.pushdown_queries` chunk
 by chunk through any client with instant queries (``QueryClient``; the caller passes
-:class:`gpuaudit.measure.prometheus.PromClient` and the dcgm label decoder, so measure only
+:class:`gpuaudit.measure.fleet.prometheus.PromClient` and the dcgm label decoder, so measure only
 fetches and classify decides what a phase is), in two passes: the cheap queries for every
 series, then the costly ones only for the series that need them.
 :func:`usage_from_pushdown` turns the answers into the same ``Usage`` that local
@@ -69,7 +69,7 @@ class PushdownData:
 
 class QueryClient(Protocol):
     """What the pushdown needs of a Prometheus client: instant queries and label-name probes
-    (:class:`gpuaudit.measure.prometheus.PromClient` is one; classify does not import it)."""
+    (:class:`gpuaudit.measure.fleet.prometheus.PromClient` is one; classify does not import it)."""
 
     url: str
     progress: Callable[[str, int], Callable[[int], None]] | None
@@ -79,7 +79,7 @@ class QueryClient(Protocol):
     def label_names(self, match: str, start_s: float, end_s: float) -> list[str]: ...
 
 
-#: Decodes a series' labels into its identity: :func:`gpuaudit.measure.dcgm.series_id`.
+#: Decodes a series' labels into its identity: :func:`gpuaudit.measure.fleet.dcgm.series_id`.
 Identify = Callable[..., SeriesId]
 
 
@@ -101,7 +101,7 @@ def pull_aggregates(
     with ``narrow=False``: the same answers, more work); then the share weight of GPUs whose
     series overlap in a chunk (time-sliced), on those GPUs only. ``identify`` decodes a
     series' labels (``identify(labels, default_host=..., where=...)``): the caller passes
-    :func:`gpuaudit.measure.dcgm.series_id`, so measure fetches and classify decides."""
+    :func:`gpuaudit.measure.fleet.dcgm.series_id`, so measure fetches and classify decides."""
     if step_s <= 0:
         raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
     sel = selector(matchers)
@@ -222,7 +222,7 @@ def pull_aggregates(
 class _SeriesCodes:
     """Series identity of query answers -> code in ``data.ids``. Prometheus lists each
     series' labels in the same order in every answer, so the label items key a cache and
-    :func:`gpuaudit.measure.dcgm.series_id` runs once per series, not once per answer row."""
+    :func:`gpuaudit.measure.fleet.dcgm.series_id` runs once per series, not once per answer row."""
 
     def __init__(self, data: PushdownData, url: str, identify: Identify) -> None:
         self.data = data

@@ -215,7 +215,7 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     """The PromQL of one chunk: name -> expression, evaluated at the chunk's last step.
 
     ``sel`` is a matcher list (``{namespace="x"}``, already escaped; see
-    :func:`gpuaudit.measure.prometheus.selector`). ``range_s`` is the chunk length
+    :func:`gpuaudit.measure.fleet.prometheus.selector`). ``range_s`` is the chunk length
     (points ``end - range_s + step .. end``). ``family``: ``util`` reads
     ``DCGM_FI_DEV_GPU_UTIL``; ``mig`` reads ``100 * DCGM_FI_PROF_GR_ENGINE_ACTIVE`` of MIG
     instances (``GPU_I_ID!=""``), which report no GPU_UTIL.

@@ -74,8 +74,8 @@ def demo_notice(why: str) -> dict[str, str]:
 
 
 def _sample_live(duration: float, hz: float, record: Path | None) -> Any:
-    from gpuaudit.measure.nvml import NvmlBackend
-    from gpuaudit.measure.sampler import Sampler
+    from gpuaudit.measure.live.nvml import NvmlBackend
+    from gpuaudit.measure.live.sampler import Sampler
 
     sampler = Sampler(NvmlBackend(), interval_s=1.0 / hz, output=record)
     sampler.start()

@@ -2,7 +2,7 @@
 
 Thin compositions: open the history with the readers gpuaudit already has (files through
 :func:`gpuaudit.api.open_source`, Prometheus through
-:class:`~gpuaudit.measure.prometheus.PrometheusSource`), build profiles, run the capacity
+:class:`~gpuaudit.measure.fleet.prometheus.PrometheusSource`), build profiles, run the capacity
 stage, hand its answer to the recommender as a finding (through :func:`gpuaudit.api.audit`),
 render the ``gpuaudit.capacity`` document (docs/planning.md, docs/json-schema.md).
 """
@@ -210,7 +210,7 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | Non
     samples: Any
     source: dict[str, Any]
     if prometheus is not None:
-        from gpuaudit.measure.prometheus import PromClient, PrometheusSource
+        from gpuaudit.measure.fleet.prometheus import PromClient, PrometheusSource
         from gpuaudit.schema import Recording
 
         s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
@@ -218,7 +218,7 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | Non
         e = (e // step_s) * step_s
         import pyarrow as pa
 
-        from gpuaudit.measure.prometheus import pod_labels
+        from gpuaudit.measure.fleet.prometheus import pod_labels
         from gpuaudit.price.attribution import Attributor, attribute_table
         from gpuaudit.schema import SAMPLE_SCHEMA
 
@@ -289,7 +289,7 @@ def queue_cmd(prometheus: str, since_s: float | None, start_s: float | None,
               namespaces: tuple[str, ...], fmt: str, output: Path | None) -> None:
     """Wait times of pods pending for nvidia.com/gpu, beside the GPU-hours idle meanwhile."""
     from gpuaudit.capacity.queue import queue_waits
-    from gpuaudit.measure.prometheus import PromClient
+    from gpuaudit.measure.fleet.prometheus import PromClient
     from gpuaudit.report.capacity import capacity_dict
 
     s, e = _range(since_s, start_s, end_s, 7 * 86400.0)

@@ -72,8 +72,8 @@ def exporter_cmd(listen: str, source: Path | None, live: bool, by: tuple[str, ..
         audit_into(state, source_path(source), extra={"timeline": None}, **audit_kw)
     else:
         from gpuaudit.cli.run import parse_labels
-        from gpuaudit.measure.nvml import NvmlBackend
-        from gpuaudit.measure.sampler import Sampler
+        from gpuaudit.measure.live.nvml import NvmlBackend
+        from gpuaudit.measure.live.sampler import Sampler
 
         sampler = Sampler(NvmlBackend(), interval_s=interval_s, labels=parse_labels(labels),
                           flush_s=refresh_s, origin="live NVML sampling by gpuaudit exporter")

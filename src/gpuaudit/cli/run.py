@@ -84,8 +84,8 @@ def run_workload(
     (True), in a thread of this one (False), or choose by rate (None: process at >= 50 Hz).
     ``env``: variables added to the child's environment (a tracker's run id).
     """
-    from gpuaudit.measure.nvml import NvmlBackend
-    from gpuaudit.measure.sampler import Sampler
+    from gpuaudit.measure.live.nvml import NvmlBackend
+    from gpuaudit.measure.live.sampler import Sampler
 
     say = echo or (lambda text: click.echo(text, err=True))
     out_path = output or default_output("run")

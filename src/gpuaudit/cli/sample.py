@@ -40,8 +40,8 @@ __all__ = ["sample_cmd"]
 def sample_cmd(duration: float | None, hz: float, labels: tuple[str, ...],
                output: Path | None, flush_s: float, process: bool | None) -> None:
     """Record every visible GPU to a Parquet recording."""
-    from gpuaudit.measure.nvml import NvmlBackend
-    from gpuaudit.measure.sampler import Sampler
+    from gpuaudit.measure.live.nvml import NvmlBackend
+    from gpuaudit.measure.live.sampler import Sampler
 
     out = str(output) if output else default_output("sample")
     sampler = Sampler(NvmlBackend(), interval_s=1.0 / hz, labels=parse_labels(labels),

@@ -1,8 +1,8 @@
 """``gpuaudit scrape URL...``: record dcgm-exporter ``/metrics`` endpoints into a recording.
 
 Each tick GETs every endpoint (in parallel, httpx), parses the text exposition format
-(:func:`gpuaudit.measure.dcgm.parse_metrics_text`) and appends the rows to a crash-safe
-journal (:class:`gpuaudit.measure.recorder.Recorder`); the Parquet recording is written when
+(:func:`gpuaudit.measure.fleet.dcgm.parse_metrics_text`) and appends the rows to a crash-safe
+journal (:class:`gpuaudit.measure.live.recorder.Recorder`); the Parquet recording is written when
 ``--duration`` ends or on Ctrl-C. An endpoint that fails on a tick is an event in the
 recording (its GPUs' time is unobserved), not the end of the recording; if every endpoint
 fails on the first tick the command stops with the error.
@@ -28,8 +28,8 @@ def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, durati
     import httpx
 
     from gpuaudit.errors import GpuauditError
-    from gpuaudit.measure.dcgm import scrape_once
-    from gpuaudit.measure.recorder import Extras, Recorder
+    from gpuaudit.measure.fleet.dcgm import scrape_once
+    from gpuaudit.measure.live.recorder import Extras, Recorder
 
     t_start = time.time()
     rec = Recorder(output, interval_s=every_s, origin=f"dcgm-exporter {', '.join(urls)}",

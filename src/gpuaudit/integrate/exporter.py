@@ -211,7 +211,7 @@ def audit_into(state: ExporterState, samples: Any, **audit_kw: Any) -> AuditResu
 
 
 class LiveFeed:
-    """Audits a running :class:`~gpuaudit.measure.sampler.Sampler` every ``refresh_s``.
+    """Audits a running :class:`~gpuaudit.measure.live.sampler.Sampler` every ``refresh_s``.
 
     The sampler must keep its batches in memory (no ``output``); each refresh audits the
     batches that arrived since the last one, so the counters grow by the new window.

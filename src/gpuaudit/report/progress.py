@@ -56,7 +56,7 @@ def progress(description: str, total: float | None = None, *, unit: str = "",
 def progress_bars() -> tuple[Callable[[str, int], Callable[[int], None]], Callable[[], None]]:
     """Several labelled bars on stderr: ``hook(description, total)`` adds one and returns its
     ``advance(n)``; the second function closes them. The Prometheus client
-    (``gpuaudit.measure.prometheus.ProgressHook``) reports each query chunk through it."""
+    (``gpuaudit.measure.fleet.prometheus.ProgressHook``) reports each query chunk through it."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -341,6 +341,27 @@ def warmup_memory_bound_a100(rng: np.random.Generator) -> None:
     write("warmup_memory_bound_a100", 1.0, "embed-0", [(uuid("warmmem", 0), A100, g)])
 
 
+def input_pcie_heavy_a100_10hz(rng: np.random.Generator) -> None:
+    """A video model whose DataLoader ships raw uint8 frames: 0.5 s of compute, 0.5 s waiting
+    for the next batch, and the copies (~0.9 GB/s over idle time, 3% of PCIe 4) look like a
+    host feeding the GPU. A boundary case: PCIe is over the host threshold, but the SMs are
+    38% active on average (busy half the time), not waiting, so the bursty shape decides."""
+    n = 6000
+    g = Gpu(n, rng)
+    a = slice(0, n)
+    busy = cycle(n, 10, 5)
+    g.set("util_gpu_pct", a, np.where(busy, 97.0, 0.0), 1.0, hi=100)
+    g.set("sm_active", a, np.where(busy, 0.75, 0.0), 0.02, hi=1)
+    g.set("tensor_active", a, np.where(busy, 0.35, 0.0), 0.02, hi=1)
+    g.set("dram_active", a, np.where(busy, 0.3, 0.01), 0.02, hi=1)
+    g.set("pcie_tx_bytes_per_s", a, 0.02e9, 0.002e9)
+    g.set("pcie_rx_bytes_per_s", a, np.where(busy, 0.3e9, 0.9e9), 0.02e9)
+    g.set("mem_used_mib", a, 14 * GIB, 20)
+    g.set("mem_total_mib", a, 81920.0)
+    g.set("power_w", a, np.where(busy, 350.0, 90.0), 8)
+    write("input_pcie_heavy_a100_10hz", 0.1, "video-0", [(uuid("inputpcie", 0), A100, g)])
+
+
 CASES: list[Callable[[np.random.Generator], None]] = [
     offload_8xh100_10hz,
     offload_2xa100_pcie_1hz,
@@ -384,6 +405,10 @@ CASES: list[Callable[[np.random.Generator], None]] = [
     warmup_memory_bound_a100,
     steady("undetermined_a10g", A10G, "a10g-svc", 1, 1.0, 900, 14, 23028.0,
            util_gpu_pct=42, power_w=140),
+    steady("comm_bound_4xl40s_pcie", L40S, "ddp-l40s", 4, 1.0, 600, 30, 46068.0,
+           util_gpu_pct=88, sm_active=0.32, tensor_active=0.12, dram_active=0.15,
+           pcie_tx_bytes_per_s=2.0e9, pcie_rx_bytes_per_s=2.0e9, power_w=240),
+    input_pcie_heavy_a100_10hz,
 ]
 
 

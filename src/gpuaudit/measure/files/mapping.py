@@ -20,7 +20,7 @@ import pyarrow.compute as pc
 
 from gpuaudit import schema
 from gpuaudit.errors import InputError
-from gpuaudit.measure import nvidia_smi as smi
+from gpuaudit.measure.files import nvidia_smi as smi
 from gpuaudit.schema import ImportNote
 
 __all__ = ["BatchConverter", "NoteBook", "Plan", "Target", "parse_mapping", "parse_target",

@@ -1,11 +1,11 @@
 """The sampler in a separate process: the parent keeps marks and counters, the child samples.
 
 ``Sampler(backend, process=True)`` builds a :class:`ProcessSampler`. Its ``start`` runs
-:func:`gpuaudit.measure.sampler_child.main` in a fresh interpreter (``python -c``: nothing
+:func:`gpuaudit.measure.live.sampler_child.main` in a fresh interpreter (``python -c``: nothing
 of the workload's ``__main__`` is imported again, unlike multiprocessing's "spawn") with two
 pipes, sends it the pickled *unopened* backend (or a factory) and the settings, and waits
 for it to open the backend. The child owns the backend, the deadline-scheduled sampling thread and the
-crash-safe :class:`~gpuaudit.measure.recorder.Recorder`; its GIL is not the workload's, so a
+crash-safe :class:`~gpuaudit.measure.live.recorder.Recorder`; its GIL is not the workload's, so a
 busy workload cannot delay its ticks.
 
 Messages (``multiprocessing.connection`` framing over the pipes, pickled tuples):
@@ -45,18 +45,18 @@ from typing import Any
 
 import gpuaudit
 from gpuaudit.errors import InputError, SourceUnavailableError
-from gpuaudit.measure.recorder import (
+from gpuaudit.measure.live.recorder import (
     JOURNAL_SUFFIX,
     read_recording,
     read_side_journal,
     recover_recording,
 )
-from gpuaudit.measure.sampler import Sampler, SamplerStats, _picklable
+from gpuaudit.measure.live.sampler import Sampler, SamplerStats, _picklable
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording
 
 __all__ = ["ProcessSampler"]
 
-_CHILD_MODULE = "gpuaudit.measure.sampler_child"
+_CHILD_MODULE = "gpuaudit.measure.live.sampler_child"
 _BEAT_S = 0.1  # the child's heartbeat period (progress counts for stats())
 
 

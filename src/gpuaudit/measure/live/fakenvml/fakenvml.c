@@ -3,12 +3,12 @@
  *
  * Build:  gcc -shared -fPIC -O2 -o libnvidia-ml.so.1 fakenvml.c -lm
  * Use:    GPUAUDIT_FAKE_NVML_SCENARIO=scenario.json LD_LIBRARY_PATH=<dir> python ...
- *         (or gpuaudit.measure.nvml.load_library("<dir>/libnvidia-ml.so.1") in-process)
+ *         (or gpuaudit.measure.live.nvml.load_library("<dir>/libnvidia-ml.so.1") in-process)
  *
  * It exports the NVML entry points gpuaudit's backend calls, with NVML's C ABI (structure
  * layouts as in nvml.h / pynvml), and answers from the scenario JSON read at every
  * nvmlInit. The scenario format and the values derived from it are those of
- * gpuaudit/measure/fake_nvml.py (see its module docstring); the tests check the two agree.
+ * gpuaudit/measure/live/fake_nvml.py (see its module docstring); the tests check the two agree.
  * Functions listed in "missing" return NVML_ERROR_FUNCTION_NOT_FOUND, which pynvml raises
  * as NVMLError_FunctionNotFound exactly as for an absent symbol.
  */

@@ -1,7 +1,7 @@
 """A pure-Python double of the pynvml surface gpuaudit uses, driven by a scenario.
 
 ``FakeNvml(scenario)`` behaves like the ``pynvml`` module for the calls
-:class:`gpuaudit.measure.nvml.NvmlBackend` makes: it returns pynvml's own ctypes structures
+:class:`gpuaudit.measure.live.nvml.NvmlBackend` makes: it returns pynvml's own ctypes structures
 and raises pynvml's own ``NVMLError_*`` classes, so the backend's translation and probing run
 exactly as on a real driver. The compiled double (``fakenvml/fakenvml.c``, a
 ``libnvidia-ml.so.1`` loaded by the real pynvml) reads the same scenario format with the same
@@ -9,7 +9,7 @@ semantics; the tests check both against each other.
 
 Use it to test an integration without a GPU::
 
-    from gpuaudit.measure.fake_nvml import FakeNvml
+    from gpuaudit.measure.live.fake_nvml import FakeNvml
     with gpuaudit.monitor(backend=FakeNvml.backend({"gpus": [{"pattern": {"kind": "square"}}]})):
         ...
 
@@ -64,7 +64,7 @@ def build_fake_library(out_dir: str | os.PathLike[str], cc: str = "gcc") -> Path
     """Compile the C double into ``out_dir/libnvidia-ml.so.1`` (needs a C compiler).
 
     Load it with ``LD_LIBRARY_PATH=out_dir`` in a child process, or in this one with
-    :func:`gpuaudit.measure.nvml.load_library`; point ``GPUAUDIT_FAKE_NVML_SCENARIO`` at a
+    :func:`gpuaudit.measure.live.nvml.load_library`; point ``GPUAUDIT_FAKE_NVML_SCENARIO`` at a
     scenario file before ``nvmlInit``.
     """
     import subprocess
@@ -169,8 +169,8 @@ class FakeNvml:
 
     @classmethod
     def backend(cls, scenario: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
-        """An :class:`~gpuaudit.measure.nvml.NvmlBackend` over a fake with ``scenario``."""
-        from gpuaudit.measure.nvml import NvmlBackend
+        """An :class:`~gpuaudit.measure.live.nvml.NvmlBackend` over a fake with ``scenario``."""
+        from gpuaudit.measure.live.nvml import NvmlBackend
 
         kwargs.setdefault("visible", None)
         return NvmlBackend(cls(scenario), **kwargs)

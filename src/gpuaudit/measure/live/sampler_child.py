@@ -1,9 +1,9 @@
 """The sampling process: ``main([CMD_FD, RES_FD])`` in a fresh interpreter.
 
-Started by :class:`gpuaudit.measure.sampler_process.ProcessSampler`, never by hand. Reads
+Started by :class:`gpuaudit.measure.live.sampler_process.ProcessSampler`, never by hand. Reads
 its settings and the pickled backend (or factory) from ``CMD_FD``, builds the backend here
 (``NvmlBackend`` imports pynvml and calls ``nvmlInit`` in this process), runs an in-process
-:class:`~gpuaudit.measure.sampler.Sampler` with the crash-safe recorder, applies the marks,
+:class:`~gpuaudit.measure.live.sampler.Sampler` with the crash-safe recorder, applies the marks,
 events and counters the parent sends, and on ``stop``, end-of-file (the parent died) or
 SIGTERM stops, finalises the Parquet recording and answers ``("done", stats)``.
 
@@ -21,7 +21,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from gpuaudit.measure.recorder import Extras
+    from gpuaudit.measure.live.recorder import Extras
 
 __all__ = ["apply_message", "main"]
 
@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
     import pickle
 
     from gpuaudit.errors import InputError, SourceUnavailableError
-    from gpuaudit.measure.sampler import Sampler
+    from gpuaudit.measure.live.sampler import Sampler
 
     try:
         spec = pickle.loads(cfg["backend"])

@@ -258,7 +258,7 @@ def _error_text(resp: httpx.Response) -> str:
 
 
 # -- raw pull ---------------------------------------------------------------------------
-#: The series pulled by the raw path (dcgm-exporter names, converted by gpuaudit.measure.dcgm).
+#: The series pulled by the raw path (dcgm-exporter names, converted by gpuaudit.measure.fleet.dcgm).
 RAW_METRICS: tuple[str, ...] = (
     "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_SM_ACTIVE",
     "DCGM_FI_PROF_SM_OCCUPANCY", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_PROF_DRAM_ACTIVE",
@@ -303,7 +303,7 @@ class PrometheusSource:
         return ()
 
     def batches(self) -> Iterator[pa.RecordBatch]:
-        from gpuaudit.measure.dcgm import SeriesId, series_id, series_table
+        from gpuaudit.measure.fleet.dcgm import SeriesId, series_id, series_table
 
         chunks = time_chunks(self.start_s, self.end_s, self.step_s, self.chunk_points)
         advance = self.client.progress("raw pull", len(chunks) * len(self.metrics)) \

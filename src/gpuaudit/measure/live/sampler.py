@@ -10,7 +10,7 @@ never run backwards when NTP steps the clock.
 Each tick writes one row per device into preallocated NumPy column buffers. Every
 ``flush_s`` seconds the full buffer is handed to a writer thread (double buffering: the
 sampling thread never waits on disk), which builds one Arrow record batch and gives it to the
-sink: a :class:`~gpuaudit.measure.recorder.Recorder` (journal + Parquet) or memory.
+sink: a :class:`~gpuaudit.measure.live.recorder.Recorder` (journal + Parquet) or memory.
 
 Faults never reach the workload: a lost GPU (``NVML_ERROR_GPU_IS_LOST``) becomes an event and
 the other GPUs go on; any other exception in the sampling thread is recorded as an event and
@@ -18,7 +18,7 @@ sampling stops cleanly; :meth:`Sampler.stop` waits a bounded time, so a hung dri
 cannot hang the caller.
 
 ``Sampler(..., process=True)`` (or ``process=None`` at :data:`PROCESS_MIN_HZ` and above)
-builds a :class:`~gpuaudit.measure.sampler_process.ProcessSampler` instead: the same
+builds a :class:`~gpuaudit.measure.live.sampler_process.ProcessSampler` instead: the same
 interface, with the backend, this deadline loop and the recorder in a separate Python
 process, so a GIL-bound workload cannot delay the ticks.
 """
@@ -41,8 +41,8 @@ import numpy as np
 import pyarrow as pa
 
 from gpuaudit.errors import InputError
-from gpuaudit.measure.nvml import INT_COLUMNS, READ_COLUMNS, Device, GpuLostError, Reading
-from gpuaudit.measure.recorder import Extras, Recorder, iso_utc, read_recording
+from gpuaudit.measure.live.nvml import INT_COLUMNS, READ_COLUMNS, Device, GpuLostError, Reading
+from gpuaudit.measure.live.recorder import Extras, Recorder, iso_utc, read_recording
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording, build_table
 from gpuaudit.validate import FLUSH_S, SAMPLING_INTERVAL_S, check_output_path
 
@@ -213,7 +213,7 @@ class Sampler:
     memory. ``labels`` go on every row. Use :meth:`start` / :meth:`stop`, or ``with``.
     ``backend`` may be a zero-argument factory, called by :meth:`start`.
 
-    ``process=True`` returns a :class:`~gpuaudit.measure.sampler_process.ProcessSampler`
+    ``process=True`` returns a :class:`~gpuaudit.measure.live.sampler_process.ProcessSampler`
     (sampling in a separate process; ``backend`` must then pickle: an unopened
     ``NvmlBackend``, ``FakeNvml.backend(...)`` or a module-level factory). ``process=None``
     chooses it at :data:`PROCESS_MIN_HZ` and above when the backend pickles.
@@ -227,7 +227,7 @@ class Sampler:
         if cls is Sampler and wants_process(process, interval_s):
             why = _picklable(backend) if process is None else None
             if why is None:
-                from gpuaudit.measure.sampler_process import ProcessSampler
+                from gpuaudit.measure.live.sampler_process import ProcessSampler
 
                 return super().__new__(ProcessSampler)
             obj = super().__new__(cls)

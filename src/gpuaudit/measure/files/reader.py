@@ -27,8 +27,8 @@ import pyarrow.parquet as pq
 
 from gpuaudit import schema
 from gpuaudit.errors import InputError
-from gpuaudit.measure import nvidia_smi as smi
-from gpuaudit.measure.mapping import BatchConverter, NoteBook, parse_mapping, resolve_columns
+from gpuaudit.measure.files import nvidia_smi as smi
+from gpuaudit.measure.files.mapping import BatchConverter, NoteBook, parse_mapping, resolve_columns
 from gpuaudit.measure.parquet_io import (
     META_EVENTS,
     META_NOTES,

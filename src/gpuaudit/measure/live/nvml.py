@@ -1,8 +1,8 @@
 """NVML backend: reads every visible GPU and MIG instance through nvidia-ml-py (``pynvml``).
 
-The backend is injected into :class:`gpuaudit.measure.sampler.Sampler`. It takes a module-like
+The backend is injected into :class:`gpuaudit.measure.live.sampler.Sampler`. It takes a module-like
 ``lib`` exposing the pynvml functions it uses; the default is the real ``pynvml`` (which loads
-``libnvidia-ml.so.1``), and :class:`gpuaudit.measure.fake_nvml.FakeNvml` is a pure-Python
+``libnvidia-ml.so.1``), and :class:`gpuaudit.measure.live.fake_nvml.FakeNvml` is a pure-Python
 double with the same surface, so every path below runs without a GPU.
 
 What is read, per device and sample (NVML call -> sample-table column):

@@ -3,7 +3,7 @@
 Reads the Prometheus text exposition format that NVIDIA dcgm-exporter serves on
 ``:9400/metrics`` (parsed with ``prometheus_client.parser.text_string_to_metric_families``),
 and the same series as Prometheus stores them (``query_range`` results, see
-:mod:`gpuaudit.measure.prometheus`). Facts from the exporter's code and docs this module
+:mod:`gpuaudit.measure.fleet.prometheus`). Facts from the exporter's code and docs this module
 respects:
 
 - identity labels: ``UUID`` (``uuid`` in old-name mode), ``gpu`` (index), ``modelName``,
