@@ -470,6 +470,19 @@ def bill(
     fine = tuple(dict.fromkeys([*keys, "pod"]))
     if telemetry is not None:
         source = open_source(telemetry)
+        if map_file is not None:
+            # the fleet's attribution rules (pod labels, the mapping file), as
+            # `gpuaudit fleet --recording` applies them; needs the table in memory
+            from gpuaudit.measure.files import read_samples
+            from gpuaudit.price.attribution import Attributor, attribute_table
+
+            rec = source if isinstance(source, Recording) else read_samples(telemetry) \
+                if isinstance(telemetry, (str, Path)) else None
+            if rec is None:
+                raise InputError("--map-file with a streamed sample source",
+                                 fix="give a recording file or a Recording")
+            source = dc_replace(rec, table=attribute_table(
+                rec.table, Attributor(load_mapping(map_file), {})))
         usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers, timeline=timeline)
         window = (usage_h.window_start, usage_h.window_end)
     else:

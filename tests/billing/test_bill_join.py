@@ -305,3 +305,57 @@ def test_sql_out_runs_again_on_its_own_files(files: dict[str, Path], tmp_path: P
     usd = dict(units)["USD"]
     rec = r.extra["bill"]["currencies"]["USD"]["reconciliation"]
     assert abs(Decimal(int(usd)).scaleb(-12) - Decimal(rec["exact_billed"])) < Decimal("0.001")
+
+
+def test_map_file_attributes_file_telemetry(files: dict[str, Path], tmp_path: Path) -> None:
+    """--map-file applies the fleet's attribution to a recording: namespace ml -> team ops."""
+    m = tmp_path / "teams.toml"
+    m.write_text('[namespace.ml]\nteam = "ops"\n')
+    import pyarrow.parquet as pq_
+    # the generated telemetry's pods carry team labels; drop them so the mapping decides
+    t = pq_.read_table(files["telemetry"])
+    bare = t.set_column(t.schema.get_field_index("labels"), "labels",
+                        pa.array([[]] * t.num_rows, pa.map_(pa.string(), pa.string())))
+    p = tmp_path / "bare.parquet"
+    pq_.write_table(bare, p)
+    ln = lines_of(bill(files["focus_csv"], telemetry=p, map_file=m))
+    assert set(k for k, v in ln.items() if v["kind"] == "team") == {"ops"}
+    # all the held time is ops's: the p5's vision and nlp shares and the p4d
+    assert Decimal(ln["ops"]["amount"]) == Decimal("155.12") + Decimal("114.91")
+
+
+def test_resource_ids_match_hosts_by_tail_or_name() -> None:
+    from gpuaudit.price.billing.allocate import _host_candidates
+
+    assert "i-0abc" in _host_candidates("arn:aws:ec2:us-east-1:1:instance/i-0abc", None)
+    assert "azvm-01" in _host_candidates(
+        "/subscriptions/x/resourceGroups/ml/providers/Microsoft.Compute/virtualMachines/azvm-01",
+        None)
+    assert "node-7" in _host_candidates("i-0abc", "Node-7")
+
+
+def test_gcp_flattened_csv(tmp_path: Path) -> None:
+    p = tmp_path / "gcp.csv"
+    p.write_text(
+        "billing_account_id,service.description,sku.description,usage_start_time,"
+        "usage_end_time,project.id,cost,currency,usage.amount,usage.unit,resource.name,"
+        "cost_type\n"
+        "0X,Compute Engine,Nvidia Tesla A100 GPU running in Americas,"
+        "2026-10-05 00:00:00 UTC,2026-10-05 01:00:00 UTC,p,2.933908,USD,3600,seconds,"
+        "gke-node-1,regular\n"
+        "0X,Cloud Storage,Standard Storage US Multi-region,2026-10-05 00:00:00 UTC,"
+        "2026-10-05 01:00:00 UTC,p,0.01,USD,1,gibibyte month,,regular\n")
+    t0 = datetime(2026, 10, 5, tzinfo=timezone.utc)
+    from gpuaudit.schema import build_table
+    tel = build_table({
+        "ts": pa.array([int((t0 + timedelta(minutes=i)).timestamp() * 1e9) for i in range(60)])
+        .cast(pa.timestamp("ns", "UTC")),
+        "host": ["gke-node-1"] * 60, "gpu_uuid": ["GPU-a"] * 60,
+        "gpu_model": ["NVIDIA A100-SXM4-40GB"] * 60, "util_gpu_pct": [95.0] * 60,
+        "labels": pa.array([[("team", "vision")]] * 60, pa.map_(pa.string(), pa.string())),
+    })
+    r = bill(p, telemetry=tel)
+    usd = r.extra["bill"]["currencies"]["USD"]
+    assert r.extra["bill"]["dialect"] == "GCP billing export"
+    assert lines_of(r)["vision"]["amount"] == "2.93"  # one GPU-hour of the per-GPU SKU
+    assert usd["non_gpu"]["billed"] == "0.01"

@@ -22,6 +22,29 @@ from ithelpers import free_port
 from gpuaudit.measure.live.fake_nvml import build_fake_library
 
 
+@pytest.fixture(scope="session", autouse=True)
+def tracker_files_out_of_the_repo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """W&B (offline) and MLflow's default store write under a temporary folder, never into
+    the checkout: W&B reads WANDB_DIR once per process, so it is set before any test runs,
+    and the working directory (MLflow's default ./mlruns or mlflow.db) is a temporary one."""
+    import os
+
+    root = tmp_path_factory.mktemp("trackers")
+    saved = {k: os.environ.get(k) for k in ("WANDB_DIR", "WANDB_MODE", "WANDB_SILENT")}
+    os.environ.update({"WANDB_DIR": str(root), "WANDB_MODE": "offline", "WANDB_SILENT": "true"})
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        yield
+    finally:
+        os.chdir(cwd)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 @pytest.fixture(scope="session")
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real MLflow tracking server (SQLite store, served artifacts) on 127.0.0.1."""

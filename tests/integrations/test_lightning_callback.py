@@ -151,3 +151,29 @@ def test_ddp_rank_zero_only(tmp_path: Path) -> None:
     assert lines[1] == "RANK 1 MEASURED null"
     assert p.stderr.count("gpuaudit: report written to") == 1
     assert (tmp_path / "report.html").exists()
+
+
+def test_callback_logs_to_the_trainers_wandb_run(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    import wandb
+    from ithelpers import wandb_runs
+    from lightning.pytorch.loggers import WandbLogger
+
+    import gpuaudit.integrate
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("WANDB_RUN_ID", raising=False)
+    logger = WandbLogger(project="lightning-gpuaudit", save_dir=str(tmp_path), offline=True)
+    cb = gpuaudit.integrate.LightningCallback(backend=FakeNvml.backend(TWO_GPUS), hz=50,
+                                              quiet=True)
+    try:
+        _fit(tmp_path, [cb], logger=logger)
+        run_id = logger.experiment.id
+    finally:
+        wandb.finish()  # the logger's run is Lightning's and the user's to end, not ours
+    (run,) = wandb_runs(tmp_path, run_id)
+    assert any("train_loss" in h for h in run.history)  # Lightning's own metric, same run
+    s = run.summary
+    assert s["gpuaudit/samples"] == EPOCHS * N and s["gpuaudit/steps"] == EPOCHS * N // BATCH
+    assert s["gpuaudit/sampled"] is True and float(s["gpuaudit/cost_usd"]) > 0  # type: ignore[arg-type]
+    assert any(a.type == "gpuaudit-report" for a in run.of("artifact"))

@@ -96,9 +96,12 @@ def test_monitor_starts_a_run_and_the_block_logs_into_it(wandb_dir: Path) -> Non
             m.step(samples=32)
         assert wandb.run is not None
         run_id = wandb.run.id
+        # where W&B writes this run (its settings are per process: an earlier test in the
+        # same process may have set another folder)
+        runs_dir = Path(wandb.run.dir).parents[1]
         wandb.log({"loss": 0.5})
     assert wandb.run is None  # started by the monitor, so finished by it
-    (run,) = wandb_runs(wandb_dir, run_id)
+    (run,) = wandb_runs(runs_dir, run_id)
     _check_audit(run, m.recording, 256.0)
     assert any(h.get("loss") == 0.5 for h in run.history)
     assert run.config["gpuaudit"]["gpuaudit.label.team"] == "vision"  # type: ignore[index]
@@ -115,9 +118,10 @@ def test_monitor_logs_to_the_active_run_and_leaves_it_open(wandb_dir: Path) -> N
             time.sleep(0.3)
         assert wandb.run is user  # still the user's, still open
         user.log({"loss": 0.9})
+        runs_dir = Path(user.dir).parents[1]
     finally:
         user.finish()
-    (run,) = wandb_runs(wandb_dir, user.id)
+    (run,) = wandb_runs(runs_dir, user.id)
     _check_audit(run, m.recording, None)
     losses = [h["loss"] for h in run.history if "loss" in h]
     assert losses == [1.0, 0.9]  # the user's own history is untouched

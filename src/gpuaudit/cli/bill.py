@@ -48,7 +48,8 @@ OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
 @click.option("--budgets", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Monthly budgets per team (TOML, docs/billing.md).")
 @click.option("--map-file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              default=None, help="namespace/label -> team mapping (with --prometheus).")
+              default=None, help="namespace/label -> team mapping (docs/fleet.md), as the fleet "
+              "audit applies it.")
 @click.option("--match", "match", multiple=True, metavar="LABEL=VALUE",
               help="Only series with this label value (with --prometheus).")
 @click.option("--step", "step_s", type=Duration(FLEET_STEP_S), default=None,
