@@ -32,10 +32,15 @@ _NS_PER_HOUR = Decimal(3_600_000_000_000)
 
 
 def trace_extra(paths: list[Path], *, hta_compat: bool, include_last_step: bool,
-                window_ms: float) -> tuple[Any, dict[str, Any], list[Any]]:
-    """(Recording, ``extra["trace"]`` dict, findings as recommend Findings) for Kineto traces."""
+                window_ms: float, gpu_model: str | None = None
+                ) -> tuple[Any, dict[str, Any], list[Any]]:
+    """(Recording, ``extra["trace"]`` dict, findings as recommend Findings) for Kineto traces.
+
+    ``gpu_model`` (``--gpu-model``) names the GPU whose peak the achieved FLOP/s is compared
+    with where the trace's ``deviceProperties`` do not."""
     from gpuaudit.recommend.plan import Finding
     from gpuaudit.traces.analysis import AnalysisOptions, analyze
+    from gpuaudit.traces.flops import SOURCE, achieved_flops, flop_evidence, sentence
     from gpuaudit.traces.loader import load_traces
     from gpuaudit.traces.recording import findings, trace_to_recording
 
@@ -53,6 +58,13 @@ def trace_extra(paths: list[Path], *, hta_compat: bool, include_last_step: bool,
         last[f.signal] = f
     evidence = [Finding(signal=f.signal, value=float(f.value), text=f.sentence, source="trace")
                 for f in last.values()]
+    flops = achieved_flops(trace, analysis, gpu_model=gpu_model)
+    signals = flop_evidence(flops)
+    if signals:
+        top = max((r for r in flops if r.share_of_peak_busy is not None),
+                  key=lambda r: r.share_of_peak_busy or 0.0)
+        evidence += [Finding(signal=k, value=v, text=sentence(top), source="trace")
+                     for k, v in signals.items()]
     extra = {
         "kind": "kineto",
         "files": [str(r.path) for r in trace.ranks],
@@ -62,6 +74,8 @@ def trace_extra(paths: list[Path], *, hta_compat: bool, include_last_step: bool,
         "idle_share": idle / window if window else None,
         **analysis.as_dict(),
         "findings": [dict(f.__dict__) for f in tfs],
+        "flops": {"source": SOURCE, "ranks": [r.as_dict() for r in flops],
+                  "sentences": [sentence(r) for r in flops]} if flops else None,
         "recording": {"rows": rec.table.num_rows, "interval_s": rec.interval_s,
                       "origin": rec.origin},
         "import_notes": [dict(n.__dict__) for n in trace.all_notes()],
@@ -123,10 +137,14 @@ def trace_cmd(paths: tuple[Path, ...], window_ms: float, hta_compat: bool,
 
     rec, extra, evidence = trace_extra(plist, hta_compat=hta_compat,
                                        include_last_step=include_last_step,
-                                       window_ms=window_ms)
+                                       window_ms=window_ms, gpu_model=pricing.get("gpu_model"))
     if rec.table.num_rows == 0:
+        fl = extra.get("flops")
+        counted = (" (its CPU operators count " + "; ".join(fl["sentences"]) + ", from "
+                   + fl["source"] + ")") if fl else ""
         raise InputError(
-            "the trace(s) hold no GPU kernel events, so there is no GPU time to audit",
+            "the trace(s) hold no GPU kernel events, so there is no GPU time to audit"
+            + counted,
             where=", ".join(str(p) for p in plist),
             fix="record with torch.profiler activities=[ProfilerActivity.CPU, "
             "ProfilerActivity.CUDA]",

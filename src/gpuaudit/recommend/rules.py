@@ -25,7 +25,7 @@ from decimal import Decimal
 
 from gpuaudit.classify.diagnose import Diagnosis
 from gpuaudit.classify.usage import Pattern, SeriesSignals, Usage
-from gpuaudit.hardware import gpu_family
+from gpuaudit.hardware import gpu_family, spec_for
 from gpuaudit.price.catalog import Rate, embedded_catalog
 from gpuaudit.price.cost import CostLine, CostReport
 from gpuaudit.recommend.plan import Finding, Recommendation, Remediation, remediation_catalog
@@ -124,6 +124,7 @@ def candidate_recommendations(
     out += _compute(ctx, cat)
     out = _merge(out, _diagnosed(ctx, cat))
     out += _rates(ctx, cat)
+    out += _achieved_flops(ctx, cat)
     out = _capacity(ctx, cat, out)
     return [r for r in out if r.fraction > 0 or not r.counted]
 
@@ -224,6 +225,89 @@ def _capacity(ctx: _Context, cat: dict[str, Remediation], recs: list[Recommendat
             for r in out]
         out.append(ctx.rec(rem, value, cap, f.text, ["all"]))
     return out
+
+
+#: achieved FLOP/s (trace operator counts, over GPU busy time) under this share of the dense
+#: peak is low; with memory-bound evidence the GPU's FLOP/s are paid for and unused
+LOW_FLOPS_PEAK_SHARE = 0.25
+#: memory-bound evidence from a trace: at least this share of (non-communication) kernel time
+#: in memory-bound kernels (elementwise, reduction, normalization, copies)
+MEMORY_BOUND_KERNEL_SHARE = 0.5
+#: the job's achieved FLOP/s and busy share, rescaled to a candidate GPU, must stay under this
+_FLOPS_HEADROOM = 0.7
+
+
+def _achieved_flops(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    """Low achieved FLOP/s on a compute-rich GPU with memory-bound evidence (a trace's kernel
+    mix, or a ``memory_bound`` diagnosis from DCGM DRAM activity): the cheapest GPU at the
+    same provider whose dense peak keeps the achieved FLOP/s under 70 % of it and whose memory
+    bandwidth keeps the busy share under 70 % (memory-bound time scales with bandwidth).
+
+    A rate lever (the right-size remediation, group ``sku``): the fraction is 1 - candidate
+    rate / current rate, bounded by the cost. Counted only where the peak memory is measured
+    and fits the candidate (a trace records no memory use); listed otherwise.
+    """
+    share = ctx.finding("achieved_flops_peak_share")
+    tflops = ctx.finding("achieved_tflops_per_s")
+    prec = ctx.finding("flops_peak_precision")
+    if share is None or tflops is None or not isinstance(share.value, float) \
+            or not isinstance(tflops.value, float) or share.value >= LOW_FLOPS_PEAK_SHARE:
+        return []
+    mbk = ctx.finding("memory_bound_kernel_share")
+    diag = ctx.diagnosed("memory_bound")
+    if diag:
+        mb_ev = f"DCGM memory-bound diagnosis on {_names([d.gpu_uuid for d in diag])}"
+    elif mbk is not None and isinstance(mbk.value, float) \
+            and mbk.value >= MEMORY_BOUND_KERNEL_SHARE:
+        mb_ev = f"{mbk.value:.0%} of kernel time in memory-bound kernels"
+    else:
+        return []
+    attr = "fp32_tflops" if prec is not None and prec.value == "fp32" else "bf16_dense_tflops"
+    saved = ZERO
+    picks: list[str] = []
+    scope: list[str] = []
+    unverified = False
+    for u in ctx.lines:
+        s = ctx.series.get(u)
+        rate = ctx.cost.rates.get(s.gpu_model if s else None) or ctx.cost.rates.get(None)
+        cur = spec_for(rate.gpu_model) if rate is not None else None
+        if rate is None or rate.provider is None or cur is None:
+            continue
+        busy = (s.mean_util_pct or 0.0) / 100 if s else 0.0
+        best: tuple[Decimal, str, float] | None = None
+        for e in embedded_catalog():
+            cand = spec_for(e.gpu_model)
+            if e.provider != rate.provider or cand is None or cand.family == cur.family:
+                continue
+            peak = getattr(cand, attr) or cand.fp16_dense_tflops
+            if not peak or tflops.value > _FLOPS_HEADROOM * peak:
+                continue
+            if busy * cur.memory_bandwidth_gb_per_s / cand.memory_bandwidth_gb_per_s \
+                    > _FLOPS_HEADROOM:
+                continue
+            if s is not None and s.mem_used_max_mib is not None \
+                    and s.mem_used_max_mib * 1.2 / 1024 > cand.memory_gb:
+                continue
+            if e.on_demand_usd_per_gpu_hour < rate.usd_per_gpu_hour and (
+                    best is None or e.on_demand_usd_per_gpu_hour < best[0]):
+                best = (e.on_demand_usd_per_gpu_hour, f"{e.instance} ({e.gpu_model})",
+                        tflops.value / peak)
+        if best is None:
+            continue
+        unverified |= s is None or s.mem_used_max_mib is None
+        saved += ctx.lines[u].observed_cost * (ONE - best[0] / rate.usd_per_gpu_hour)
+        picks.append(f"{u} -> {best[1]} at ${best[0]:.2f}/GPU-h ({best[2]:.0%} of its peak)")
+        scope.append(u)
+    if not scope:
+        return []
+    ev = (f"achieved {tflops.value:.3g} TFLOP/s over busy time is {share.value:.1%} of the "
+          f"GPU's peak, with {mb_ev}: the job pays for FLOP/s it does not use; "
+          + "; ".join(picks[:3]) + (f" and {len(picks) - 3} more" if len(picks) > 3 else "")
+          + f"; {share.text}")
+    why = ("the trace records no memory use: check the job's peak memory fits the smaller GPU "
+           "(gpuaudit rightsize on a recording)") if unverified else None
+    return [ctx.rec(cat["right_size"], ctx.share(saved), ONE, ev, scope,
+                    counted=not unverified, why_not=why)]
 
 
 def _idle(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:

@@ -82,6 +82,11 @@ def render_trace_terminal(t: Mapping[str, Any]) -> str:
                        f"{k['category']:<13} {_short(k['name'], 70)}")
     out.append("  kernel types (all ranks): " + ", ".join(
         f"{row['kernel_type']} {row['pct']:.1f}%" for row in t["kernel_type_breakdown"]))
+    fl = t.get("flops")
+    if fl:
+        out.append(f"  achieved FLOP/s (from {fl['source']}):")
+        out += [f"    - {s}" for s in fl["sentences"]]
+        out += [f"      peak: {r['peak_reason']}" for r in fl["ranks"]]
     found = _rank_findings(t)
     if found:
         out.append("  trace findings:")
@@ -145,6 +150,7 @@ def render_trace_markdown(t: Mapping[str, Any]) -> str:
             out.append(f"| {_esc(_short(k['name']))} | {k['category']} | "
                        f"{'yes' if k['tensor_core'] else 'no'} | {k['count']:,} | "
                        f"{_ms(k['total_ns'])} | {_pct(k['share_of_kernel_time'])} |")
+    out += _flops_markdown(t.get("flops"))
     found = _rank_findings(t)
     if found:
         out += ["", "### Trace findings", ""] + [f"- {_esc(s)}" for s in found]
@@ -152,6 +158,30 @@ def render_trace_markdown(t: Mapping[str, Any]) -> str:
     if notes:
         out += ["", "### Trace notes", ""] + [f"- {_esc(n)}" for n in notes]
     return "\n".join(out) + "\n"
+
+
+def _tf(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def _flops_markdown(fl: Mapping[str, Any] | None) -> list[str]:
+    if not fl:
+        return []
+    out = ["", "### Achieved FLOP/s vs peak", "", f"FLOPs from {_esc(fl['source'])}; a lower "
+           "bound (operators without a FLOP formula count zero).", "",
+           "| rank | GFLOP | operators | window | TFLOP/s (window) | TFLOP/s (GPU busy) "
+           "| peak | share of peak (busy) | memory-bound kernel time |",
+           "|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+    for r in fl["ranks"]:
+        peak = (f"{_esc(r['gpu_model'])} {r['peak_precision']} {r['peak_tflops']:g} TFLOP/s"
+                if r["peak_tflops"] else "n/a")
+        out.append(
+            f"| {r['rank']} | {r['flops'] / 1e9:,.3f} | {r['op_count']:,} | "
+            f"{_ms(r['window_ns'])} ({r['window_source']}) | {_tf(r['tflops_per_s_window'])} "
+            f"| {_tf(r['tflops_per_s_busy'])} | {peak} | {_pct(r['share_of_peak_busy'], 2)} | "
+            f"{_pct(r['memory_bound_kernel_share'], 0)} |")
+    out += [""] + [f"- rank {r['rank']} peak: {_esc(r['peak_reason'])}" for r in fl["ranks"]]
+    return out
 
 
 def _nsys_markdown(t: Mapping[str, Any]) -> str:

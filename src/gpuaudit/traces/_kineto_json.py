@@ -11,7 +11,7 @@ one JSON object: a small header (``schemaVersion``, ``deviceProperties``,
    msgspec reports, never silently skipped; the header and tail values are decoded as JSON;
 2. the ``traceEvents`` array (a zero-copy :class:`msgspec.Raw` view) is decoded in slices of
    about :data:`SLICE_BYTES`, each into compact :class:`_Event` structs holding only ``ph``,
-   ``cat``, ``name``, ``ts``, ``dur`` and ``args.{stream,correlation,device}`` (every other
+   ``cat``, ``name``, ``ts``, ``dur`` and ``args.{stream,correlation,device,flops}`` (every other
    key is skipped in C). A slice ends at a ``}`` followed by ``,`` and ``{``; such a cut can lie
    inside a string or a nested object, and then the slice is malformed and the next candidate
    is tried: a slice that parses ends exactly at an element of the array (the parser's state
@@ -66,6 +66,7 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     stream: msgspec.Raw = _ABSENT
     correlation: msgspec.Raw = _ABSENT
     device: msgspec.Raw = _ABSENT
+    flops: msgspec.Raw = _ABSENT  # torch.profiler(with_flops=True) on operator events
 
 
 _NO_ARGS = _Args()
@@ -87,8 +88,10 @@ _SLICE_DECODER = msgspec.json.Decoder(list[_Event])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 #: (ph == "X", category code (-1: none or unknown), names of the events a mask selects
-#: ("" for none)) -> kind per event (0: not kept)
-Selector = Callable[[np.ndarray, np.ndarray, Callable[[np.ndarray], list[str]]], np.ndarray]
+#: ("" for none), whether the events a mask selects carry ``args.flops``) -> kind per event
+#: (0: not kept)
+Selector = Callable[[np.ndarray, np.ndarray, Callable[[np.ndarray], list[str]],
+                     Callable[[np.ndarray], np.ndarray]], np.ndarray]
 _NO_NAME: dict[str | None, str] = {None: ""}  # .get(name, name): None -> "", else the name
 
 
@@ -182,11 +185,13 @@ class Columns:
     device_ok: np.ndarray
     correlation: np.ndarray
     correlation_ok: np.ndarray
+    flops: np.ndarray
+    flops_ok: np.ndarray
     unknown_cats: Counter[str]
 
 
 _NUMERIC = ("ts_ns", "ts_ok", "ts_frac", "dur_ns", "dur_ok", "stream", "stream_ok", "device",
-            "device_ok", "correlation", "correlation_ok")
+            "device_ok", "correlation", "correlation_ok", "flops", "flops_ok")
 
 
 class _Accumulator:
@@ -219,7 +224,11 @@ class _Accumulator:
             return list(map(_NO_NAME.get, map(attrgetter("name"), compress(evs, mask)),
                             map(attrgetter("name"), compress(evs, mask))))
 
-        kind = self.select(is_x, code, names_of)
+        def has_flops(mask: np.ndarray) -> np.ndarray:
+            got = map(len, map(attrgetter("args.flops"), compress(evs, mask)))
+            return np.fromiter(got, I64, int(mask.sum())) > 0
+
+        kind = self.select(is_x, code, names_of, has_flops)
         keep = kind > 0
         kept = list(compress(evs, keep))
         p = self.parts
@@ -234,7 +243,7 @@ class _Accumulator:
             if key == "ts":
                 p["ts_frac"].append(frac)
         args = list(map(attrgetter("args"), kept))
-        for key in ("stream", "device", "correlation"):
+        for key in ("stream", "device", "correlation", "flops"):
             val, ok = parse_int_raw(list(map(attrgetter(key), args)))
             p[key].append(val)
             p[f"{key}_ok"].append(ok)
@@ -257,7 +266,7 @@ class _Accumulator:
 
 _DTYPES = {"kind": np.int8, "cat": np.int16, "name_idx": np.int32, "ts_ok": bool,
            "ts_frac": bool, "dur_ok": bool, "stream_ok": bool, "device_ok": bool,
-           "correlation_ok": bool}
+           "correlation_ok": bool, "flops_ok": bool}
 
 
 def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,

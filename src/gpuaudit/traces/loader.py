@@ -34,7 +34,7 @@ from gpuaudit.traces import _kineto_json as kj
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["GPU_CATS", "GpuEvents", "RankTrace", "Spans", "Trace", "TraceNote", "load_trace",
+__all__ = ["GPU_CATS", "FlopOps", "GpuEvents", "RankTrace", "Spans", "Trace", "TraceNote", "load_trace",
            "load_traces"]
 
 I64 = np.int64
@@ -49,6 +49,7 @@ _OTHER_CATS = ("gpu_user_annotation", "ac2g", "fwdbwd", "Trace", "cpu_instant_ev
 _ALL_CATS = GPU_CATS + RUNTIME_CATS + _SPAN_CATS + _OTHER_CATS
 _N_GPU, _N_RT = len(GPU_CATS), len(RUNTIME_CATS)
 _TRACE_CODE = _ALL_CATS.index("Trace")
+_CPU_OP_CODE = _ALL_CATS.index("cpu_op")
 _SPAN_NAME = re.compile(r"^ProfilerStep#|DataLoader")
 _ABSURD_DUR_NS = 24 * 3600 * 1_000_000_000  # a GPU event longer than a day is corrupt
 
@@ -107,6 +108,32 @@ class Spans:
 
 
 @dataclass(frozen=True)
+class FlopOps:
+    """CPU operators that carry a FLOP count (``torch.profiler(with_flops=True)`` writes
+    ``args.flops`` on operators it has a formula for: aten::mm, addmm, bmm, conv2d, mul, add
+    ...). The counts are the profiler's own, from each operator's input shapes; ``ts_ns`` is
+    when the operator ran on the CPU (its kernels run on the GPU later)."""
+
+    names: list[str]
+    name_idx: np.ndarray
+    ts_ns: np.ndarray
+    dur_ns: np.ndarray
+    flops: np.ndarray
+
+    @property
+    def size(self) -> int:
+        return int(self.ts_ns.size)
+
+    @property
+    def total(self) -> int:
+        return int(self.flops.sum())
+
+
+_NO_OPS = FlopOps([], np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64),
+                  np.zeros(0, np.int64))
+
+
+@dataclass(frozen=True)
 class RankTrace:
     """One rank's profile: its GPU events, launch events, CPU spans and metadata.
 
@@ -129,6 +156,7 @@ class RankTrace:
     base_time_ns: int
     host: str
     notes: tuple[TraceNote, ...] = ()
+    flop_ops: FlopOps = _NO_OPS
 
     def device_name(self, device: int | None) -> str | None:
         """GPU marketing name from ``deviceProperties`` (None when the trace has none)."""
@@ -294,9 +322,11 @@ def load_trace(path: str | Path) -> RankTrace:
 
 
 def _select(is_x: np.ndarray, cat: np.ndarray,
-            names_of: Callable[[np.ndarray], list[str]]) -> np.ndarray:
+            names_of: Callable[[np.ndarray], list[str]],
+            has_flops: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """Which events to keep: 1 GPU event, 2 runtime launch, 3 ProfilerStep#N or DataLoader
-    CPU span, 4 the profiler's own span (cat ``Trace``); 0 the rest (CPU operators, flows)."""
+    CPU span, 4 the profiler's own span (cat ``Trace``), 5 a CPU operator with a FLOP count
+    (``args.flops``, ``with_flops=True``); 0 the rest (other CPU operators, flows)."""
     kind = np.zeros(is_x.size, dtype=np.int8)
     kind[is_x & (cat >= 0) & (cat < _N_GPU)] = 1
     kind[is_x & (cat >= _N_GPU) & (cat < _N_GPU + _N_RT)] = 2
@@ -305,6 +335,9 @@ def _select(is_x: np.ndarray, cat: np.ndarray,
     hit = np.fromiter(map(is_not, found, repeat(None)), bool, int(cand.sum()))
     kind[np.flatnonzero(cand)[hit]] = 3
     kind[is_x & (cat == _TRACE_CODE)] = 4
+    ops = is_x & (cat == _CPU_OP_CODE)
+    hit = np.flatnonzero(ops)[has_flops(ops)]
+    kind[hit[kind[hit] == 0]] = 5
     return kind
 
 
@@ -336,6 +369,7 @@ def _build_rank(path: Path, meta: dict[str, Any], c: kj.Columns) -> RankTrace:
     tr = np.flatnonzero((k == 4) & ts_ok & dur_ok)
     if tr.size:
         profiler_span = (int(ts[tr[0]]), int(ts[tr[0]] + dur[tr[0]]))
+    flop_ops = _flop_ops(c, notes, where)
     # GPU events
     g_ev = np.flatnonzero(k == 1)
     n_gpu_raw = int(g_ev.size)
@@ -376,7 +410,23 @@ def _build_rank(path: Path, meta: dict[str, Any], c: kj.Columns) -> RankTrace:
         rank=int(rank), path=path, meta=meta, gpu=gpu, spans=spans,
         runtime_correlation=rt_corr, runtime_ts_ns=rt_ts, float_ts=float_ts,
         profiler_span=profiler_span, base_time_ns=base_ns, host=host, notes=tuple(notes),
+        flop_ops=flop_ops,
     )
+
+
+def _flop_ops(c: kj.Columns, notes: list[TraceNote], where: str) -> FlopOps:
+    """The operators with a FLOP count; counts that are not a whole number >= 0, and
+    operators without a time, are dropped with a note (never read as zero)."""
+    ev = np.flatnonzero(c.kind == 5)
+    if not ev.size:
+        return _NO_OPS
+    keep = _drop(~(c.ts_ok[ev] & c.dur_ok[ev]), "operators with a FLOP count but no "
+                 "timestamp or duration dropped", notes, where)
+    keep &= _drop(keep & ~(c.flops_ok[ev] & (c.flops[ev] >= 0)), "operators whose "
+                  "args.flops is not a whole number >= 0 dropped", notes, where)
+    o = ev[keep]
+    names, idx = _reintern(c.names, c.name_idx[o])
+    return FlopOps(names, idx, c.ts_ns[o], c.dur_ns[o], c.flops[o])
 
 
 def _reintern(table: list[str], idx: np.ndarray) -> tuple[list[str], np.ndarray]:
