@@ -227,11 +227,15 @@ def rightsize(
     owned: Sequence[OwnedGpu] = (),
     duty: float = 1.0,
     flops_per_unit: float | None = None,
+    trace_tflops: tuple[float, int, str] | None = None,
     headroom: float = 0.10,
     max_busy_pct: float = 90.0,
     purchases: Sequence[str] = PURCHASE_OPTIONS,
 ) -> Rightsize:
-    """Every candidate GPU priced and checked (module doc); ``best`` is the cheapest fit."""
+    """Every candidate GPU priced and checked (module doc); ``best`` is the cheapest fit.
+
+    ``trace_tflops``: (achieved TFLOP/s summed over the ranks of a profiler trace of the same
+    job, number of ranks, where from), the alternative to ``flops_per_unit``."""
     if unit not in UNIT_SCALE:
         raise InputError(f"unknown unit {unit!r}", fix=f"use one of {', '.join(UNIT_SCALE)}")
     duty = DUTY.check(duty, "duty")
@@ -280,8 +284,19 @@ def rightsize(
                              fix="e.g. --throughput 1200/s --unit tokens --flops-per-unit 1.4e10 "
                              "(2 x parameters per token)")
         achieved_tflops = throughput_per_s * flops_per_unit / 1e12
+    if trace_tflops is not None:
+        if flops_per_unit is not None:
+            raise InputError("--trace and --flops-per-unit both give the achieved FLOP/s",
+                             fix="give one of them")
+        achieved_tflops, n_ranks, origin = trace_tflops
+        notes.append(f"achieved FLOP/s from {origin} ({n_ranks} rank(s); the profiler's "
+                     "operator FLOP counts over the trace window, a lower bound: operators "
+                     "without a FLOP formula count zero)"
+                     + (f"; the trace has {n_ranks} rank(s) but the run {n_now} GPU(s)"
+                        if n_ranks != n_now else ""))
+    if achieved_tflops is not None:
         mfu = achieved_tflops / (peak_tflops(cur) * n_now)
-        notes.append(f"achieved {achieved_tflops:.1f} TFLOP/s = {mfu:.1%} of {n_now} x "
+        notes.append(f"achieved {achieved_tflops:.3g} TFLOP/s = {mfu:.1%} of {n_now} x "
                      f"{cur.gpu_model}'s dense peak ({peak_tflops(cur):g} TFLOP/s each)"
                      + ("; below 10 %: the GPUs' FLOP/s are mostly unused, a smaller GPU or "
                         "fewer of them is worth testing with --bench" if mfu < 0.10 else ""))

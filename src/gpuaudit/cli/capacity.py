@@ -95,6 +95,23 @@ def _pricing(price: str | None, provider: str | None, purchase: str,
             "gpu_model": gpu_model}
 
 
+def _trace_tflops(path: Path, model: str | None) -> tuple[float, int, str]:
+    """(achieved TFLOP/s over each rank's trace window, summed over ranks; ranks; origin)."""
+    from gpuaudit.traces.analysis import analyze
+    from gpuaudit.traces.flops import achieved_flops
+    from gpuaudit.traces.loader import load_traces
+
+    trace = load_traces([path])
+    rows = achieved_flops(trace, analyze(trace), gpu_model=model)
+    if not rows:
+        raise InputError("the trace carries no operator FLOP counts (args.flops)",
+                         where=str(path),
+                         fix="record with torch.profiler.profile(..., with_flops=True), or give "
+                         "--flops-per-unit with --throughput")
+    total = sum(r.tflops_per_s_window or 0.0 for r in rows)
+    return total, len(trace.ranks), f"trace {path.name}"
+
+
 @click.command("rightsize")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--sla-p99-ms", type=Number(LATENCY_MS), default=None,
@@ -117,6 +134,10 @@ def _pricing(price: str | None, provider: str | None, purchase: str,
 @click.option("--flops-per-unit", type=Number(FLOPS_PER_UNIT), default=None,
               help="FLOPs one unit of --throughput costs (e.g. 2 x parameters per token): "
               "achieved FLOP/s and its share of peak.")
+@click.option("--trace", "trace_path", type=click.Path(exists=True, path_type=Path),
+              default=None, help="A PyTorch profiler trace of the same job recorded with "
+              "with_flops=True (file or folder of rank traces): achieved FLOP/s from its "
+              "operator FLOP counts, instead of --flops-per-unit.")
 @click.option("--step", "step_s", type=Duration(STEP_S), default="10s", show_default=True,
               help="Profile time step.")
 @click.option("--no-plan", is_flag=True, help="Skip the audit's recommendations.")
@@ -124,8 +145,8 @@ def _pricing(price: str | None, provider: str | None, purchase: str,
 @output_options
 def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None, unit: str,
                   p99_ms_now: float | None, bench: Path | None, headroom: float,
-                  max_busy: float, duty: float, flops_per_unit: float | None, step_s: float,
-                  no_plan: bool, fmt: str,
+                  max_busy: float, duty: float, flops_per_unit: float | None,
+                  trace_path: Path | None, step_s: float, no_plan: bool, fmt: str,
                   output: Path | None, **kw: Any) -> None:
     """The cheapest GPU, provider and purchase option that meets the measured need."""
     from gpuaudit.api import open_source
@@ -151,7 +172,9 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None
                    unit=unit, sla_p99_ms=sla_p99_ms, p99_ms_now=p99_ms_now,
                    bench=load_bench(bench) if bench else (),
                    bench_name=bench.name if bench else "benchmark", user_catalog=user,
-                   owned=owned, duty=duty, flops_per_unit=flops_per_unit, headroom=headroom,
+                   owned=owned, duty=duty, flops_per_unit=flops_per_unit,
+                   trace_tflops=_trace_tflops(trace_path, model) if trace_path else None,
+                   headroom=headroom,
                    max_busy_pct=max_busy)
     findings = []
     best = rs.best_for(rate.purchase, rate.provider)
