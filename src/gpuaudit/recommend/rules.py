@@ -11,6 +11,8 @@ it acts on. :mod:`gpuaudit.recommend.savings` combines them.
 - underutilized and steady: larger batch, MPS/MIG, a smaller GPU;
 - compute-bound: AMP/bf16, FP8 (Hopper+), torch.compile; NCCL when communication-bound;
 - rates: spot, commitments (alternatives for an hour);
+- low achieved FLOP/s (trace operator counts) with memory-bound evidence: a cheaper GPU whose
+  peak and bandwidth still carry the job (right-size, a rate lever);
 - every top diagnosis (classify/diagnose.py) feeds its own fixes, in the order the diagnosis
   lists them, each with its catalog efficiency fraction, acting on the diagnosed GPUs: fixes
   for a waiting GPU (host-fed, input-starved, straggler, idle) are capped by those GPUs'
