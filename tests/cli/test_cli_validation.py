@@ -78,6 +78,8 @@ FREE_TEXT = {
     "--listen": "HOST:PORT, parsed by integrate.exporter.parse_listen (tested below)",
     "--namespace": "a Kubernetes namespace",
     "--bench": "an input file that must exist (click.Path(exists=True))",
+    "--trace": "a trace file or folder that must exist (click.Path(exists=True)); the loader "
+               "reports a bad trace",
     "--telemetry": "an input file that must exist (click.Path(exists=True))",
     "--budgets": "an input file that must exist (click.Path(exists=True))",
     "--host-alias": "HOST=RESOURCE_ID, parsed by cli.bill",
