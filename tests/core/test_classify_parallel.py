@@ -135,6 +135,15 @@ def test_worker_processes_give_the_same_usage(tmp_path):
     assert_same_usage(whole, classify(open_samples(path), workers=4))
 
 
+def test_worker_processes_say_nothing_on_stderr(tmp_path, capfd):
+    # a worker started with `python -m` ran this module twice (the package imports it first)
+    # and printed runpy's RuntimeWarning into every user's terminal
+    path = write(_ramp_table(), tmp_path / "r.parquet", 100)
+    classify(open_samples(path), workers=3)
+    err = capfd.readouterr().err
+    assert err == "", err
+
+
 def test_worker_that_cannot_start_leaves_its_range_to_this_process(tmp_path, monkeypatch):
     path = write(_ramp_table(), tmp_path / "r.parquet", 100)
     whole = classify(open_samples(path), workers=1)

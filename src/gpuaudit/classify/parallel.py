@@ -3,7 +3,7 @@
 A gpuaudit Parquet recording is cut into consecutive row-group ranges
 (:meth:`gpuaudit.measure.files.FileSource.split`). Each range runs through its own phase
 engine; this process takes the first range, and each other range runs in a fresh interpreter
-(``python -m gpuaudit.classify.parallel``) that reads a pickled task on stdin and writes its
+(``python -c`` running :func:`_main`) that reads a pickled task on stdin and writes its
 engine on stdout. The engines are then stitched in order (``_Engine.absorb``), which gives
 exactly the result one engine reading the whole file would give (a property test checks it).
 
@@ -104,7 +104,9 @@ def _start(recipe: Recipe, by: tuple[str, ...], interval_s: float, cap_intervals
     here = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     try:
-        proc = subprocess.Popen([sys.executable, "-m", "gpuaudit.classify.parallel"],
+        # -c, not -m: under -m runpy imports the package first (which imports this module
+        # through classify.passes) and then runs this module again as __main__
+        proc = subprocess.Popen([sys.executable, "-c", _WORKER],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
     except OSError:
         return None
@@ -135,6 +137,9 @@ def _collect(proc: subprocess.Popen[bytes]) -> _Engine | None:
     return payload  # type: ignore[no-any-return]
 
 
+_WORKER = "import sys; from gpuaudit.classify.parallel import _main; sys.exit(_main())"
+
+
 def _main() -> int:
     recipe, by, interval_s, cap_intervals, grid = pickle.loads(sys.stdin.buffer.read())
     out: tuple[str, Any]
@@ -146,6 +151,3 @@ def _main() -> int:
     sys.stdout.buffer.flush()
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_main())
