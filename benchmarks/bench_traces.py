@@ -6,8 +6,10 @@ excluded for both tools); ``wall_s`` is the whole process; ``rss_mb`` its peak R
 (``wait4`` rusage). HTA runs from its own venv (``benchmarks/_work/hta-venv``,
 ``pip install HolisticTraceAnalysis==0.5.0``); it is never a gpuaudit dependency.
 
-    .venv/bin/python benchmarks/bench_traces.py [--reps 3] [--big]
+    .venv/bin/python benchmarks/bench_traces.py [--reps 3] [--big] [--flops]
 
+``--flops`` also builds a SYNTHETIC copy of the V100 trace with ``args.flops`` on every CPU
+operator (the worst case for the FLOP path: every ``cpu_op`` kept) and measures gpuaudit on it.
 ``--big`` also builds a ~500 MB SYNTHETIC trace (the V100 trace repeated in time, plain JSON) in
 benchmarks/_work and measures gpuaudit on it (HTA is not run on it). The gpuaudit child checks
 that neither pyarrow, DuckDB nor pandas was imported on the trace path.
@@ -46,7 +48,9 @@ t3 = time.perf_counter()
 heavy = [m for m in ("pyarrow", "duckdb", "pandas") if m in sys.modules]
 assert not heavy, f"the trace path imported {heavy}"
 print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "total_s": t3 - t1,
-                  "events": sum(r.gpu.size for r in tr.ranks)}))
+                  "events": sum(r.gpu.size for r in tr.ranks),
+                  "flop_ops": sum(r.flop_ops.size for r in tr.ranks
+                                  if hasattr(r, "flop_ops"))}))
 """
 
 
@@ -115,10 +119,25 @@ def build_big(target_mb: int = 500) -> Path:
     return out
 
 
+def build_flops() -> Path:
+    """SYNTHETIC: the V100 trace with ``args.flops`` (1e9) on every CPU operator event."""
+    out = WORK / "synthetic_v100_all_ops_flops.json.gz"
+    if out.exists():
+        return out
+    WORK.mkdir(parents=True, exist_ok=True)
+    doc = json.loads(gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes()))
+    for e in doc["traceEvents"]:
+        if e.get("cat") == "cpu_op":
+            e.setdefault("args", {})["flops"] = 1_000_000_000
+    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--big", action="store_true")
+    ap.add_argument("--flops", action="store_true")
     args = ap.parse_args()
     rows = []
     for name in ("a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz",
@@ -129,6 +148,11 @@ def main() -> None:
                             str(d)]) for _ in range(args.reps)])
                if HTA_PY.exists() else None)
         rows.append((name, ours, hta))
+    if args.flops:
+        fl = build_flops()
+        ours = median([run([PY, "-c", OURS, str(fl)]) for _ in range(args.reps)])
+        rows.append((f"{fl.name} (synthetic, {ours['flop_ops']:.0f} operators with "
+                     "args.flops)", ours, None))
     if args.big:
         big = build_big()
         ours = median([run([PY, "-c", OURS, str(big)]) for _ in range(args.reps)])
