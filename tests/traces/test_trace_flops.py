@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from trace_synth import kernel, launch, write
 
@@ -247,3 +247,33 @@ def test_html_report_shows_the_flops_section(tmp_path: Path) -> None:
     assert main(["trace", str(path), "--price", "3", "--format", "html", "-o", str(out)]) == 0
     html = out.read_text()
     assert "share_of_peak_busy" in html and "operator FLOP counts" in html
+
+
+@settings(max_examples=60, deadline=None)
+@given(old=st.lists(st.tuples(st.integers(0, 10**6), st.booleans()), max_size=3),
+       new=st.lists(st.tuples(st.integers(0, 10**6), st.booleans()), max_size=3))
+def test_at_most_one_right_size_pick_is_counted(old: list[tuple[int, bool]],
+                                                new: list[tuple[int, bool]]) -> None:
+    """An hour moves to one GPU: whatever right-size picks meet, at most one is counted, it is
+    the largest counted one, and nothing is lost from the list."""
+    from gpuaudit.recommend.plan import Recommendation, remediation_catalog
+    from gpuaudit.recommend.rules import _one_sku_move
+
+    rem = remediation_catalog()["right_size"]
+
+    def rec(f: int, counted: bool) -> Recommendation:
+        frac = Decimal(f) / Decimal(10**6)
+        return Recommendation(remediation=rem, fraction=frac, cap=Decimal(1), counted=counted,
+                              evidence="e", scope=("all",), monthly_usd=frac * 100)
+
+    olds = [rec(f, c) for f, c in old]
+    news = [rec(f, c) for f, c in new]
+    counted_before = [r for r in olds if r.counted]
+    assume(len(counted_before) <= 1)  # the other rules yield at most one right-size pick
+    out = _one_sku_move(olds, news)
+    assert len(out) == len(olds) + len(news)
+    counted = [r for r in out if r.counted]
+    assert len(counted) <= 1
+    wanted = [r.fraction for r in [*olds, *news] if r.counted]
+    if wanted:
+        assert counted and counted[0].fraction == max(wanted)

@@ -126,7 +126,7 @@ def candidate_recommendations(
     out += _compute(ctx, cat)
     out = _merge(out, _diagnosed(ctx, cat))
     out += _rates(ctx, cat)
-    out += _achieved_flops(ctx, cat)
+    out = _one_sku_move(out, _achieved_flops(ctx, cat))
     out = _capacity(ctx, cat, out)
     return [r for r in out if r.fraction > 0 or not r.counted]
 
@@ -239,6 +239,28 @@ MEMORY_BOUND_KERNEL_SHARE = 0.5
 _FLOPS_HEADROOM = 0.7
 
 
+def _one_sku_move(out: list[Recommendation], extra: list[Recommendation]
+                  ) -> list[Recommendation]:
+    """Add ``extra`` (right-size picks from achieved FLOP/s) so that at most one right-size
+    pick is counted: an hour moves to one GPU, so two picks never multiply. The larger counted
+    one stays counted; the other is listed with its standalone saving."""
+    res = list(out)
+    for new in extra:
+        old = [r for r in res if r.id == new.id and r.counted]
+        if not new.counted or not old:
+            res.append(new)
+            continue
+        best = max([*old, new], key=lambda r: r.fraction)
+        res = [r for r in res if not (r.id == new.id and r.counted)] + [
+            r if r is best else Recommendation(
+                remediation=r.remediation, fraction=r.fraction, cap=r.cap, counted=False,
+                evidence=r.evidence, scope=r.scope, monthly_usd=r.monthly_usd,
+                why_not_counted="another right-size pick saves more and is counted instead "
+                "(an hour moves to one GPU)")
+            for r in [*old, new]]
+    return res
+
+
 def _achieved_flops(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
     """Low achieved FLOP/s on a compute-rich GPU with memory-bound evidence (a trace's kernel
     mix, or a ``memory_bound`` diagnosis from DCGM DRAM activity): the cheapest GPU at the
@@ -306,7 +328,8 @@ def _achieved_flops(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommen
           f"GPU's peak, with {mb_ev}: the job pays for FLOP/s it does not use; "
           + "; ".join(picks[:3]) + (f" and {len(picks) - 3} more" if len(picks) > 3 else "")
           + f"; {share.text}")
-    why = ("the trace records no memory use: check the job's peak memory fits the smaller GPU "
+    why = ("no memory use was recorded (a trace has none): check the job's peak memory fits "
+           "the smaller GPU "
            "(gpuaudit rightsize on a recording)") if unverified else None
     return [ctx.rec(cat["right_size"], ctx.share(saved), ONE, ev, scope,
                     counted=not unverified, why_not=why)]
