@@ -166,3 +166,17 @@ def test_callbacks_name_their_extra(monkeypatch: pytest.MonkeyPatch, attr: str,
     with pytest.raises(MissingExtraError) as err:
         getattr(gpuaudit.integrate, attr)
     assert f"pip install 'gpuaudit[{extra}]'" in str(err.value)
+
+
+def test_wandb_resume_waits_for_the_next_second():
+    # W&B names a run's local folder by the second of its init: resuming the workload's run
+    # id within that second shared the folder and lost the workload's records
+    import time
+
+    from gpuaudit.integrate.wandb_tracker import _next_second
+
+    for _ in range(3):
+        before = time.time()
+        _next_second()
+        after = time.time()
+        assert int(after) > int(before) and after - before <= 1.05

@@ -34,6 +34,21 @@ __all__ = ["WANDB_MAX_POINTS", "WandbTracker"]
 WANDB_MAX_POINTS = 100_000
 
 
+def _next_second() -> None:
+    """Wait for the next wall-clock second before resuming the workload's run.
+
+    W&B names a run's local folder ``(offline-)run-<YYYYMMDD_HHMMSS>-<id>`` at ``init``: a
+    resume of the same id within the second the workload's own ``init`` ran would share that
+    folder and overwrite the workload's ``run-<id>.wandb`` (seen with a sub-second workload).
+    The workload has ended, so its ``init`` lies before now; the next second is safe.
+    """
+    import math
+    import time
+
+    now = time.time()
+    time.sleep(math.floor(now) + 1.0 - now + 0.01)
+
+
 def _new_run_id() -> str:
     """A run id in W&B's own form: 8 characters of [a-z0-9]."""
     import secrets
@@ -77,6 +92,7 @@ class WandbTracker:
             if self.run_id is None:
                 self.begin()
             if self.run is None:  # child mode: resume the run the workload used
+                _next_second()
                 self.run = wandb.init(id=self.run_id, resume="allow")
                 self.owned = True
         run = self.run
