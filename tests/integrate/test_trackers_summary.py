@@ -179,4 +179,4 @@ def test_wandb_resume_waits_for_the_next_second():
         before = time.time()
         _next_second()
         after = time.time()
-        assert int(after) > int(before) and after - before <= 1.05
+        assert int(after) > int(before)
