@@ -40,6 +40,11 @@ def _r(x: float | None, n: int = 2) -> float | None:
     return None if x is None else round(float(x), n)
 
 
+def _sig(x: float | None, digits: int = 6) -> float | None:
+    """``x`` to ``digits`` significant digits (a small job's TFLOP/s are not 0)."""
+    return None if x is None else float(f"{x:.{digits}g}")
+
+
 def _stats(s: WorkloadStats) -> dict[str, Any]:
     return {"workload": s.workload, "gpu_uuid": s.gpu_uuid, "gpu_model": s.gpu_model,
             "group": list(s.group), "observed_s": _r(s.observed_s, 1),
@@ -113,8 +118,8 @@ def capacity_dict(value: Rightsize | Simulation | QueueReport, *,
                 "why_not": c.why_not, "source": c.source,
                 "sla_holds_if_p99_now_ms": _r(c.sla_holds_if_p99_now_ms, 1)}
                 for c in value.candidates],
-            "achieved_tflops": _r(value.achieved_tflops, 3),
-            "mfu": _r(value.mfu, 5),
+            "achieved_tflops": _sig(value.achieved_tflops),
+            "mfu": _sig(value.mfu),
             "achieved_vs_peak": [{
                 "workload": a.workload, "gpu_model": a.gpu_model,
                 "dram_active": _r(a.dram_active, 4), "tensor_active": _r(a.tensor_active, 4),
