@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from gpuaudit.capacity.profiles import build_profiles, profile_stats, row_percentiles
 from gpuaudit.capacity.rightsize import load_bench, parse_throughput, rightsize
-from gpuaudit.capacity.simulate import MIB_PER_GB, _mig_pack, _vector_pack, simulate
+from gpuaudit.capacity.simulate import MIB_PER_GB, _mig_pack, _vector_pack, peak_tflops, simulate
 from gpuaudit.cli import main
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import (
@@ -261,6 +261,21 @@ def test_rightsize_estimates_and_bench(tmp_path):
         assert c.meets_memory == (c.gpu_model and spec_for(c.gpu_model).memory_gb >= 80)
         # cost per 1k inferences = hourly cost / (rate x 3600) x 1000
         assert c.cost_per_unit_usd == c.usd_per_gpu_hour * c.gpus / Decimal("4320000") * 1000
+        # no p99 measured: the SLA is unchecked, and each row says under which p99 today it
+        # would hold (latency scales by the peak ratio, as a given --p99-ms-now is scaled)
+        assert c.meets_sla is None and c.p99_ms is None
+        ratio = peak_tflops(spec_for("H100")) / peak_tflops(spec_for(c.gpu_model))
+        assert c.sla_holds_if_p99_now_ms == pytest.approx(80 / ratio)
+    # the same run with a measured p99 exactly at a row's limit keeps the SLA there, and
+    # just above it breaks it: the limit is the --p99-ms-now threshold
+    l4 = next(c for c in rs.candidates if c.gpu_model == "L4 24GB")
+    for p99_now, holds in ((l4.sla_holds_if_p99_now_ms * 0.999, True),
+                           (l4.sla_holds_if_p99_now_ms * 1.001, False)):
+        r2 = rightsize(p, current_rate=rate, throughput_per_s=1200, sla_p99_ms=80,
+                       p99_ms_now=p99_now)
+        row = next(c for c in r2.candidates if c.gpu_model == "L4 24GB"
+                   and c.provider == l4.provider and c.purchase == l4.purchase)
+        assert row.meets_sla is holds and row.sla_holds_if_p99_now_ms is None
     best = rs.best
     assert best is not None and best.fits
     assert all(best.usd_per_hour <= c.usd_per_hour for c in rs.candidates
@@ -477,8 +492,9 @@ def test_achieved_vs_peak_and_memory_bound_right_size():
 
 
 @settings(max_examples=30)
-@given(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(0, 2**31 - 1))
-def test_capacity_findings_respect_the_combined_savings_rules(consol, right, seed):
+@given(st.floats(0.0, 1.0), st.floats(0.0, 1.0), st.integers(0, 2**31 - 1),
+       st.floats(0.0, 1.0))
+def test_capacity_findings_respect_the_combined_savings_rules(consol, right, seed, queue):
     from gpuaudit.api import audit
     from gpuaudit.recommend import Finding
 
@@ -487,8 +503,10 @@ def test_capacity_findings_respect_the_combined_savings_rules(consol, right, see
     util = rng.uniform(0, 100, (n, steps)) * (rng.random((n, 1)) < 0.8)
     mem = rng.uniform(500, 20_000, (n, steps))
     findings = [Finding("capacity_consolidation_share", consol, "sim", source="capacity"),
-                Finding("capacity_right_size_share", right, "rs", source="capacity")]
-    plan = audit(_table(n, steps, util, mem), findings=findings, provider="aws").plan
+                Finding("capacity_right_size_share", right, "rs", source="capacity"),
+                Finding("queue_idle_while_waiting_share", queue, "q", source="capacity")]
+    report = audit(_table(n, steps, util, mem), findings=findings, provider="aws")
+    plan = report.plan
     assert 0 <= plan.efficiency_fraction <= plan.waste_fraction
     assert plan.total_fraction <= 1
     assert plan.monthly_savings_usd <= plan.monthly_cost_usd
@@ -501,3 +519,17 @@ def test_capacity_findings_respect_the_combined_savings_rules(consol, right, see
     if right > 1e-5:
         assert by["right_size_simulated"].counted
         assert "right_size" not in by or not by["right_size"].counted
+    # the scheduling finding: never above the idle cost measured, and the idle group (idle
+    # shutdown and scheduling act on the same hours) never above it together
+    idle_share = report.cost.total.phase_cost["idle"] / report.cost.total.observed_cost
+    sched = by.get("schedule_waiting_pods")
+    if queue > 1e-5 and idle_share > Decimal("1e-6"):
+        assert sched is not None and sched.counted
+        assert sched.fraction == min(Decimal(str(queue)), idle_share).quantize(Decimal("1e-6"))
+        assert sched.cap == idle_share.quantize(Decimal("1e-6"))
+    idle_group = [r for r in plan.recommendations if r.remediation.group == "idle" and r.counted]
+    keep = Decimal(1)
+    for r in idle_group:
+        keep *= 1 - r.fraction
+    assert min(1 - keep, max((r.cap for r in idle_group), default=Decimal(0))) <= \
+        idle_share + Decimal("1e-6")

@@ -153,14 +153,35 @@ def test_queue_cli(ksm_prom: str, tmp_path: Path, capsys: pytest.CaptureFixture[
                  str(T0 + STEPS * 60 - 1), "--format", "json", "-o", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["kind"] == "queue" and doc["queue"]["waits"] == 4
+    # the scheduling finding reaches the recommender, priced on the fleet audit of the range:
+    # the unheld L4 idle during every waiting minute, all three GPUs the same model and rate,
+    # so its share of observed cost is waiting minutes / observed GPU-minutes
+    waiting = _pending([(10, 40), (50, 55), (100, 160), (170, 175)]).sum()
+    recs = {r["id"]: r for r in doc["plan"]["recommendations"]}
+    sched = recs["schedule_waiting_pods"]
+    assert sched["counted"]
+    assert sched["fraction"] == pytest.approx(waiting / (len(GPUS) * STEPS), abs=1e-6)
+    idle_minutes = STEPS + 90  # the unheld GPU all along, b0 for its first 90 minutes
+    assert sched["cap_fraction"] == pytest.approx(idle_minutes / (len(GPUS) * STEPS), abs=1e-6)
+    assert doc["plan"]["findings"][0]["signal"] == "queue_idle_while_waiting_share"
+    sav = doc["plan"]["savings"]
+    assert float(sav["efficiency_monthly_usd"]) <= float(sav["monthly_waste_usd"])
     assert main(["queue", "--prometheus", ksm_prom, "--start", str(T0 - 30), "--end",
                  str(T0 + STEPS * 60 - 1)]) == 0
     text = capsys.readouterr().out
     assert "team-b" in text and "finding (scheduling)" in text
+    assert "schedule_waiting_pods" in text
+    # --no-plan: the waits alone, no fleet audit
+    assert main(["queue", "--prometheus", ksm_prom, "--start", str(T0 - 30), "--end",
+                 str(T0 + STEPS * 60 - 1), "--no-plan", "--format", "json", "-o", str(out)]) == 0
+    assert "plan" not in json.loads(out.read_text())
     # a range with nothing pending says so
     assert main(["queue", "--prometheus", ksm_prom, "--start", str(T0 - 7200), "--end",
                  str(T0 - 3600), "--format", "json"]) == 0
-    assert "was Pending" in capsys.readouterr().out
+    empty = json.loads(capsys.readouterr().out)
+    assert "plan" not in empty
+    assert any("was Pending" in n for n in empty["queue"]["notes"])
+    assert any("no scheduling finding" in n for n in empty["queue"]["notes"])
     assert main(["queue", "--prometheus", "prom:9090", "--since", "1d"]) == 2
 
 

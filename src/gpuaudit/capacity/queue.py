@@ -22,15 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Protocol
 
 import numpy as np
 
 from gpuaudit.classify.usage import IDLE_BELOW_PCT
-from gpuaudit.errors import InputError
+from gpuaudit.errors import InputError, PricingError
+from gpuaudit.hardware import gpu_family
+from gpuaudit.price.catalog import Rate
 from gpuaudit.promql import fresh
 
-__all__ = ["NamespaceWaits", "QueueReport", "queue_waits", "wait_runs"]
+__all__ = ["NamespaceWaits", "QueueReport", "idle_while_waiting_usd", "queue_waits", "wait_runs"]
 
 PENDING = ('(max by (namespace, pod) (kube_pod_status_phase{phase="Pending"}) == 1) '
            '* on (namespace, pod) group_left() '
@@ -62,7 +65,8 @@ class RangeClient(Protocol):
 
 def _idle_expr(step_s: float) -> str:
     u = fresh("DCGM_FI_DEV_GPU_UTIL", step_s)
-    return f"count by (exported_pod, pod, exported_namespace) ({u} < {IDLE_BELOW_PCT:g})"
+    return (f"count by (exported_pod, pod, exported_namespace, modelName) "
+            f"({u} < {IDLE_BELOW_PCT:g})")
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,12 @@ class QueueReport:
     idle_unheld_while_waiting_gpu_hours: float
     waiting_steps: int
     notes: tuple[str, ...] = field(default_factory=tuple)
+    #: ``idle_unheld_while_waiting_gpu_hours`` split by GPU model (dcgm-exporter's
+    #: ``modelName``; "" where the label is missing), to price them at each model's rate
+    idle_unheld_while_waiting_gpu_hours_by_model: Mapping[str, float] = field(
+        default_factory=dict)
+    #: whether dcgm-exporter reported any idle GPU in the range (no: no scheduling finding)
+    saw_dcgm: bool = True
 
     @property
     def total_waits(self) -> int:
@@ -133,6 +143,7 @@ def queue_waits(client: RangeClient, *, start_s: float, end_s: float, step_s: fl
             gp[idx] = vals
     idle_all = np.zeros(steps)
     idle_unheld = np.zeros(steps)
+    idle_unheld_by_model: dict[str, np.ndarray] = {}
     idle_by_ns: dict[str, float] = {}
     saw_dcgm = False
     for res in client.query_range(_idle_expr(step_s), start, end, step_s):
@@ -144,6 +155,9 @@ def queue_waits(client: RangeClient, *, start_s: float, end_s: float, step_s: fl
             ns = r.labels.get("exported_namespace") or ""
             if not pod:
                 idle_unheld[idx] += vals
+                m = idle_unheld_by_model.setdefault(r.labels.get("modelName") or "",
+                                                    np.zeros(steps))
+                m[idx] += vals
             else:
                 idle_by_ns[ns] = idle_by_ns.get(ns, 0.0) + float(vals.sum()) * step_s / 3600
     notes = []
@@ -176,15 +190,43 @@ def queue_waits(client: RangeClient, *, start_s: float, end_s: float, step_s: fl
             pending_gpu_hours=gpu_h_ns.get(ns, 0.0),
             idle_gpu_hours=idle_by_ns.get(ns, 0.0)))
     usable = np.minimum(idle_unheld, waiting)
+    # the usable GPU-hours of a step are shared among the models idle then, pro rata
+    share = np.divide(usable, idle_unheld, out=np.zeros(steps), where=idle_unheld > 0)
+    by_model = {m: float((a * share).sum()) * step_s / 3600
+                for m, a in sorted(idle_unheld_by_model.items())}
     return QueueReport(
         url=client.url, start_s=start, end_s=end, step_s=step_s, namespaces=tuple(rows),
         idle_gpu_hours=float(idle_all.sum()) * step_s / 3600,
         idle_unheld_gpu_hours=float(idle_unheld.sum()) * step_s / 3600,
         idle_unheld_while_waiting_gpu_hours=float(usable.sum()) * step_s / 3600,
-        waiting_steps=int((waiting > 0).sum()), notes=tuple(notes))
+        waiting_steps=int((waiting > 0).sum()), notes=tuple(notes),
+        idle_unheld_while_waiting_gpu_hours_by_model={m: h for m, h in by_model.items()
+                                                      if h > 0},
+        saw_dcgm=saw_dcgm)
 
 
-def summary(report: QueueReport) -> Mapping[str, float]:
-    """The headline figures (for the recommender's scheduling finding)."""
-    return {"idle_unheld_while_waiting_gpu_hours": report.idle_unheld_while_waiting_gpu_hours,
-            "waits": float(report.total_waits)}
+def idle_while_waiting_usd(report: QueueReport, rates: Mapping[str | None, Rate]
+                           ) -> tuple[Decimal, tuple[str, ...]]:
+    """What the GPU-hours idle and unheld while GPU pods waited cost, each model's hours at
+    its rate (``rates``: the fleet audit's, keyed by GPU model as its series name it), and
+    notes for any model priced by the fallback (the ``None`` key, ``--price``)."""
+    notes: list[str] = []
+    total = Decimal(0)
+    for model, hours in report.idle_unheld_while_waiting_gpu_hours_by_model.items():
+        rate = rates.get(model) or _same_family(model, rates) or rates.get(None)
+        if rate is None:
+            raise PricingError(
+                f"no rate for GPU model {model or '(no modelName label)'!r} of the idle GPUs",
+                fix="give --price USD_PER_GPU_HOUR or --gpu-model")
+        if model not in rates:
+            notes.append(f"idle {model or 'unlabelled'} GPUs priced at {rate.describe()}")
+        total += Decimal(str(hours)) * rate.usd_per_gpu_hour
+    return total, tuple(notes)
+
+
+def _same_family(model: str, rates: Mapping[str | None, Rate]) -> Rate | None:
+    fam = gpu_family(model) if model else None
+    if fam is None:
+        return None
+    same = [r for m, r in rates.items() if m is not None and gpu_family(m) == fam]
+    return same[0] if len({r.usd_per_gpu_hour for r in same}) == 1 else None

@@ -131,6 +131,9 @@ class Candidate:
     cost_per_unit_usd: Decimal | None = None
     break_even_duty: Decimal | None = None
     why_not: str = ""
+    #: with an SLA but no measured p99 (estimate rows): the p99 measured on today's GPU under
+    #: which this candidate keeps the SLA (SLA / the peak ratio); None where p99 is known
+    sla_holds_if_p99_now_ms: float | None = None
 
     @property
     def usd_per_hour(self) -> Decimal:
@@ -274,8 +277,10 @@ def rightsize(
         raise InputError("the run was never busy: no throughput per busy share to scale",
                          fix="profile a run that served the given --throughput")
     if sla_p99_ms is not None and not bench and p99_ms_now is None:
-        notes.append("the p99 latency SLA was not checked: give --bench table.csv (measured "
-                     "p99 per GPU) or --p99-ms-now (measured on the current GPU)")
+        notes.append("the p99 latency SLA was not checked (no p99 was measured): each "
+                     "candidate shows the p99 on today's GPU under which it would hold the "
+                     "SLA (SLA / peak ratio, an estimate); give --p99-ms-now (measured on the "
+                     "current GPU) or --bench table.csv (measured p99 per GPU) to check it")
     achieved = achieved_vs_peak(p)
     achieved_tflops = mfu = None
     if flops_per_unit is not None:
@@ -376,6 +381,7 @@ def _candidate(spec: GpuSpec, provider: str, purchase: str, usd: Decimal, source
     ratio = (cur.memory_bandwidth_gb_per_s / spec.memory_bandwidth_gb_per_s if memory_bound
              else peak_tflops(cur) / peak_tflops(spec))
     why = []
+    sla_limit = None
     if b is not None:
         assert throughput is not None
         gpus = max(1, math.ceil(throughput / (b.throughput_per_s * max_busy / 100.0)))
@@ -392,6 +398,8 @@ def _candidate(spec: GpuSpec, provider: str, purchase: str, usd: Decimal, source
             gpus = max(1, math.ceil(n_now * busy_p99 * ratio / max_busy - 1e-9))
             busy = n_now * busy_p99 * ratio / gpus
         p99 = None if p99_now is None else p99_now * ratio
+        if sla is not None and p99_now is None:
+            sla_limit = sla / ratio
         basis = "estimate (bandwidth ratio)" if memory_bound else "estimate (peak ratio)"
     compute_ok = busy <= max_busy + 1e-9
     sla_ok = None if sla is None or p99 is None else p99 <= sla
@@ -407,4 +415,4 @@ def _candidate(spec: GpuSpec, provider: str, purchase: str, usd: Decimal, source
         gpu_model=spec.gpu_model, provider=provider, purchase=purchase, usd_per_gpu_hour=usd,
         gpus=gpus, est_busy_pct=busy, meets_memory=mem_ok, meets_compute=compute_ok,
         meets_sla=sla_ok, p99_ms=p99, basis=basis, source=source, cost_per_unit_usd=unit_cost,
-        why_not="; ".join(why))
+        why_not="; ".join(why), sla_holds_if_p99_now_ms=sla_limit)

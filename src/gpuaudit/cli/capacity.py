@@ -83,7 +83,11 @@ def _plan(samples: Any, findings: Sequence[Any], pricing: dict[str, Any]) -> dic
     """The audit's recommendations and combined savings with the capacity findings in."""
     from gpuaudit.api import audit
 
-    d = audit(samples, findings=findings, **pricing).to_dict()
+    return _plan_of(audit(samples, findings=findings, **pricing), findings)
+
+
+def _plan_of(report: Any, findings: Sequence[Any]) -> dict[str, Any]:
+    d = report.to_dict()
     return {"recommendations": d["recommendations"], "savings": d["savings"],
             "findings": [{"signal": f.signal, "value": f.value, "text": f.text}
                          for f in findings]}
@@ -185,7 +189,10 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None
             "capacity_right_size_share", share,
             f"rightsize: {best.gpus} x {best.gpu_model} ({best.provider} {best.purchase}, "
             f"${best.usd_per_gpu_hour:.2f}/GPU-h, {best.basis}) meets the measured need for "
-            f"${best.usd_per_hour:.2f}/h vs ${now:.2f}/h now", source="capacity"))
+            f"${best.usd_per_hour:.2f}/h vs ${now:.2f}/h now"
+            + ("" if best.sla_holds_if_p99_now_ms is None else
+               f"; the p99 SLA holds if today's p99 is <= {best.sla_holds_if_p99_now_ms:.0f} ms "
+               "(not measured)"), source="capacity"))
     plan = None if no_plan else _plan(path, findings, pricing)
     doc = capacity_dict(rs, plan=plan, source={"path": str(path), "step_s": prof.step_s})
     _emit(doc, fmt, output)
@@ -305,19 +312,24 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | Non
 @click.option("--step", "step_s", type=Duration(STEP_S), default="1m", show_default=True,
               help="Resolution of the waits.")
 @click.option("--namespace", "namespaces", multiple=True, help="Only these namespaces.")
+@click.option("--no-plan", is_flag=True,
+              help="Skip the fleet audit of the range and its recommendations.")
+@pricing_options
 @output_options
 def queue_cmd(prometheus: str, since_s: float | None, start_s: float | None,
               end_s: float | None, bearer_token_file: Path | None, timeout_s: float,
-              step_s: float,
-              namespaces: tuple[str, ...], fmt: str, output: Path | None) -> None:
-    """Wait times of pods pending for nvidia.com/gpu, beside the GPU-hours idle meanwhile."""
-    from gpuaudit.capacity.queue import queue_waits
-    from gpuaudit.measure.fleet.prometheus import PromClient
+              step_s: float, namespaces: tuple[str, ...], no_plan: bool, fmt: str,
+              output: Path | None, **kw: Any) -> None:
+    """Wait times of pods pending for nvidia.com/gpu, beside the GPU-hours idle meanwhile;
+    the idle capacity while pods waited goes to the recommender as a scheduling finding."""
+    from gpuaudit.api import audit_queue
     from gpuaudit.report.capacity import capacity_dict
 
     s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
-    with PromClient(prometheus, timeout_s=timeout_s,
-                    bearer_token_file=bearer_token_file) as client:
-        q = queue_waits(client, start_s=s, end_s=e, step_s=step_s,
-                        namespaces=namespaces)
-    _emit(capacity_dict(q, source={"prometheus": prometheus}), fmt, output)
+    qa = audit_queue(
+        prometheus, start_s=s, end_s=e, step_s=step_s, namespaces=namespaces,
+        client_kwargs={"timeout_s": timeout_s, "bearer_token_file": bearer_token_file},
+        pricing=_pricing(kw["price"], kw["provider"], kw["purchase"], kw["catalog"],
+                         kw["gpu_model"]), plan=not no_plan)
+    plan = None if qa.report is None else _plan_of(qa.report, qa.findings)
+    _emit(capacity_dict(qa.queue, plan=plan, source={"prometheus": prometheus}), fmt, output)

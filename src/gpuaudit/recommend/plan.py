@@ -59,7 +59,9 @@ class Finding:
     (share of kernel time in kernels too short to fill the GPU), ``comm_exposed_share``
     (share of time in collectives not hidden by compute), ``precision`` ("fp32", "bf16");
     from capacity planning ``capacity_consolidation_share`` and ``capacity_right_size_share``
-    (share of observed cost the simulated packing / right-size saves); from a trace's operator
+    (share of observed cost the simulated packing / right-size saves), and from ``gpuaudit
+    queue`` ``queue_idle_while_waiting_share`` (share of observed cost on GPUs idle and held
+    by no pod while GPU pods waited); from a trace's operator
     FLOP counts ``achieved_flops_peak_share``, ``achieved_tflops_per_s``,
     ``flops_peak_precision`` (a string) and ``memory_bound_kernel_share``.
     """

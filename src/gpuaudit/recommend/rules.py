@@ -128,6 +128,7 @@ def candidate_recommendations(
     out += _rates(ctx, cat)
     out = _one_sku_move(out, _achieved_flops(ctx, cat))
     out = _capacity(ctx, cat, out)
+    out += _scheduling(ctx, cat)
     return [r for r in out if r.fraction > 0 or not r.counted]
 
 
@@ -227,6 +228,23 @@ def _capacity(ctx: _Context, cat: dict[str, Remediation], recs: list[Recommendat
             for r in out]
         out.append(ctx.rec(rem, value, cap, f.text, ["all"]))
     return out
+
+
+#: Finding signal from ``gpuaudit queue``: the share of observed cost spent on GPUs idle and held
+#: by no pod while GPU pods waited (priced per model in the composition layer).
+QUEUE_SIGNAL = "queue_idle_while_waiting_share"
+
+
+def _scheduling(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    """Idle capacity while jobs wait: counted in the idle group, capped by the idle cost the
+    audit measured over the same range (the queue's figure comes from another query and is
+    never trusted above it)."""
+    f = ctx.finding(QUEUE_SIGNAL)
+    if f is None or not isinstance(f.value, float) or f.value <= 0:
+        return []
+    idle = ctx.share(ctx.cost.total.phase_cost["idle"])
+    return [ctx.rec(cat["schedule_waiting_pods"], _frac(Decimal(str(f.value))), idle, f.text,
+                    ["all"])]
 
 
 #: achieved FLOP/s (trace operator counts, over GPU busy time) under this share of the dense

@@ -28,7 +28,7 @@ from gpuaudit.price.money import cents
 __all__ = ["CAPACITY_SCHEMA", "CAPACITY_SCHEMA_VERSION", "capacity_dict", "render_capacity"]
 
 CAPACITY_SCHEMA = "gpuaudit.capacity"
-CAPACITY_SCHEMA_VERSION = "1.0"
+CAPACITY_SCHEMA_VERSION = "1.1"
 Q4 = Decimal("0.0001")
 
 
@@ -110,7 +110,9 @@ def capacity_dict(value: Rightsize | Simulation | QueueReport, *,
                 "unit_label": UNIT_LABEL[value.unit],
                 "break_even_duty": None if c.break_even_duty is None
                 else _r(float(c.break_even_duty), 4),
-                "why_not": c.why_not, "source": c.source} for c in value.candidates],
+                "why_not": c.why_not, "source": c.source,
+                "sla_holds_if_p99_now_ms": _r(c.sla_holds_if_p99_now_ms, 1)}
+                for c in value.candidates],
             "achieved_tflops": _r(value.achieved_tflops, 3),
             "mfu": _r(value.mfu, 5),
             "achieved_vs_peak": [{
@@ -141,6 +143,9 @@ def capacity_dict(value: Rightsize | Simulation | QueueReport, *,
             "idle_gpu_hours": _r(value.idle_gpu_hours, 3),
             "idle_unheld_gpu_hours": _r(value.idle_unheld_gpu_hours, 3),
             "idle_unheld_while_waiting_gpu_hours": _r(value.idle_unheld_while_waiting_gpu_hours, 3),
+            "idle_unheld_while_waiting_gpu_hours_by_model": {
+                m: _r(h, 3) for m, h in
+                value.idle_unheld_while_waiting_gpu_hours_by_model.items()},
             "waiting_steps": value.waiting_steps,
             "namespaces": [{"namespace": n.namespace, "waits": n.waits, "pods": n.pods,
                             "p50_s": _r(n.p50_s, 1), "p95_s": _r(n.p95_s, 1),
@@ -203,6 +208,13 @@ def _pct(x: float | None, scale: float = 1.0) -> str:
     return "-" if x is None else f"{x * scale:.1f}%"
 
 
+def _p99(c: Mapping[str, Any]) -> str:
+    if c["p99_ms"] is not None:
+        return f"{c['p99_ms']:.0f}"
+    lim = c.get("sla_holds_if_p99_now_ms")
+    return "-" if lim is None else f"ok if now <= {lim:.0f}"
+
+
 def _lines_rightsize(d: Mapping[str, Any], fmt: str) -> list[str]:
     cur, req = d["current"], d["requirements"]
     out = [_h("Right-sizing", fmt),
@@ -225,8 +237,7 @@ def _lines_rightsize(d: Mapping[str, Any], fmt: str) -> list[str]:
     for c in d["candidates"][:25]:
         rows.append([c["gpu_model"], c["provider"], c["purchase"], str(c["gpus"]),
                      f"${float(c['usd_per_gpu_hour']):.2f}", _m(c["monthly_usd"]),
-                     f"{c['est_busy_pct']:.0f}%", "-" if c["p99_ms"] is None
-                     else f"{c['p99_ms']:.0f}", "yes" if c["fits"] else "no",
+                     f"{c['est_busy_pct']:.0f}%", _p99(c), "yes" if c["fits"] else "no",
                      "-" if c["cost_per_unit_usd"] is None else f"${float(c['cost_per_unit_usd']):.5f}",
                      "-" if c["break_even_duty"] is None else f"{c['break_even_duty']:.0%}",
                      c["basis"]])
