@@ -1,0 +1,223 @@
+"""Series and group coding: which GPU and which cell each row belongs to, as small integers.
+
+The phase engine (:mod:`gpuaudit.classify.phases`) accumulates with ``numpy.bincount``, so
+every row needs two integer ids:
+
+- its **series** code: one per ``gpu_uuid``, given in order of first appearance and never
+  changed (with the series' host, model and MIG profile, and its first timestamp);
+- its **cell** id: one per (series, values of the ``--by`` keys) combination; without keys each
+  series is one cell.
+
+Per batch the Python work is over distinct values only (the uuid dictionary, the distinct
+(series, group values) combinations), never per row. :meth:`Coding.absorb` takes in the codes
+of an engine that read a later range of the same stream (see ``_Engine.absorb``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit.classify.rows import NS
+
+__all__ = ["CellKey", "Coding"]
+
+#: A cell: (series code, the row's value of each ``--by`` key, None where it has none).
+CellKey = tuple[int, tuple[str | None, ...]]
+
+
+class Coding:
+    """Series codes and cell ids of one engine, grown batch by batch."""
+
+    def __init__(self, by: tuple[str, ...]):
+        self.by = by
+        self.series_index: dict[str, int] = {}
+        #: per series code: (host, gpu_model, mig_profile) of its first row
+        self.series_meta: list[tuple[str, str | None, str | None]] = []
+        #: the label keys the samples carry, gathered only when grouping by a label (so a
+        #: ``--by`` key no sample has can be reported with the keys that do exist)
+        self.label_keys: set[str] = set()
+        self.cell_index: dict[CellKey, int] = {}
+        #: per series code: the timestamp of its first row (where a later range's carried
+        #: rows of that series end, see _Engine.absorb)
+        self.first_ts = np.zeros(0, dtype=np.int64)
+        # the last batch's uuid dictionary and its entries' series codes (-1: not yet a series)
+        self._dictionary: pa.Array | None = None
+        self._mapping = np.zeros(0, dtype=np.int64)
+
+    @property
+    def n_series(self) -> int:
+        return len(self.series_index)
+
+    @property
+    def n_cells(self) -> int:
+        return len(self.cell_index)
+
+    # -- series ---------------------------------------------------------------------------
+    def series_codes(self, batch: pa.RecordBatch, ts: np.ndarray) -> np.ndarray:
+        """Each row's series code; series seen for the first time get the next codes."""
+        col = batch.column("gpu_uuid")
+        if not pa.types.is_dictionary(col.type):
+            col = pc.dictionary_encode(col)
+        idx = col.indices.to_numpy(zero_copy_only=False)
+        if self._dictionary is None or not col.dictionary.equals(self._dictionary):
+            self._dictionary = col.dictionary
+            self._mapping = np.array([self.series_index.get(u, -1)
+                                      for u in col.dictionary.to_pylist()], dtype=np.int64)
+        mapping = self._mapping
+        if (mapping < 0).any():
+            # a sliced batch may carry dictionary entries none of its rows use: only the
+            # entries some row uses become series, in order of first appearance
+            present = np.flatnonzero(np.bincount(idx, minlength=mapping.shape[0]))
+            new = present[mapping[present] < 0]
+            if new.size:
+                dictionary = col.dictionary.to_pylist()
+                hosts = batch.column("host")
+                models = batch.column("gpu_model")
+                migs = batch.column("mig_profile")
+                is_new = np.zeros(mapping.shape[0], dtype=bool)
+                is_new[new] = True
+                rows = np.flatnonzero(is_new[idx])
+                _, at = np.unique(idx[rows], return_index=True)
+                first_rows = np.sort(rows[at])
+                start = len(self.series_index)
+                for row in first_rows.tolist():
+                    j = int(idx[row])
+                    code = len(self.series_index)
+                    self.series_index[dictionary[j]] = code
+                    self.series_meta.append(
+                        (str(hosts[row].as_py()), models[row].as_py(), migs[row].as_py())
+                    )
+                    mapping[j] = code
+                self._grow_first_ts(len(self.series_index))
+                self.first_ts[start:len(self.series_index)] = ts[first_rows]
+        return np.asarray(mapping[idx])
+
+    def _grow_first_ts(self, n: int) -> None:
+        if self.first_ts.shape[0] < n:
+            grown = np.zeros(max(n, 2 * self.first_ts.shape[0], 64), dtype=np.int64)
+            grown[: self.first_ts.shape[0]] = self.first_ts
+            self.first_ts = grown
+
+    def uuid_of(self, code: int) -> str:
+        return next(k for k, v in self.series_index.items() if v == code)
+
+    def detach(self) -> None:
+        """Drop the per-file dictionary cache (before the engine is sent to another process)."""
+        self._dictionary = None
+        self._mapping = np.zeros(0, dtype=np.int64)
+
+    # -- cells ----------------------------------------------------------------------------
+    def cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
+        """Each row's cell id; combinations seen for the first time get the next ids."""
+        if not self.by:
+            ids = np.empty(len(self.series_index), dtype=np.int64)
+            for code in range(len(self.series_index)):
+                ids[code] = self.cell(code, ())
+            return np.asarray(ids[codes])
+        group_vals = self._group_values(batch)
+        # Encode the combination of series and group values row by row only over the
+        # distinct combinations (few), not per row.
+        combo_codes = np.zeros(codes.shape[0], dtype=np.int64)
+        key_tables: list[list[str | None]] = []
+        key_inds: list[np.ndarray] = []
+        for vals in group_vals:
+            enc = pc.dictionary_encode(vals)
+            key_tables.append([*enc.dictionary.to_pylist(), None])  # last: null
+            ind = enc.indices.fill_null(len(key_tables[-1]) - 1).to_numpy(
+                zero_copy_only=False).astype(np.int64)
+            key_inds.append(ind)
+            combo_codes = combo_codes * len(key_tables[-1]) + ind
+        combined = codes.astype(np.int64) * int(combo_codes.max() + 1 if combo_codes.size else 1)
+        combined = combined + combo_codes
+        uniq, inverse = np.unique(combined, return_inverse=True)
+        first_rows = np.zeros(uniq.shape[0], dtype=np.int64)
+        first_rows[inverse[::-1]] = np.arange(codes.shape[0])[::-1]
+        # the distinct combinations' keys, column by column in C (list.__getitem__ over the
+        # indices), then one dictionary lookup per combination
+        cols = [list(map(tbl.__getitem__, ind[first_rows].tolist()))
+                for tbl, ind in zip(key_tables, key_inds)]
+        index = self.cell_index
+        out: list[int] = []
+        for code, key in zip(codes[first_rows].tolist(), zip(*cols)):
+            cid = index.get((code, key))
+            out.append(self.cell(code, key) if cid is None else cid)
+        cell_of_uniq = np.array(out, dtype=np.int64)
+        return np.asarray(cell_of_uniq[inverse])
+
+    def _group_values(self, batch: pa.RecordBatch) -> list[pa.Array]:
+        """The rows' value of each ``--by`` key, as strings."""
+        values: list[pa.Array] = []
+        if any(not k.startswith("period:") for k in self.by):
+            labels = batch.column("labels")
+            if isinstance(labels, pa.ChunkedArray):
+                labels = labels.combine_chunks()
+            self.label_keys.update(k for k in pc.unique(labels.keys).to_pylist() if k)
+        for key in self.by:
+            if key.startswith("label:"):
+                arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
+            elif key.startswith("period:"):
+                secs = int(key[7:])
+                ts = pc.cast(batch.column("ts"), pa.int64())
+                arr = pc.multiply(pc.divide(ts, secs * NS), secs)  # ts >= 0: floor
+            else:
+                arr = batch.column(key)
+            values.append(arr.cast(pa.string()))
+        return values
+
+    def cell(self, code: int, key: tuple[str | None, ...]) -> int:
+        """The id of the cell (``code``, ``key``), a new one if it is not known yet."""
+        cid = self.cell_index.get((code, key))
+        if cid is None:
+            cid = len(self.cell_index)
+            self.cell_index[(code, key)] = cid
+        return cid
+
+    def series_of_cells(self) -> np.ndarray:
+        """Per cell id: its series code."""
+        code_of_cell = np.empty(len(self.cell_index), dtype=np.int64)
+        for (code, _key), cid in self.cell_index.items():
+            code_of_cell[cid] = code
+        return code_of_cell
+
+    def cell_columns(self) -> dict[str, pa.Array]:
+        """The cells' identity columns, in cell id order: gpu_uuid, host, gpu_model and one
+        column per ``--by`` key."""
+        n = len(self.cell_index)
+        uuids = list(self.series_index)
+        code_of_cell = np.empty(n, dtype=np.int64)
+        keys: list[tuple[str | None, ...]] = [()] * n
+        for (code, key), cid in self.cell_index.items():
+            code_of_cell[cid] = code
+            keys[cid] = key
+        cols: dict[str, pa.Array] = {
+            "gpu_uuid": pa.array([uuids[i] for i in code_of_cell], type=pa.string()),
+            "host": pa.array([self.series_meta[i][0] for i in code_of_cell], type=pa.string()),
+            "gpu_model": pa.array([self.series_meta[i][1] for i in code_of_cell],
+                                  type=pa.string()),
+        }
+        for j, name in enumerate(self.by):
+            cols[name] = pa.array([k[j] for k in keys], type=pa.string())
+        return cols
+
+    # -- merging ranges -------------------------------------------------------------------
+    def absorb(self, other: Coding) -> tuple[np.ndarray, np.ndarray]:
+        """Take in the series and cells of ``other``, the coding of the next range of the same
+        stream. Returns ``other``'s series codes and cell ids as this coding's: ``m[code]``
+        and ``cmap[cell]``. Series and cells new here get the next codes and ids, in
+        ``other``'s order."""
+        self.label_keys |= other.label_keys
+        m = np.empty(len(other.series_index), dtype=np.int64)
+        for uuid, code in other.series_index.items():
+            mine = self.series_index.get(uuid)
+            if mine is None:
+                mine = len(self.series_index)
+                self.series_index[uuid] = mine
+                self.series_meta.append(other.series_meta[code])
+            m[code] = mine
+        self._grow_first_ts(len(self.series_index))
+        cmap = np.empty(len(other.cell_index), dtype=np.int64)
+        for (code, key), cid in other.cell_index.items():
+            cmap[cid] = self.cell(int(m[code]), key)
+        return m, cmap
