@@ -24,6 +24,7 @@ from gpuaudit.capacity.rightsize import UNIT_LABEL, Rightsize
 from gpuaudit.capacity.simulate import PolicyResult, Simulation
 from gpuaudit.errors import InputError
 from gpuaudit.price.money import cents
+from gpuaudit.report.text_table import markdown_table, plain_table
 
 __all__ = ["CAPACITY_SCHEMA", "CAPACITY_SCHEMA_VERSION", "capacity_dict", "render_capacity"]
 
@@ -175,22 +176,13 @@ def _iso(t: float) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
-        out = ["| " + " | ".join(headers) + " |",
-               "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
-        return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+        return [*markdown_table(headers, rows), ""]
     if fmt == "html":
         head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
                        for r in rows)
         return [f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                     for i, (h, w) in enumerate(zip(headers, widths)))
-    out = [line, "-" * len(line)]
-    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                      for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    return [*out, ""]
+    return [*plain_table(headers, rows), ""]
 
 
 def _h(text: str, fmt: str, level: int = 2) -> str:
