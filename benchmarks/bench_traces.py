@@ -29,7 +29,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / "_work"
@@ -122,35 +124,39 @@ def build_big(target_mb: int = 500) -> Path:
     return out
 
 
-def build_flops() -> Path:
-    """SYNTHETIC: the V100 trace with ``args.flops`` (1e9) on every CPU operator event."""
-    out = WORK / "synthetic_v100_all_ops_flops.json.gz"
+def _v100_variant(name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """SYNTHETIC: the V100 trace with ``edit`` applied to every CPU operator event."""
+    out = WORK / name
     if out.exists():
         return out
     WORK.mkdir(parents=True, exist_ok=True)
     doc = json.loads(gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes()))
     for e in doc["traceEvents"]:
         if e.get("cat") == "cpu_op":
-            e.setdefault("args", {})["flops"] = 1_000_000_000
+            edit(e)
     out.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return out
+
+
+def _with_flops(e: dict[str, Any]) -> None:
+    e.setdefault("args", {})["flops"] = 1_000_000_000
+
+
+def _with_shapes(e: dict[str, Any]) -> None:
+    e["name"] = "aten::mm"
+    a = e.setdefault("args", {})
+    a["Input Dims"] = [[64, 256], [256, 512]]
+    a["Concrete Inputs"] = ["", ""]
+
+
+def build_flops() -> Path:
+    """SYNTHETIC: the V100 trace with ``args.flops`` (1e9) on every CPU operator event."""
+    return _v100_variant("synthetic_v100_all_ops_flops.json.gz", _with_flops)
 
 
 def build_shapes() -> Path:
     """SYNTHETIC: the V100 trace with every CPU operator an ``aten::mm`` with input shapes."""
-    out = WORK / "synthetic_v100_all_ops_shapes.json.gz"
-    if out.exists():
-        return out
-    WORK.mkdir(parents=True, exist_ok=True)
-    doc = json.loads(gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes()))
-    for e in doc["traceEvents"]:
-        if e.get("cat") == "cpu_op":
-            e["name"] = "aten::mm"
-            a = e.setdefault("args", {})
-            a["Input Dims"] = [[64, 256], [256, 512]]
-            a["Concrete Inputs"] = ["", ""]
-    out.write_bytes(gzip.compress(json.dumps(doc).encode()))
-    return out
+    return _v100_variant("synthetic_v100_all_ops_shapes.json.gz", _with_shapes)
 
 
 def main() -> None:
