@@ -6,10 +6,13 @@ excluded for both tools); ``wall_s`` is the whole process; ``rss_mb`` its peak R
 (``wait4`` rusage). HTA runs from its own venv (``benchmarks/_work/hta-venv``,
 ``pip install HolisticTraceAnalysis==0.5.0``); it is never a gpuaudit dependency.
 
-    .venv/bin/python benchmarks/bench_traces.py [--reps 3] [--big] [--flops]
+    .venv/bin/python benchmarks/bench_traces.py [--reps 3] [--big] [--flops] [--shapes]
 
 ``--flops`` also builds a SYNTHETIC copy of the V100 trace with ``args.flops`` on every CPU
 operator (the worst case for the FLOP path: every ``cpu_op`` kept) and measures gpuaudit on it.
+``--shapes`` builds a SYNTHETIC copy where every CPU operator is an ``aten::mm`` with ``Input
+Dims`` and no ``args.flops`` (as torch 2.x exports them): the worst case for counting FLOPs
+from input shapes (every ``cpu_op`` kept and its count computed).
 ``--big`` also builds a ~500 MB SYNTHETIC trace (the V100 trace repeated in time, plain JSON) in
 benchmarks/_work and measures gpuaudit on it (HTA is not run on it). The gpuaudit child checks
 that neither pyarrow, DuckDB nor pandas was imported on the trace path.
@@ -26,7 +29,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / "_work"
@@ -119,18 +124,39 @@ def build_big(target_mb: int = 500) -> Path:
     return out
 
 
-def build_flops() -> Path:
-    """SYNTHETIC: the V100 trace with ``args.flops`` (1e9) on every CPU operator event."""
-    out = WORK / "synthetic_v100_all_ops_flops.json.gz"
+def _v100_variant(name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
+    """SYNTHETIC: the V100 trace with ``edit`` applied to every CPU operator event."""
+    out = WORK / name
     if out.exists():
         return out
     WORK.mkdir(parents=True, exist_ok=True)
     doc = json.loads(gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes()))
     for e in doc["traceEvents"]:
         if e.get("cat") == "cpu_op":
-            e.setdefault("args", {})["flops"] = 1_000_000_000
+            edit(e)
     out.write_bytes(gzip.compress(json.dumps(doc).encode()))
     return out
+
+
+def _with_flops(e: dict[str, Any]) -> None:
+    e.setdefault("args", {})["flops"] = 1_000_000_000
+
+
+def _with_shapes(e: dict[str, Any]) -> None:
+    e["name"] = "aten::mm"
+    a = e.setdefault("args", {})
+    a["Input Dims"] = [[64, 256], [256, 512]]
+    a["Concrete Inputs"] = ["", ""]
+
+
+def build_flops() -> Path:
+    """SYNTHETIC: the V100 trace with ``args.flops`` (1e9) on every CPU operator event."""
+    return _v100_variant("synthetic_v100_all_ops_flops.json.gz", _with_flops)
+
+
+def build_shapes() -> Path:
+    """SYNTHETIC: the V100 trace with every CPU operator an ``aten::mm`` with input shapes."""
+    return _v100_variant("synthetic_v100_all_ops_shapes.json.gz", _with_shapes)
 
 
 def main() -> None:
@@ -138,6 +164,7 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--flops", action="store_true")
+    ap.add_argument("--shapes", action="store_true")
     args = ap.parse_args()
     rows = []
     for name in ("a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz",
@@ -153,6 +180,11 @@ def main() -> None:
         ours = median([run([PY, "-c", OURS, str(fl)]) for _ in range(args.reps)])
         rows.append((f"{fl.name} (synthetic, {ours['flop_ops']:.0f} operators with "
                      "args.flops)", ours, None))
+    if args.shapes:
+        sh = build_shapes()
+        ours = median([run([PY, "-c", OURS, str(sh)]) for _ in range(args.reps)])
+        rows.append((f"{sh.name} (synthetic, {ours['flop_ops']:.0f} operators counted from "
+                     "input shapes)", ours, None))
     if args.big:
         big = build_big()
         ours = median([run([PY, "-c", OURS, str(big)]) for _ in range(args.reps)])

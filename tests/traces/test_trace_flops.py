@@ -277,3 +277,70 @@ def test_at_most_one_right_size_pick_is_counted(old: list[tuple[int, bool]],
     wanted = [r.fraction for r in [*olds, *news] if r.counted]
     if wanted:
         assert counted and counted[0].fraction == max(wanted)
+
+
+def _without_flops(doc: dict[str, Any], tmp: Path) -> Path:
+    for e in doc["traceEvents"]:
+        (e.get("args") or {}).pop("flops", None)
+    out = tmp / "no_flops.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+def test_counts_from_input_shapes_equal_the_profilers(tmp_path: Path) -> None:
+    """torch 2.x exports no args.flops; the real trace's operators still carry their Input
+    Dims, and the counts computed from them are, event by event, the profiler's own (the
+    args.flops the fixture's generator copied from KinetoEvent.flops())."""
+    doc = _doc(CPU)
+    truth = [(e["name"], e["args"]["flops"]) for e in doc["traceEvents"]
+             if "flops" in e.get("args", {})]
+    r = load_trace(_without_flops(doc, tmp_path))
+    got = [(r.flop_ops.names[i], int(f)) for i, f in zip(r.flop_ops.name_idx, r.flop_ops.flops)]
+    assert sorted(got) == sorted(truth)
+    assert any("80 operator FLOP counts computed from their input shapes" in n.reason
+               for n in r.notes)
+    # the original, with args.flops, says nothing about shapes: nothing was derived
+    assert not any("input shapes" in n.reason for n in load_trace(CPU).notes)
+
+
+def test_shapes_that_do_not_fit_are_dropped_with_a_note(tmp_path: Path) -> None:
+    doc = _doc(CPU)
+    ops = [e for e in doc["traceEvents"] if e.get("name") == "aten::addmm"]
+    ops[0]["args"]["Input Dims"] = [[512], [64, 256], [7, 512]]  # K mismatch
+    ops[1]["args"]["Input Dims"] = "not a list"
+    n_all = sum(1 for e in doc["traceEvents"] if "flops" in e.get("args", {}))
+    # a present but unreadable args.flops is never replaced by a derived count
+    ops[2]["args"]["flops"] = "many"
+    bad = ops[2]
+    path = tmp_path / "bad.json"
+    for e in doc["traceEvents"]:
+        if e is not bad:
+            (e.get("args") or {}).pop("flops", None)
+    path.write_text(json.dumps(doc))
+    r = load_trace(path)
+    assert r.flop_ops.size == n_all - 3
+    assert any(n.reason.startswith("3 operators whose FLOP count cannot be read")
+               for n in r.notes)
+
+
+@pytest.mark.parametrize(("name", "dims", "concrete", "flops"), [
+    ("aten::mm", [[12, 5], [5, 6]], None, 2 * 12 * 5 * 6),
+    ("aten::addmm", [[6], [12, 5], [5, 6]], None, 2 * 12 * 5 * 6),
+    ("aten::bmm", [[5, 7, 9], [5, 9, 3]], None, 2 * 5 * 7 * 9 * 3),
+    ("aten::baddbmm", [[5, 7, 3], [5, 7, 9], [5, 9, 3], [], []], None, 2 * 5 * 7 * 9 * 3),
+    ("aten::mul", [[6, 1], [1, 4]], None, 6),  # the first input's elements, not the output's
+    ("aten::add", [[5, 7, 9], [5, 7, 9], []], None, 315),
+    # torch 2.13 on this convolution (stride 2, padding 1): key_averages() says 2,359,296
+    ("aten::conv2d", [[4, 8, 32, 32], [16, 8, 3, 3], [16], [], [], [], []],
+     ["", "", "", "[2, 2]", "[1, 1]", "[1, 1]", "1"], 2_359_296),
+    ("aten::conv2d", [[4, 8, 32, 32], [16, 8, 3, 3], [16], [], [], [], []],
+     ["", "", ""], None),  # stride etc. not recorded: no guess
+    ("aten::matmul", [[3, 4, 5], [5, 6]], None, None),  # composite: its mm is counted
+    ("aten::mul_", [[5, 7, 9], [5, 7, 9]], None, None),  # in place: no count, as torch
+    ("aten::bmm", [[5, 7, 9], [4, 9, 3]], None, None),  # batch mismatch
+])
+def test_op_flops_formulas(name: str, dims: Any, concrete: Any, flops: int | None) -> None:
+    from gpuaudit.traces.op_flops import op_flops
+
+    raw_concrete = json.dumps(concrete).encode() if concrete is not None else b""
+    assert op_flops(name, json.dumps(dims).encode(), raw_concrete) == flops

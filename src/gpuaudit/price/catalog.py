@@ -208,6 +208,20 @@ def _purchase_kind(value: object, where: str) -> str:
     return text
 
 
+def read_catalog_toml(path: Path) -> dict[str, Any]:
+    """A ``--catalog`` TOML file as a dict (``[[price]]`` and ``[[owned]]`` tables); a missing
+    file or invalid TOML is an :class:`InputError` naming the file."""
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text("utf-8"))
+    except FileNotFoundError:
+        raise InputError("price catalog not found", where=str(path),
+                         fix="pass an existing TOML file to --catalog") from None
+    except tomllib.TOMLDecodeError as e:
+        raise InputError(f"not valid TOML: {e}", where=str(path),
+                         fix="see docs/pricing.md for the catalog format") from None
+    return data
+
+
 def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
     """Read a TOML price file::
 
@@ -222,14 +236,7 @@ def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
         as_of = "2026-10-01"
     """
     p = Path(path)
-    try:
-        data: dict[str, Any] = tomllib.loads(p.read_text("utf-8"))
-    except FileNotFoundError:
-        raise InputError("price catalog not found", where=str(p),
-                         fix="pass an existing TOML file to --catalog") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"not valid TOML: {e}", where=str(p),
-                         fix="see docs/pricing.md for the catalog format") from None
+    data = read_catalog_toml(p)
     rows = data.get("price")
     if rows is None and isinstance(data.get("owned"), list) and data["owned"]:
         return ()  # only owned hardware (gpuaudit.price.owned reads it)

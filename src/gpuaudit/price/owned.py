@@ -23,18 +23,13 @@ cheaper from a duty (share of the month's hours the work needs the GPU) of
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any
 
 from gpuaudit.errors import InputError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from gpuaudit.price.catalog import read_catalog_toml
 
 __all__ = ["HOURS_PER_YEAR", "OwnedGpu", "break_even_duty", "load_owned"]
 
@@ -110,14 +105,7 @@ def _dec(row: dict[str, Any], key: str, where: str, *, required: bool = True,
 def load_owned(path: str | Path) -> tuple[OwnedGpu, ...]:
     """The ``[[owned]]`` rows of a catalog TOML file (none: an empty tuple)."""
     p = Path(path)
-    try:
-        data: dict[str, Any] = tomllib.loads(p.read_text("utf-8"))
-    except FileNotFoundError:
-        raise InputError("price catalog not found", where=str(p),
-                         fix="pass an existing TOML file to --catalog") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"not valid TOML: {e}", where=str(p),
-                         fix="see docs/pricing.md for the catalog format") from None
+    data = read_catalog_toml(p)
     rows = data.get("owned", [])
     if not isinstance(rows, list):
         raise InputError("owned must be an array of tables", where=str(p),

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from gpuaudit.report.text_table import markdown_table, plain_table
 from gpuaudit.validate import check_output_path
 
 __all__ = ["bill_html", "render_bill", "showback_csv", "write_showback_parquet"]
@@ -37,18 +38,7 @@ def _m(s: str | None, ccy: str) -> str:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], md: bool) -> list[str]:
-    if md:
-        out = ["| " + " | ".join(headers) + " |",
-               "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
-        return out + ["| " + " | ".join(r) + " |" for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                     for i, (h, w) in enumerate(zip(headers, widths)))
-    out = [line, "-" * len(line)]
-    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                      for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    return out
+    return markdown_table(headers, rows) if md else plain_table(headers, rows)
 
 
 def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:

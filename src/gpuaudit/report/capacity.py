@@ -24,6 +24,7 @@ from gpuaudit.capacity.rightsize import UNIT_LABEL, Rightsize
 from gpuaudit.capacity.simulate import PolicyResult, Simulation
 from gpuaudit.errors import InputError
 from gpuaudit.price.money import cents
+from gpuaudit.report.text_table import markdown_table, plain_table
 
 __all__ = ["CAPACITY_SCHEMA", "CAPACITY_SCHEMA_VERSION", "capacity_dict", "render_capacity"]
 
@@ -38,6 +39,11 @@ def _usd(x: Decimal | None) -> str | None:
 
 def _r(x: float | None, n: int = 2) -> float | None:
     return None if x is None else round(float(x), n)
+
+
+def _sig(x: float | None, digits: int = 6) -> float | None:
+    """``x`` to ``digits`` significant digits (a small job's TFLOP/s are not 0)."""
+    return None if x is None else float(f"{x:.{digits}g}")
 
 
 def _stats(s: WorkloadStats) -> dict[str, Any]:
@@ -113,8 +119,8 @@ def capacity_dict(value: Rightsize | Simulation | QueueReport, *,
                 "why_not": c.why_not, "source": c.source,
                 "sla_holds_if_p99_now_ms": _r(c.sla_holds_if_p99_now_ms, 1)}
                 for c in value.candidates],
-            "achieved_tflops": _r(value.achieved_tflops, 3),
-            "mfu": _r(value.mfu, 5),
+            "achieved_tflops": _sig(value.achieved_tflops),
+            "mfu": _sig(value.mfu),
             "achieved_vs_peak": [{
                 "workload": a.workload, "gpu_model": a.gpu_model,
                 "dram_active": _r(a.dram_active, 4), "tensor_active": _r(a.tensor_active, 4),
@@ -170,22 +176,13 @@ def _iso(t: float) -> str:
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
-        out = ["| " + " | ".join(headers) + " |",
-               "|" + "|".join("---" if i == 0 else "---:" for i in range(len(headers))) + "|"]
-        return out + ["| " + " | ".join(r) + " |" for r in rows] + [""]
+        return [*markdown_table(headers, rows), ""]
     if fmt == "html":
         head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
         body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>"
                        for r in rows)
         return [f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"]
-    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
-              for i, h in enumerate(headers)]
-    line = "  ".join(h.ljust(w) if i == 0 else h.rjust(w)
-                     for i, (h, w) in enumerate(zip(headers, widths)))
-    out = [line, "-" * len(line)]
-    out += ["  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                      for i, (c, w) in enumerate(zip(r, widths))) for r in rows]
-    return [*out, ""]
+    return [*plain_table(headers, rows), ""]
 
 
 def _h(text: str, fmt: str, level: int = 2) -> str:

@@ -11,7 +11,8 @@ one JSON object: a small header (``schemaVersion``, ``deviceProperties``,
    msgspec reports, never silently skipped; the header and tail values are decoded as JSON;
 2. the ``traceEvents`` array (a zero-copy :class:`msgspec.Raw` view) is decoded in slices of
    about :data:`SLICE_BYTES`, each into compact :class:`_Event` structs holding only ``ph``,
-   ``cat``, ``name``, ``ts``, ``dur`` and ``args.{stream,correlation,device,flops}`` (every other
+   ``cat``, ``name``, ``ts``, ``dur`` and ``args.{stream,correlation,device,flops}`` (plus
+   ``Input Dims`` and ``Concrete Inputs``, to count FLOPs where ``flops`` is absent; every other
    key is skipped in C). A slice ends at a ``}`` followed by ``,`` and ``{``; such a cut can lie
    inside a string or a nested object, and then the slice is malformed and the next candidate
    is tried: a slice that parses ends exactly at an element of the array (the parser's state
@@ -35,13 +36,14 @@ from dataclasses import dataclass
 from itertools import compress, repeat
 from operator import attrgetter, eq
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from gpuaudit.errors import InputError
+from gpuaudit.traces.op_flops import FORMULA_OPS, op_flops
 
 __all__ = ["SLICE_BYTES", "Columns", "decode", "parse_ns", "read_document"]
 
@@ -69,7 +71,18 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
     flops: msgspec.Raw = _ABSENT  # torch.profiler(with_flops=True) on operator events
 
 
+class _ShapeArgs(_Args, frozen=True, gc=False):
+    """Plus the operator input shapes and scalar arguments (``with_flops`` /
+    ``record_shapes``): a FLOP count where the export left ``flops`` out (torch 2.x, see
+    :mod:`gpuaudit.traces.op_flops`). Decoded until the first slice with CPU operators shows
+    none carries shapes without ``args.flops``, so other traces pay for one slice at most."""
+
+    input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
+    concrete_inputs: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
+
+
 _NO_ARGS = _Args()
+_NO_SHAPE_ARGS = _ShapeArgs()
 
 
 class _Event(msgspec.Struct, frozen=True, gc=False):
@@ -84,7 +97,14 @@ class _Event(msgspec.Struct, frozen=True, gc=False):
     args: _Args = _NO_ARGS
 
 
+class _ShapeEvent(_Event, frozen=True, gc=False):
+    """An event of a slice that holds operator input shapes."""
+
+    args: _ShapeArgs = _NO_SHAPE_ARGS
+
+
 _SLICE_DECODER = msgspec.json.Decoder(list[_Event])
+_SHAPE_DECODER = msgspec.json.Decoder(list[_ShapeEvent])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 #: (ph == "X", category code (-1: none or unknown), names of the events a mask selects
@@ -187,11 +207,13 @@ class Columns:
     correlation_ok: np.ndarray
     flops: np.ndarray
     flops_ok: np.ndarray
+    #: the FLOP count was computed from the operator's input shapes (no ``args.flops``)
+    flops_derived: np.ndarray
     unknown_cats: Counter[str]
 
 
 _NUMERIC = ("ts_ns", "ts_ok", "ts_frac", "dur_ns", "dur_ok", "stream", "stream_ok", "device",
-            "device_ok", "correlation", "correlation_ok", "flops", "flops_ok")
+            "device_ok", "correlation", "correlation_ok", "flops", "flops_ok", "flops_derived")
 
 
 class _Accumulator:
@@ -206,6 +228,10 @@ class _Accumulator:
             k: [] for k in ("kind", "cat", "name_idx", *_NUMERIC)}
         self.unknown: Counter[str] = Counter()
         self.n_events = 0
+        #: CPU operators seen, and of those lacking args.flops how many had input shapes:
+        #: what decides whether later slices decode the shapes at all
+        self.ops_seen = 0
+        self.shaped_ops_seen = 0
 
     def add(self, evs: list[_Event]) -> None:
         n = len(evs)
@@ -224,9 +250,23 @@ class _Accumulator:
             return list(map(_NO_NAME.get, map(attrgetter("name"), compress(evs, mask)),
                             map(attrgetter("name"), compress(evs, mask))))
 
+        shapes = isinstance(evs[0], _ShapeEvent)
+
         def has_flops(mask: np.ndarray) -> np.ndarray:
-            got = map(len, map(attrgetter("args.flops"), compress(evs, mask)))
-            return np.fromiter(got, I64, int(mask.sum())) > 0
+            sel = list(compress(evs, mask))
+            self.ops_seen += len(sel)
+            got = np.fromiter(map(len, map(attrgetter("args.flops"), sel)), I64, len(sel)) > 0
+            if got.all() or not shapes:
+                return got
+            # no args.flops (torch 2.x exports): operators with input shapes and a formula
+            dims = np.fromiter(map(len, map(attrgetter("args.input_dims"), sel)), I64,
+                               len(sel)) > 0
+            at = np.flatnonzero(dims & ~got)
+            self.shaped_ops_seen += at.size
+            if at.size:
+                names = map(attrgetter("name"), map(sel.__getitem__, at))
+                got[at[np.fromiter(map(FORMULA_OPS.__contains__, names), bool, at.size)]] = True
+            return got
 
         kind = self.select(is_x, code, names_of, has_flops)
         keep = kind > 0
@@ -247,6 +287,9 @@ class _Accumulator:
             val, ok = parse_int_raw(list(map(attrgetter(key), args)))
             p[key].append(val)
             p[f"{key}_ok"].append(ok)
+        p["flops_derived"].append(
+            _derive_flops(kind[keep], kept, args, p["flops"][-1], p["flops_ok"][-1]) if shapes
+            else np.zeros(len(kept), dtype=bool))
 
     def _intern(self, values: list[str | None]) -> np.ndarray:
         table = self.name_code
@@ -264,9 +307,26 @@ class _Accumulator:
         return Columns(n_events=self.n_events, names=names, unknown_cats=self.unknown, **out)
 
 
+def _derive_flops(kind: np.ndarray, kept: list[_Event], args: list[_ShapeArgs],
+                  flops: np.ndarray, flops_ok: np.ndarray) -> np.ndarray:
+    """Fill in (in place) the FLOP count of each kept operator without ``args.flops`` from its
+    input shapes (:func:`gpuaudit.traces.op_flops.op_flops`); which ones were derived. An
+    ``args.flops`` present but unreadable is left invalid (dropped with a note), never
+    replaced by a derived count."""
+    derived = np.zeros(kind.size, dtype=bool)
+    for i in np.flatnonzero((kind == 5) & ~flops_ok):
+        a = args[i]
+        if len(a.flops):
+            continue
+        f = op_flops(kept[i].name or "", bytes(a.input_dims), bytes(a.concrete_inputs))
+        if f is not None:
+            flops[i], flops_ok[i], derived[i] = f, True, True
+    return derived
+
+
 _DTYPES = {"kind": np.int8, "cat": np.int16, "name_idx": np.int32, "ts_ok": bool,
            "ts_frac": bool, "dur_ok": bool, "stream_ok": bool, "device_ok": bool,
-           "correlation_ok": bool, "flops_ok": bool}
+           "correlation_ok": bool, "flops_ok": bool, "flops_derived": bool}
 
 
 def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
@@ -299,15 +359,21 @@ def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
     acc = _Accumulator(cats, select)
     end = len(arr) - 1  # the closing bracket
     lo = 1
+    # input shapes are decoded until a slice holds CPU operators; from then on only if those
+    # carried shapes without args.flops (record_shapes is one setting for a whole profile)
+    shapes: bool | None = None
     while lo < end:
-        evs, lo = _next_slice(arr, lo, end, slice_bytes or SLICE_BYTES, path, acc.n_events)
+        evs, lo = _next_slice(arr, lo, end, slice_bytes or SLICE_BYTES, path, acc.n_events,
+                              shapes is not False)
         acc.add(evs)
         del evs
+        if shapes is None and acc.ops_seen:
+            shapes = acc.shaped_ops_seen > 0
     return meta, acc.finish()
 
 
 def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path,
-                n_before: int) -> tuple[list[_Event], int]:
+                n_before: int, shapes: bool) -> tuple[list[_Event], int]:
     """Decode the events from ``lo`` up to a cut about ``slice_bytes`` on (see the module
     docstring); returns them and where the next slice starts."""
     pos = lo + slice_bytes
@@ -315,23 +381,26 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
         m = _CUT.search(arr, pos, end) if pos < end else None
         cut, nxt = (m.start() + 1, m.end() - 1) if m else (end, end)
         try:
-            return _decode_slice(arr, lo, cut, path, n_before), nxt
+            return _decode_slice(arr, lo, cut, path, n_before, shapes), nxt
         except msgspec.DecodeError:
             if cut == end:  # the document was validated: this cannot happen
                 raise
             pos = cut  # the cut was inside a string or a nested object: try the next one
-    return _decode_slice(arr, lo, end, path, n_before), end
+    return _decode_slice(arr, lo, end, path, n_before, shapes), end
 
 
-def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int
+def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int, shapes: bool
                   ) -> list[_Event]:
     chunk = b"".join((b"[", arr[lo:hi], b"]"))
+    dec: msgspec.json.Decoder[list[_Event]] | msgspec.json.Decoder[list[_ShapeEvent]] = (
+        _SHAPE_DECODER if shapes else _SLICE_DECODER)
     try:
         try:
-            return _SLICE_DECODER.decode(chunk)
+            return cast(list[_Event], dec.decode(chunk))
         except UnicodeDecodeError:
             # invalid UTF-8 inside a string: decode it as U+FFFD, as other trace viewers do
-            return _SLICE_DECODER.decode(chunk.decode("utf-8", errors="replace").encode())
+            return cast(list[_Event],
+                        dec.decode(chunk.decode("utf-8", errors="replace").encode()))
     except msgspec.ValidationError as exc:
         m = _INDEX_AT.search(str(exc))
         at = f"traceEvents[{n_before + int(m.group(1))}]" if m else "traceEvents"

@@ -2,7 +2,9 @@
 
 ``torch.profiler.profile(with_flops=True)`` counts the FLOPs of the operators it has a formula
 for (aten::mm, addmm, bmm, conv2d, mul, add ...) from their input shapes; the loader reads them
-from ``args.flops`` on CPU operator events (:class:`gpuaudit.traces.loader.FlopOps`). The
+from ``args.flops`` on CPU operator events (:class:`gpuaudit.traces.loader.FlopOps`), or, where
+the export left them out (torch 2.x), computes them from the operators' ``Input Dims`` with the
+profiler's own formulas (:mod:`gpuaudit.traces.op_flops`; the trace's notes say so). The
 counts are the profiler's, not gpuaudit's: operators without a formula (attention kernels
 called through custom ops, fused Triton kernels) count zero, so the achieved figure is a lower
 bound on the work done.
@@ -28,8 +30,8 @@ from gpuaudit.traces.loader import RankTrace, Trace
 __all__ = ["LOW_PEAK_SHARE", "MEMORY_BOUND_KERNELS", "SOURCE", "AchievedFlops",
            "achieved_flops", "flop_evidence", "sentence"]
 
-SOURCE = ("the profiler's operator FLOP counts (torch.profiler with_flops=True, args.flops "
-          "on CPU operator events)")
+SOURCE = ("the profiler's operator FLOP counts (torch.profiler with_flops=True: args.flops "
+          "on CPU operator events, or the profiler's formulas on their Input Dims)")
 #: achieved FLOP/s under this share of the dense peak (over GPU busy time) is low
 LOW_PEAK_SHARE = 0.25
 #: kernel categories whose time is bounded by memory bandwidth, not by FLOP/s (their share is

@@ -422,8 +422,15 @@ def _flop_ops(c: kj.Columns, notes: list[TraceNote], where: str) -> FlopOps:
         return _NO_OPS
     keep = _drop(~(c.ts_ok[ev] & c.dur_ok[ev]), "operators with a FLOP count but no "
                  "timestamp or duration dropped", notes, where)
-    keep &= _drop(keep & ~(c.flops_ok[ev] & (c.flops[ev] >= 0)), "operators whose "
-                  "args.flops is not a whole number >= 0 dropped", notes, where)
+    keep &= _drop(keep & ~(c.flops_ok[ev] & (c.flops[ev] >= 0)), "operators whose FLOP "
+                  "count cannot be read (args.flops not a whole number >= 0, or Input Dims "
+                  "that do not fit the operator) dropped", notes, where)
+    derived = int((keep & c.flops_derived[ev]).sum())
+    if derived:
+        notes.append(TraceNote(
+            f"{derived} operator FLOP counts computed from their input shapes (the export "
+            "has no args.flops, as torch 2.x writes none) with the profiler's own formulas "
+            "for mm, addmm, bmm, baddbmm, conv2d, mul and add", derived, where=where))
     o = ev[keep]
     names, idx = _reintern(c.names, c.name_idx[o])
     return FlopOps(names, idx, c.ts_ns[o], c.dur_ns[o], c.flops[o])
