@@ -293,3 +293,32 @@ def test_no_timeline_in_the_pass_when_the_window_is_unknown_up_front():
     again = timeline_for(rec, usage)
     assert again is not None and usage.timeline.to_dict() == again.to_dict()
     assert classify(rec, timeline=False).timeline is None
+
+
+def test_coding_absorb_keeps_first_timestamps_and_codes_of_new_series():
+    """A series first seen in a later range keeps that range's first timestamp when absorbed
+    (where a further range's carried rows would end), and a batch read after absorbing codes
+    it as the same series, not a second one, even when that batch shares its uuid dictionary
+    with the last one read before (the cached mapping predates the absorbed series)."""
+    import pyarrow as pa
+
+    from gpuaudit.classify.coding import Coding
+
+    dictionary = pa.array(["GPU-x", "GPU-y", "GPU-z"])
+
+    def batch(rows: list[int]) -> pa.RecordBatch:
+        n = len(rows)
+        uuid = pa.DictionaryArray.from_arrays(pa.array(rows, pa.int32()), dictionary)
+        return pa.record_batch({"gpu_uuid": uuid, "host": ["h"] * n, "gpu_model": ["L4"] * n,
+                                "mig_profile": pa.nulls(n, pa.string())})
+
+    a, b = Coding(()), Coding(())
+    a.series_codes(batch([0]), np.array([100]))
+    a.series_codes(batch([1]), np.array([150]))  # z is in the dictionary, unused yet
+    b.series_codes(batch([2, 0, 1]), np.array([200, 210, 220]))
+    m, _ = a.absorb(b)
+    z = a.series_index["GPU-z"]
+    assert z == 2 and list(m) == [2, 0, 1]
+    assert a.first_ts[z] == 200 and a.first_ts[0] == 100 and a.first_ts[1] == 150
+    codes = a.series_codes(batch([1, 2]), np.array([300, 310]))
+    assert list(codes) == [1, 2] and a.n_series == 3 and a.series_index["GPU-z"] == 2

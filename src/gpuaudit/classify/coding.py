@@ -209,14 +209,21 @@ class Coding:
         ``other``'s order."""
         self.label_keys |= other.label_keys
         m = np.empty(len(other.series_index), dtype=np.int64)
+        new = []
         for uuid, code in other.series_index.items():
             mine = self.series_index.get(uuid)
             if mine is None:
                 mine = len(self.series_index)
                 self.series_index[uuid] = mine
                 self.series_meta.append(other.series_meta[code])
+                new.append((mine, code))
             m[code] = mine
         self._grow_first_ts(len(self.series_index))
+        # a series first seen in ``other`` starts where ``other`` saw it first
+        for mine, code in new:
+            self.first_ts[mine] = other.first_ts[code]
+        # the cached uuid -> code mapping of the last batch predates these series
+        self._dictionary = None
         cmap = np.empty(len(other.cell_index), dtype=np.int64)
         for (code, key), cid in other.cell_index.items():
             cmap[cid] = self.cell(int(m[code]), key)
