@@ -17,12 +17,19 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 from gpuaudit.errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
 
 __all__ = [
     "ALERT_HELD_IDLE_HOURS",
@@ -69,6 +76,7 @@ __all__ = [
     "parse_duration_s",
     "parse_prom_duration_s",
     "parse_time_s",
+    "read_toml_file",
 ]
 
 
@@ -379,3 +387,17 @@ def check_output_dir(path: str | os.PathLike[str], name: str = "output") -> Path
                          "exist", where=name, fix=f"create it first (mkdir -p {p.parent}) or "
                          "write somewhere that exists")
     return p
+
+
+def read_toml_file(path: Path, *, what: str, option: str, format_fix: str) -> dict[str, Any]:
+    """A user's TOML file (``--catalog``, ``--budgets``, ``--map-file``) as a dict: a file that
+    cannot be read or is not TOML is an :class:`InputError` naming the file, ``what`` it is,
+    the ``option`` that gave it and ``format_fix`` (where its format is documented)."""
+    try:
+        doc: dict[str, Any] = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read {what}: {exc.strerror or exc}", where=str(path),
+                         fix=f"give an existing TOML file ({option})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise InputError(f"not valid TOML: {exc}", where=str(path), fix=format_fix) from exc
+    return doc

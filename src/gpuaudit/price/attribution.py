@@ -28,7 +28,6 @@ section (showback, worst pods, KPIs, histograms) that every renderer reads from
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
@@ -45,11 +44,7 @@ from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.price.cost import CostLine, cost_lines
 from gpuaudit.price.money import cents
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from gpuaudit.validate import read_toml_file
 
 __all__ = [
     "ATTRIBUTION_KEYS",
@@ -95,14 +90,8 @@ def _norm_entry(v: Any, where: str) -> dict[str, str]:
 def load_mapping(path: str | Path) -> MappingFile:
     """Read a mapping file (TOML, see the module doc). Errors name the file and the key."""
     p = Path(path)
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read mapping file: {exc.strerror or exc}", where=str(p),
-                         fix="give an existing TOML file (--map-file)") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", where=str(p),
-                         fix="see docs/fleet.md for the mapping file format") from exc
+    doc = read_toml_file(p, what="mapping file", option="--map-file",
+                         format_fix="see docs/fleet.md for the mapping file format")
     unknown = sorted(set(doc) - {"namespace", "label"})
     if unknown:
         raise InputError(f"unknown section [{unknown[0]}]", where=str(p),

@@ -15,7 +15,6 @@ A GPU model is matched by family (H100, A100, L40S, ...), then memory size and f
 from __future__ import annotations
 
 import csv
-import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import date
@@ -29,12 +28,7 @@ from gpuaudit.errors import InputError, PricingError
 from gpuaudit.hardware import form_factor as _form
 from gpuaudit.hardware import gpu_family
 from gpuaudit.hardware import memory_gb as _memory_gb
-from gpuaudit.validate import PRICE_USD_PER_GPU_HOUR
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from gpuaudit.validate import PRICE_USD_PER_GPU_HOUR, read_toml_file
 
 __all__ = [
     "COMMITTED_DISCOUNTS",
@@ -209,17 +203,9 @@ def _purchase_kind(value: object, where: str) -> str:
 
 
 def read_catalog_toml(path: Path) -> dict[str, Any]:
-    """A ``--catalog`` TOML file as a dict (``[[price]]`` and ``[[owned]]`` tables); a missing
-    file or invalid TOML is an :class:`InputError` naming the file."""
-    try:
-        data: dict[str, Any] = tomllib.loads(path.read_text("utf-8"))
-    except FileNotFoundError:
-        raise InputError("price catalog not found", where=str(path),
-                         fix="pass an existing TOML file to --catalog") from None
-    except tomllib.TOMLDecodeError as e:
-        raise InputError(f"not valid TOML: {e}", where=str(path),
-                         fix="see docs/pricing.md for the catalog format") from None
-    return data
+    """A ``--catalog`` TOML file as a dict (``[[price]]`` and ``[[owned]]`` tables)."""
+    return read_toml_file(path, what="price catalog", option="--catalog",
+                          format_fix="see docs/pricing.md for the catalog format")
 
 
 def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:

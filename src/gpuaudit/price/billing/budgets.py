@@ -24,7 +24,6 @@ r^2/d term is the uncertainty of the mean itself). Status: ``over budget`` (alre
 from __future__ import annotations
 
 import calendar
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
@@ -35,11 +34,7 @@ from typing import Any
 import pyarrow as pa
 
 from gpuaudit.errors import InputError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from gpuaudit.validate import read_toml_file
 
 __all__ = ["Budgets", "budget_status", "forecast", "load_budgets"]
 
@@ -72,14 +67,8 @@ def _money(v: object, where: str) -> Decimal:
 def load_budgets(path: str | Path) -> Budgets:
     """Read a budget file (see the module doc); errors name the file and the key."""
     p = Path(path)
-    try:
-        doc = tomllib.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read budget file: {exc.strerror or exc}", where=str(p),
-                         fix="give an existing TOML file (--budgets)") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise InputError(f"not valid TOML: {exc}", where=str(p),
-                         fix="see docs/billing.md for the budget file") from exc
+    doc = read_toml_file(p, what="budget file", option="--budgets",
+                         format_fix="see docs/billing.md for the budget file")
     table = doc.get("budgets")
     if not isinstance(table, dict) or not table:
         raise InputError("no [budgets] table", where=str(p),
