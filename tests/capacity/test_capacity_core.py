@@ -533,3 +533,19 @@ def test_capacity_findings_respect_the_combined_savings_rules(consol, right, see
         keep *= 1 - r.fraction
     assert min(1 - keep, max((r.cap for r in idle_group), default=Decimal(0))) <= \
         idle_share + Decimal("1e-6")
+
+
+def test_main_model_is_the_most_common_and_a_tie_goes_to_the_first_by_name():
+    """rightsize, simulate and their commands all take the current / target GPU from it, so a
+    tie must not depend on set order (string hashing differs between processes)."""
+    import dataclasses
+
+    p = build_profiles(open_samples(NANOGPT), step_s=10)
+
+    def with_models(*models: str | None) -> str | None:
+        return dataclasses.replace(p, gpu_model=models).main_model
+
+    assert with_models("L4", "A100", None, "L4") == "L4"
+    assert with_models("L4", "A100", "A100", "L4", None, None) == "A100"
+    assert with_models("L4", "H100") == "H100"
+    assert with_models(None, None) is None

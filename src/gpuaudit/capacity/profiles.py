@@ -74,6 +74,13 @@ class Profiles:
     def __len__(self) -> int:
         return len(self.workload)
 
+    @property
+    def main_model(self) -> str | None:
+        """The GPU model most workloads ran on (a tie: the first by name); None if no
+        workload's model is known."""
+        models = [m for m in self.gpu_model if m]
+        return max(sorted(set(models)), key=models.count) if models else None
+
     def subset(self, rows: np.ndarray) -> Profiles:
         """The workloads at ``rows`` (indices), same grid."""
         idx = [int(i) for i in rows]

@@ -252,8 +252,7 @@ def rightsize(
     if bench and throughput_per_s is None:
         raise InputError("--bench needs --throughput (the rate to serve)",
                          fix="add --throughput 1200/s")
-    models = [m for m in p.gpu_model if m]
-    model = current_model or (max(set(models), key=models.count) if models else None)
+    model = current_model or p.main_model
     cur = spec_for(model)
     if cur is None:
         raise InputError(f"no datasheet figures for GPU model {model!r}",

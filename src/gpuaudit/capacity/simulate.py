@@ -253,8 +253,7 @@ def simulate(
     for pol in policies:
         if pol not in POLICIES:
             raise InputError(f"unknown policy {pol!r}", fix=f"use one of {', '.join(POLICIES)} or all")
-    models = [m for m in p.gpu_model if m]
-    target = target_model or (max(set(models), key=models.count) if models else None)
+    target = target_model or p.main_model
     tspec = spec_for(target)
     if tspec is None:
         raise InputError(f"no datasheet figures for GPU model {target!r}",

@@ -167,8 +167,7 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None
     owned = load_owned(kw["catalog"]) if kw["catalog"] else ()
     src = open_source(path, gpu_model=kw["gpu_model"])
     prof = build_profiles(src, step_s=step_s)
-    models = [m for m in prof.gpu_model if m]
-    model = kw["gpu_model"] or (max(set(models), key=models.count) if models else None)
+    model = kw["gpu_model"] or prof.main_model
     rate = resolve_rate(model, price=kw["price"], provider=kw["provider"],
                         purchase=kw["purchase"], user_catalog=user)
     rs = rightsize(prof, current_rate=rate, current_model=model,
@@ -282,8 +281,7 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | Non
     models = sorted({m for m in prof.gpu_model if m})
     today: dict[str | None, Any] = {m: rate(m) for m in models} if models else \
         {None: rate(kw["gpu_model"])}
-    target = kw["gpu_model"] or (max(models, key=list(prof.gpu_model).count) if models
-                                 else None)
+    target = kw["gpu_model"] or prof.main_model
     sim = simulate(prof, policies=POLICIES if policy == "all" else (policy,),
                    target_model=target, target_rate=rate(target), today_rates=today,
                    headroom=headroom, replicas=replicas or TIME_SLICING_DEFAULT_REPLICAS,
