@@ -314,7 +314,7 @@ def audit_queue(
             None, ())
     base = audit_fleet(prometheus=prometheus, start_s=start_s, end_s=end_s, by=("namespace",),
                        client_kwargs=client_kwargs, pricing=pricing, advice_groups=0)
-    usd, notes = idle_while_waiting_usd(q, base.cost.rates)
+    usd = idle_while_waiting_usd(q, base.cost.rates)
     observed = base.cost.total.observed_cost
     if usd <= 0 or observed <= 0:
         return QueueAudit(q, base, ())
@@ -323,7 +323,7 @@ def audit_queue(
         QUEUE_SIGNAL, float(usd / observed),
         f"queue: {q.idle_unheld_while_waiting_gpu_hours:.1f} GPU-hours idle and held by no pod "
         f"while GPU pods waited ({q.total_waits} waits, longest p95 {duration(p95)}): "
-        f"${usd:.2f} of ${observed:.2f} observed" + "".join(f"; {n}" for n in notes),
+        f"${usd:.2f} of ${observed:.2f} observed",
         source="capacity")
     pricing = dict(pricing or {})
     return QueueAudit(q, assemble(base.usage, base.cost.rates, counts=pricing.get("counts"),

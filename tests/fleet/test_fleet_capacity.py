@@ -194,3 +194,24 @@ def test_simulate_from_prometheus_by_team_reads_kube_pod_labels(prom: str, fleet
     groups = {g["group"]["team"] for g in json.loads(out.read_text())["simulate"]["groups"]}
     labelled = {kl["team-id"] for kl in fleet.pods.values() if kl}
     assert labelled and labelled <= groups
+
+
+def test_idle_while_waiting_is_priced_per_model_at_the_audits_rates():
+    """Each model's hours at that model's rate; GPUs without a modelName label are the audit's
+    None key (as dcgm series without it are); a model the audit never saw is an error, not a
+    guess."""
+    from decimal import Decimal
+
+    from gpuaudit.capacity.queue import QueueReport, idle_while_waiting_usd
+    from gpuaudit.errors import PricingError
+    from gpuaudit.price.catalog import resolve_rate
+
+    l4, blank = resolve_rate("L4"), resolve_rate(None, price="2.00")
+    q = QueueReport(url="u", start_s=0, end_s=3600, step_s=60, namespaces=(),
+                    idle_gpu_hours=4.0, idle_unheld_gpu_hours=4.0,
+                    idle_unheld_while_waiting_gpu_hours=3.5, waiting_steps=60,
+                    idle_unheld_while_waiting_gpu_hours_by_model={"NVIDIA L4": 2.0, "": 1.5})
+    usd = idle_while_waiting_usd(q, {"NVIDIA L4": l4, None: blank})
+    assert usd == Decimal("2.0") * l4.usd_per_gpu_hour + Decimal("1.5") * Decimal("2.00")
+    with pytest.raises(PricingError, match="'NVIDIA L4'"):
+        idle_while_waiting_usd(q, {None: blank})

@@ -29,7 +29,6 @@ import numpy as np
 
 from gpuaudit.classify.usage import IDLE_BELOW_PCT
 from gpuaudit.errors import InputError, PricingError
-from gpuaudit.hardware import gpu_family
 from gpuaudit.price.catalog import Rate
 from gpuaudit.promql import fresh
 
@@ -205,28 +204,19 @@ def queue_waits(client: RangeClient, *, start_s: float, end_s: float, step_s: fl
         saw_dcgm=saw_dcgm)
 
 
-def idle_while_waiting_usd(report: QueueReport, rates: Mapping[str | None, Rate]
-                           ) -> tuple[Decimal, tuple[str, ...]]:
+def idle_while_waiting_usd(report: QueueReport, rates: Mapping[str | None, Rate]) -> Decimal:
     """What the GPU-hours idle and unheld while GPU pods waited cost, each model's hours at
-    its rate (``rates``: the fleet audit's, keyed by GPU model as its series name it), and
-    notes for any model priced by the fallback (the ``None`` key, ``--price``)."""
-    notes: list[str] = []
+    its rate. ``rates`` are the fleet audit's of the same range, keyed as its series name the
+    model: dcgm-exporter's ``modelName`` (None where the label is missing), so every model
+    the idle query saw has one."""
     total = Decimal(0)
     for model, hours in report.idle_unheld_while_waiting_gpu_hours_by_model.items():
-        rate = rates.get(model) or _same_family(model, rates) or rates.get(None)
+        rate = rates.get(model or None)
         if rate is None:
             raise PricingError(
-                f"no rate for GPU model {model or '(no modelName label)'!r} of the idle GPUs",
-                fix="give --price USD_PER_GPU_HOUR or --gpu-model")
-        if model not in rates:
-            notes.append(f"idle {model or 'unlabelled'} GPUs priced at {rate.describe()}")
+                f"no rate for GPU model {model or '(no modelName label)'!r} of the idle GPUs: "
+                "the fleet audit of the range did not see it",
+                fix="gpuaudit queue --no-plan gives the waits alone; gpuaudit fleet audits "
+                "the range")
         total += Decimal(str(hours)) * rate.usd_per_gpu_hour
-    return total, tuple(notes)
-
-
-def _same_family(model: str, rates: Mapping[str | None, Rate]) -> Rate | None:
-    fam = gpu_family(model) if model else None
-    if fam is None:
-        return None
-    same = [r for m, r in rates.items() if m is not None and gpu_family(m) == fam]
-    return same[0] if len({r.usd_per_gpu_hour for r in same}) == 1 else None
+    return total
