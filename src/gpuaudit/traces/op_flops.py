@@ -68,9 +68,8 @@ def _pair(concrete: Sequence[str], i: int) -> tuple[int, int] | None:
 def _conv2d(dims: Sequence[Sequence[int]], concrete: Sequence[str]) -> int | None:
     x, w = _shape(dims, 0, 4), _shape(dims, 1, 4)
     stride, pad, dil, groups = (_pair(concrete, i) for i in (3, 4, 5, 6))
-    if x is None or w is None or None in (stride, pad, dil, groups):
+    if x is None or w is None or stride is None or pad is None or dil is None or groups is None:
         return None
-    assert stride is not None and pad is not None and dil is not None and groups is not None
     g = groups[0]
     if g <= 0 or min(stride) <= 0 or x[1] != w[1] * g:
         return None
