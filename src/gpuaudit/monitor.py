@@ -69,7 +69,9 @@ class Monitor:
     """A running measurement: counters, marks, and the recording once stopped.
 
     ``backend`` defaults to :class:`~gpuaudit.measure.live.nvml.NvmlBackend` (every GPU visible
-    to this process). ``output`` streams the recording to a Parquet path as it is sampled.
+    to this process). ``output`` streams the recording to a Parquet path as it is sampled;
+    ``output_mode`` says what to do when that path already holds a recording: ``create``
+    (default) refuses it, ``force`` replaces it, ``append`` continues it.
     ``process``: True samples in a separate process, False in a thread, None (default)
     chooses the process at ``hz >= 50`` when the backend can be sent there.
 
@@ -93,6 +95,7 @@ class Monitor:
         wandb: bool = False,
         trackers: Sequence[Any] = (),
         pricing: Mapping[str, Any] | None = None,
+        output_mode: str = "create",
     ) -> None:
         hz = HZ.check(hz, "hz")
         FLUSH_S.check(flush_s, "flush_s")
@@ -101,6 +104,7 @@ class Monitor:
         self.labels = dict(labels or {})
         self.hz = float(hz)
         self.output = output
+        self.output_mode = output_mode
         self.quiet = quiet
         self.unavailable: str | None = None
         self.recording: Recording | None = None
@@ -131,6 +135,7 @@ class Monitor:
         backend = self._backend if self._backend is not None else NvmlBackend()
         sampler = Sampler(backend, interval_s=1.0 / self.hz, labels=self.labels,
                           output=self.output, flush_s=self._flush_s, process=self._process,
+                          output_mode=self.output_mode,
                           origin=f"live NVML sampling by gpuaudit.monitor (labels "
                           f"{self.labels or {}})")
         try:

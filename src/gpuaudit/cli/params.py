@@ -195,3 +195,19 @@ class OutputFile(click.Path):
             return check_output_path(value, _name(param))
         except InputError as exc:
             _fail(self, exc, param, ctx)
+
+
+class SamplesPath(click.Path):
+    """A file of samples that must exist, or a recording whose recorder was killed: its
+    ``<path>.partial.arrows`` journal beside it is read instead (``report`` recovers it)."""
+
+    def __init__(self) -> None:
+        super().__init__(exists=False, dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> Any:
+        path = Path(str(super().convert(value, param, ctx)))
+        if not path.exists() and not Path(str(path) + ".partial.arrows").exists():
+            self.fail(f"File {str(path)!r} does not exist (nor a recording journal "
+                      f"{path.name}.partial.arrows beside it).", param, ctx)
+        return path

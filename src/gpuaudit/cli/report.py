@@ -8,12 +8,12 @@ from typing import Any
 import click
 
 from gpuaudit.cli.options import emit, output_options, pricing_kwargs, pricing_options
-from gpuaudit.cli.params import Number, TimeZone
+from gpuaudit.cli.params import Number, SamplesPath, TimeZone
 from gpuaudit.validate import INTERVAL_S, WORKERS
 
 
 @click.command("report")
-@click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("path", type=SamplesPath())
 @click.option("--map", "mapping", default=None, metavar="SRC=DST,...",
               help="Map CSV columns to sample-table columns, e.g. "
               "gpu_util=util_gpu_pct,time=ts,pod_name=pod (':ratio'/':percent' sets the scale; "

@@ -66,6 +66,28 @@ def _terminal_foreground() -> bool:
     return False
 
 
+def output_mode_option(f: Any) -> Any:
+    """``--force`` / ``--append``: what to do with an output that already holds a recording
+    (default: refuse it, leaving it untouched). The command receives ``output_mode``."""
+    import functools
+
+    @click.option("--append", is_flag=True,
+                  help="continue the recording already at the output path (a finished one, "
+                  "or a killed run's journal)")
+    @click.option("--force", is_flag=True,
+                  help="replace a recording already at the output path")
+    @functools.wraps(f)
+    def wrapper(*args: Any, force: bool, append: bool, **kwargs: Any) -> Any:
+        if force and append:
+            raise InputError("--force and --append contradict each other",
+                             fix="--append continues the recording, --force replaces it: "
+                             "give one")
+        mode = "force" if force else "append" if append else "create"
+        return f(*args, output_mode=mode, **kwargs)
+
+    return wrapper
+
+
 def run_workload(
     command: Sequence[str],
     *,
@@ -77,6 +99,7 @@ def run_workload(
     echo: Any = None,
     process: bool | None = None,
     env: dict[str, str] | None = None,
+    output_mode: str = "create",
 ) -> tuple[int, Any, str | None]:
     """Run ``command`` under the sampler; return (exit code, Recording or None, why-not).
 
@@ -94,6 +117,7 @@ def run_workload(
     sampler: Sampler | None = Sampler(
         backend, interval_s=1.0 / hz, labels=labels or {}, output=out_path, flush_s=flush_s,
         process=process, origin=f"live NVML sampling by gpuaudit run -- {' '.join(command)}",
+        output_mode=output_mode,
     )
     unavailable: str | None = None
     try:
@@ -103,6 +127,8 @@ def run_workload(
         unavailable = str(exc).replace("\n", " ")
         say(f"gpuaudit: nothing will be sampled: {unavailable}; running the command anyway")
         sampler = None
+    except InputError:  # the user's mistake (an output already recorded to): before the job
+        raise
     except Exception as exc:  # measurement must never stop the job
         unavailable = f"the sampler failed to start: {type(exc).__name__}: {exc}"
         say(f"gpuaudit: nothing will be sampled: {unavailable}; running the command anyway")
@@ -169,6 +195,7 @@ def run_workload(
               help="recording path (Parquet); default gpuaudit-run-<UTC time>.parquet")
 @click.option("--flush-s", type=Number(FLUSH_S), default=5.0, show_default=True,
               help="seconds between journal flushes: at most this much is lost if killed")
+@output_mode_option
 @click.option("--no-report", is_flag=True, help="record only; print no report")
 @click.option("--process/--no-process", "process", default=None,
               help="sample in a separate process (default: at --hz 50 and above)")
@@ -184,7 +211,8 @@ def run_workload(
 @click.pass_context
 def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: Path | None,
             flush_s: float, no_report: bool, process: bool | None, to_mlflow: bool,
-            to_wandb: bool, command: tuple[str, ...], **opts: Any) -> None:
+            to_wandb: bool, command: tuple[str, ...], output_mode: str,
+            **opts: Any) -> None:
     """Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.
 
     \b
@@ -201,7 +229,7 @@ def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: P
     record_path = str(record) if record else default_output("run")
     code, recording, unavailable = run_workload(
         command, hz=hz, labels=label_map, output=record_path, flush_s=flush_s,
-        process=process, env=env)
+        process=process, env=env, output_mode=output_mode)
     fmt = opts.pop("fmt", None) or "terminal"
     out = opts.pop("output", None)
     pricing = pricing_kwargs(opts)

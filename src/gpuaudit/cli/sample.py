@@ -18,7 +18,7 @@ from types import FrameType
 import click
 
 from gpuaudit.cli.params import Number, OutputFile
-from gpuaudit.cli.run import default_output, parse_labels
+from gpuaudit.cli.run import default_output, output_mode_option, parse_labels
 from gpuaudit.validate import FLUSH_S, HZ, LIVE_DURATION_S
 
 __all__ = ["sample_cmd"]
@@ -37,15 +37,17 @@ __all__ = ["sample_cmd"]
               help="seconds between journal flushes: at most this much is lost if killed")
 @click.option("--process/--no-process", "process", default=None,
               help="sample in a separate process (default: at --hz 50 and above)")
+@output_mode_option
 def sample_cmd(duration: float | None, hz: float, labels: tuple[str, ...],
-               output: Path | None, flush_s: float, process: bool | None) -> None:
+               output: Path | None, flush_s: float, process: bool | None,
+               output_mode: str) -> None:
     """Record every visible GPU to a Parquet recording."""
     from gpuaudit.measure.live.nvml import NvmlBackend
     from gpuaudit.measure.live.sampler import Sampler
 
     out = str(output) if output else default_output("sample")
     sampler = Sampler(NvmlBackend(), interval_s=1.0 / hz, labels=parse_labels(labels),
-                      output=out, flush_s=flush_s, process=process,
+                      output=out, flush_s=flush_s, process=process, output_mode=output_mode,
                       origin="live NVML sampling by gpuaudit sample")
     sampler.start()  # SourceUnavailableError -> "error: ..." and exit 2
     done = threading.Event()

@@ -16,13 +16,15 @@ from pathlib import Path
 import click
 
 from gpuaudit.cli.params import Duration, Number, OutputFile
+from gpuaudit.cli.run import output_mode_option
 from gpuaudit.validate import SCRAPE_DURATION_S, SCRAPE_EVERY_S, TIMEOUT_S
 
 __all__ = ["scrape_cmd", "scrape_to_recording"]
 
 
 def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, duration_s: float,
-                        timeout_s: float = 10.0, clock: object = time) -> int:
+                        timeout_s: float = 10.0, clock: object = time,
+                        mode: str = "create") -> int:
     """Scrape ``urls`` every ``every_s`` for ``duration_s`` into ``output``; returns rows
     written. Ctrl-C finishes the recording cleanly."""
     import httpx
@@ -33,7 +35,7 @@ def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, durati
 
     t_start = time.time()
     rec = Recorder(output, interval_s=every_s, origin=f"dcgm-exporter {', '.join(urls)}",
-                   source="dcgm-exporter", host=None, start_ns=int(t_start * 1e9))
+                   source="dcgm-exporter", host=None, start_ns=int(t_start * 1e9), mode=mode)
     extras = Extras()
     seen_notes: set[str] = set()
     ticks = 0
@@ -92,9 +94,10 @@ def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, durati
               help="Recording to write (Parquet).")
 @click.option("--timeout", "timeout_s", type=Number(TIMEOUT_S), default=10.0, show_default=True,
               help="Seconds per request.")
+@output_mode_option
 def scrape_cmd(urls: tuple[str, ...], every_s: float, duration_s: float, output: Path,
-               timeout_s: float) -> None:
+               timeout_s: float, output_mode: str) -> None:
     """Record dcgm-exporter endpoints (http://node:9400/metrics ...) into a recording."""
     rows = scrape_to_recording(list(urls), output, every_s=every_s, duration_s=duration_s,
-                               timeout_s=timeout_s)
+                               timeout_s=timeout_s, mode=output_mode)
     click.echo(f"wrote {rows} sample rows to {output}", err=True)

@@ -29,6 +29,7 @@ from gpuaudit import schema
 from gpuaudit.errors import InputError
 from gpuaudit.measure.files import nvidia_smi as smi
 from gpuaudit.measure.files.mapping import BatchConverter, NoteBook, parse_mapping, resolve_columns
+from gpuaudit.measure.live.recorder import JOURNAL_SUFFIX, journal_for, recover_journal_copy
 from gpuaudit.measure.parquet_io import (
     META_EVENTS,
     META_NOTES,
@@ -82,8 +83,33 @@ def open_samples(
     most 131,072: bigger batches only cost memory and speed). Header problems raise here; bad rows raise while
     streaming, each as an :class:`~gpuaudit.errors.InputError` naming file:line and the fix.
     """
+    journal = journal_for(path)
+    if journal is not None:  # a recording whose recorder was killed: read its journal
+        out = Path(_scratch_dir()) / (Path(path).name.removesuffix(JOURNAL_SUFFIX)
+                                      .removesuffix(".parquet") + ".recovered.parquet")
+        note = recover_journal_copy(journal, out)
+        src = FileSource(out, fmt="parquet", mapping=mapping, fields=fields, host=host,
+                         gpu_model=gpu_model, tz=tz, batch_rows=batch_rows)
+        src.origin = f"{src.origin} (recovered from {journal})"
+        src._book.add(note.reason, note.count, note.where)
+        return src
     return FileSource(Path(path), fmt=fmt, mapping=mapping, fields=fields, host=host,
                       gpu_model=gpu_model, tz=tz, batch_rows=batch_rows)
+
+
+_SCRATCH: list[str] = []
+
+
+def _scratch_dir() -> str:
+    """A private temporary folder for this process, removed at exit."""
+    if not _SCRATCH:
+        import atexit
+        import shutil
+        import tempfile
+
+        _SCRATCH.append(tempfile.mkdtemp(prefix="gpuaudit-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], ignore_errors=True)
+    return _SCRATCH[0]
 
 
 def read_samples(

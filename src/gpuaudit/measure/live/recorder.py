@@ -16,6 +16,7 @@ is there (the recorder died), the journal up to its last complete batch, with an
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import socket
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute
 import pyarrow.parquet as pq
 
 from gpuaudit import __version__
@@ -46,6 +48,7 @@ from gpuaudit.schema import (
 
 __all__ = [
     "JOURNAL_SUFFIX",
+    "LOCK_SUFFIX",
     "META_COUNTERS",
     "META_EVENTS",
     "META_LABELS",
@@ -53,16 +56,24 @@ __all__ = [
     "META_NOTES",
     "META_PROGRESS",
     "META_SAMPLER",
+    "OUTPUT_MODES",
     "SIDE_SUFFIX",
     "Extras",
+    "OutputLock",
     "Recorder",
+    "journal_for",
     "read_recording",
     "read_side_journal",
+    "recover_journal_copy",
     "recover_recording",
 ]
 
 JOURNAL_SUFFIX = ".partial.arrows"
 SIDE_SUFFIX = ".partial.jsonl"
+LOCK_SUFFIX = ".lock"
+#: What a recorder does with an output that already holds a recording (finished, or the
+#: journal of a killed run): refuse it, replace it, or continue it.
+OUTPUT_MODES = ("create", "force", "append")
 ROW_GROUP_ROWS = 128 * 1024
 
 #: Extra metadata keys of a live recording (JSON values).
@@ -138,6 +149,61 @@ def _fsync(f: Any) -> None:
         os.fsync(f.fileno())
 
 
+class OutputLock:
+    """An exclusive ``flock`` on ``<out>.lock``, held while one process records to ``<out>``.
+
+    A second recorder on the same path fails at once with the holder's pid instead of
+    truncating the first one's journal. The lock file holds the pid; it is removed on
+    :meth:`release`. The kernel drops the lock when the holder dies (SIGKILL included), so a
+    stale lock file never blocks: the next recorder takes it over.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.path = Path(str(out) + LOCK_SUFFIX)
+        while True:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+                os.close(fd)
+                raise InputError(
+                    f"another process (pid {holder}) is recording to {out}",
+                    where=str(out),
+                    fix="choose another -o path, or wait for that recording to finish"
+                ) from None
+            # the file may have been removed by a holder releasing it between our open and
+            # our flock: then we locked an orphan inode; take the lock again on the new file
+            try:
+                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()  # while still holding it: nobody can lock the old inode
+        os.close(self._fd)
+        self._fd = None
+
+
+def _existing(out: Path) -> str | None:
+    """What already lies at ``out``: a finished recording, a killed run's journal, or None."""
+    journal = Path(str(out) + JOURNAL_SUFFIX)
+    if journal.exists():
+        return "the journal of a recording whose recorder did not finish (killed or crashed)"
+    if out.exists():
+        return "a file (a finished recording?)"
+    return None
+
+
 class Recorder:
     """Journals record batches as they come and writes the final Parquet on :meth:`close`.
 
@@ -146,7 +212,12 @@ class Recorder:
 
     def __init__(self, path: str | os.PathLike[str], *, interval_s: float | None,
                  origin: str, source: str = "nvml", host: str | None = None,
-                 start_ns: int) -> None:
+                 start_ns: int, mode: str = "create") -> None:
+        """``mode``: what to do when ``path`` already holds a recording or a killed run's
+        journal: ``create`` refuses it (an :class:`InputError` naming the fix), ``force``
+        replaces it, ``append`` continues it (its rows and marks come first)."""
+        if mode not in OUTPUT_MODES:
+            raise ValueError(f"mode must be one of {OUTPUT_MODES}, not {mode!r}")
         self.path = Path(path)
         self.journal = Path(str(self.path) + JOURNAL_SUFFIX)
         self.side = Path(str(self.path) + SIDE_SUFFIX)
@@ -155,13 +226,67 @@ class Recorder:
         if self.path.parent and not self.path.parent.exists():
             raise InputError(f"directory {self.path.parent} does not exist",
                              where=str(self.path), fix="create it or choose another -o path")
-        self._jf = open(self.journal, "wb")
-        self._writer = pa.ipc.new_stream(self._jf, SAMPLE_SCHEMA.with_metadata(self.meta))
-        _fsync(self._jf)
-        self._sf = open(self.side, "w")
+        self._lock = OutputLock(self.path)
+        try:
+            prior = self._claim(mode, interval_s)
+            self._open(prior)
+        except BaseException:
+            self._lock.release()
+            raise
+        self.closed = False
+
+    def _claim(self, mode: str, interval_s: float | None) -> Recording | None:
+        """Check what lies at the output against ``mode``; the prior recording to continue."""
+        found = _existing(self.path)
+        if found is None or mode == "force":
+            for p in (self.journal, self.side, self.path):
+                with contextlib.suppress(FileNotFoundError):
+                    p.unlink()
+            return None
+        if mode == "create":
+            raise InputError(
+                f"{self.path} already exists: {found}; it is left untouched",
+                where=str(self.path),
+                fix=f"gpuaudit report {self.path} reads it (recovering a journal); pass "
+                "--append to continue it, --force to replace it, or choose another -o path")
+        prior = recover_recording(self.path)
+        if prior.interval_s and interval_s and abs(prior.interval_s - interval_s) > 1e-9:
+            raise InputError(
+                f"{self.path} was sampled every {prior.interval_s:g} s, this run every "
+                f"{interval_s:g} s: one recording has one nominal interval",
+                where=str(self.path),
+                fix=f"--hz {1 / prior.interval_s:g} to continue it, or another -o path")
+        if schema_start := prior.meta.get("start"):
+            self.meta[META_START] = schema_start.encode()
+        return prior
+
+    def _open(self, prior: Recording | None) -> None:
+        """Start the journal; a continued recording's rows and extras go in first, written
+        to a new journal that replaces the old one only once fsynced (no window where a
+        crash loses them)."""
         self._seen: dict[str, int] = {}
         self.rows = 0
-        self.closed = False
+        tmp = Path(str(self.journal) + ".new")
+        self._jf = open(tmp if prior is not None else self.journal, "wb")
+        self._writer = pa.ipc.new_stream(self._jf, SAMPLE_SCHEMA.with_metadata(self.meta))
+        self.prior_extras: dict[str, Any] = {}
+        if prior is not None:
+            for batch in prior.table.to_batches():
+                self._writer.write_batch(batch)
+                self.rows += batch.num_rows
+            self.prior_extras = {k: json.loads(prior.meta[k]) for k in _LIST_KEYS
+                                 if k in prior.meta}
+        _fsync(self._jf)
+        side_tmp = Path(str(self.side) + ".new")
+        self._sf = open(side_tmp if prior is not None else self.side, "w")
+        if self.prior_extras:
+            self._sf.write(json.dumps(self.prior_extras) + "\n")
+        _fsync(self._sf)
+        if prior is not None:
+            os.replace(tmp, self.journal)
+            os.replace(side_tmp, self.side)
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()  # the finished file's rows now live in the journal
 
     def write(self, batch: pa.RecordBatch | None, extras: Extras | None = None) -> None:
         """Append a batch (and the current extras) to the journal, then fsync both."""
@@ -181,10 +306,15 @@ class Recorder:
         _fsync(self._jf)
         self._jf.close()
         self._sf.close()
-        finalize_journal(self.journal, self.path, {**self.meta, **extras.to_meta()})
+        meta = {**self.meta, **extras.to_meta()}
+        for key, before in self.prior_extras.items():  # a continued run's lists come first
+            k = f"gpuaudit.{key}".encode()
+            meta[k] = json.dumps([*before, *json.loads(meta.get(k, b"[]"))]).encode()
+        finalize_journal(self.journal, self.path, meta)
         with contextlib.suppress(FileNotFoundError):
             self.side.unlink()
         self.closed = True
+        self._lock.release()
         return self.path
 
     def abandon(self) -> None:
@@ -196,6 +326,7 @@ class Recorder:
         self._jf.close()
         self._sf.close()
         self.closed = True
+        self._lock.release()
 
 
 def _journal_batches(journal: Path) -> tuple[pa.Schema, Iterator[pa.RecordBatch], list[bool]]:
@@ -228,19 +359,90 @@ def _journal_batches(journal: Path) -> tuple[pa.Schema, Iterator[pa.RecordBatch]
 
 def finalize_journal(journal: Path, out: Path, meta: Mapping[bytes, bytes]) -> int:
     """Stream a journal into a zstd Parquet file at ``out`` (atomic rename); return rows."""
-    _schema, batches, _ = _journal_batches(journal)
+    rows, _, _ = _journal_to_parquet(journal, out, meta)
+    with contextlib.suppress(FileNotFoundError):
+        journal.unlink()
+    return rows
+
+
+def _journal_to_parquet(journal: Path, out: Path, meta: Mapping[bytes, bytes] | None
+                        ) -> tuple[int, bool, int | None]:
+    """Stream ``journal`` into Parquet at ``out`` (atomic rename), leaving the journal.
+
+    ``meta`` None keeps the journal's own schema metadata plus its side journal's extras.
+    Returns (rows, whether the last batch was cut off and dropped, the last sample's ts in
+    ns or None)."""
+    schema, batches, truncated = _journal_batches(journal)
+    if meta is None:
+        meta = dict(schema.metadata or {})
+        side = Path(str(journal)[: -len(JOURNAL_SUFFIX)] + SIDE_SUFFIX)
+        for key, value in (_last_side(side) or {}).items():
+            meta[f"gpuaudit.{key}".encode()] = json.dumps(value).encode()
     tmp = out.with_name(out.name + ".tmp")
     rows = 0
+    last_ns: int | None = None
     with pq.ParquetWriter(str(tmp), SAMPLE_SCHEMA.with_metadata(dict(meta)),
                           compression="zstd") as writer:
         for group in batch_groups(batches, ROW_GROUP_ROWS):
             table = pa.Table.from_batches(group, SAMPLE_SCHEMA)
             writer.write_table(table)
             rows += table.num_rows
+            if table.num_rows:
+                top = pa.compute.max(table.column("ts")).cast(pa.int64()).as_py()
+                last_ns = top if last_ns is None else max(last_ns, top)
     os.replace(tmp, out)
-    with contextlib.suppress(FileNotFoundError):
-        journal.unlink()
-    return rows
+    return rows, truncated[0], last_ns
+
+
+def journal_for(path: str | os.PathLike[str]) -> Path | None:
+    """The journal to read for ``path`` when it is one, or when ``path`` itself is missing
+    and its recorder left a journal (killed, crashed, or still recording); else None."""
+    p = Path(path)
+    if p.name.endswith(JOURNAL_SUFFIX):
+        return p
+    journal = Path(str(p) + JOURNAL_SUFFIX)
+    return journal if journal.exists() and not p.exists() else None
+
+
+def recover_journal_copy(journal: Path, out: Path) -> ImportNote:
+    """Copy what ``journal`` holds into a Parquet recording at ``out`` (the journal and the
+    user's files are left as they are) and return the note a report shows about it."""
+    if not journal.exists():
+        raise InputError(f"no journal at {journal}", where=str(journal),
+                         fix="give the recording's .parquet path or its .partial.arrows journal")
+    rows, truncated, last_ns = _journal_to_parquet(journal, out, None)
+    lock = Path(str(journal)[: -len(JOURNAL_SUFFIX)] + LOCK_SUFFIX)
+    live = _lock_holder(lock)
+    if live is not None:
+        why = (f"the recording is still in progress (pid {live} holds {lock.name}): this "
+               "report covers the samples flushed so far")
+    else:
+        why = ("recovered from the journal of a recording whose recorder did not finish "
+               "(killed or crashed)")
+    lost = ("" if live is not None else
+            f"; samples after {iso_utc(last_ns) if last_ns else 'its start'} were lost (at "
+            "most one flush interval, --flush-s)")
+    if truncated:
+        lost += "; the journal's last batch was cut off mid-write and dropped"
+    return ImportNote(reason=f"{why}: {rows:,} rows read{lost}", count=rows,
+                      where=str(journal))
+
+
+def _lock_holder(lock: Path) -> str | None:
+    """The pid holding ``lock`` (a recorder still running), or None when no one does."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return os.read(fd, 32).decode("ascii", "replace").strip() or "unknown"
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 def _decode_meta(meta: Mapping[bytes, bytes]) -> dict[str, str]:

@@ -248,6 +248,7 @@ class Sampler:
         host: str | None = None,
         stop_timeout_s: float = 5.0,
         process: bool | None = False,
+        output_mode: str = "create",
     ) -> None:
         interval_s = SAMPLING_INTERVAL_S.check(interval_s, "interval_s")
         flush_s = FLUSH_S.check(flush_s, "flush_s")
@@ -259,6 +260,7 @@ class Sampler:
         self.interval_s = float(interval_s)
         self.host = host or socket.gethostname()
         self.output = output
+        self.output_mode = output_mode
         self.origin = origin or f"live NVML sampling on {self.host} by gpuaudit"
         self.flush_s = max(float(flush_s), self.interval_s)
         self.stop_timeout_s = stop_timeout_s
@@ -297,7 +299,7 @@ class Sampler:
         if self.output is not None:
             self._sink = Recorder(self.output, interval_s=self.interval_s, origin=self.origin,
                                   source=self.backend.source, host=self.host,
-                                  start_ns=self._wall0_ns)
+                                  start_ns=self._wall0_ns, mode=self.output_mode)
         else:
             self._sink = _MemorySink()
         ticks_per_flush = max(1, math.ceil(self.flush_s / self.interval_s))

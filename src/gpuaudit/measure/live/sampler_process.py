@@ -140,6 +140,7 @@ class ProcessSampler(Sampler):
             "sys_path": list(sys.path), "backend": pickle.dumps(self._spec),
             "interval_s": self.interval_s, "labels": dict(self.extras.labels),
             "output": str(self._out), "origin": self.origin, "flush_s": self.flush_s,
+            "output_mode": self.output_mode,
             "host": self.host, "stop_timeout_s": self.stop_timeout_s, "beat_s": _BEAT_S,
         }
         try:
