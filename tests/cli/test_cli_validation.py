@@ -92,6 +92,7 @@ CHECKED_IN_BODY: dict[tuple[str, str], list[str]] = {
 # Structured text read by a gpuaudit parser (cli.params.Parsed): each needs hostile examples
 PARSED_HOSTILE: dict[str, list[str]] = {
     "--throughput": ["nan", "inf/s", "-5/s", "0", "abc", "", "5/fortnight", "1e999/h", "inf"],
+    "--max-input-bytes": ["nan", "-1", "0", "abc", "", "10XB", "1e999", "inf"],
 }
 ARGUMENTS = {"path", "paths", "urls", "command", "bill_path"}  # (simulate's path is optional)  # positional: input paths, URLs, a command
 VALIDATED = (Number, Money, Duration, PromDuration, Time, TimeZone, OutputFile, OutputDir,

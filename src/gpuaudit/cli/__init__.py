@@ -55,7 +55,35 @@ class _LazyGroup(click.Group):
         module_name, attr = target.split(":")
         module = importlib.import_module(f"gpuaudit.cli.{module_name}")
         command: click.Command = getattr(module, attr)
+        if cmd_name in READS_FILES and not any(p.name == "max_input_bytes"
+                                               for p in command.params):
+            command.params.append(_max_input_option())
         return command
+
+
+#: commands that read user files: each takes --max-input-bytes (gpuaudit.limits)
+READS_FILES = ("audit", "bill", "report", "trace", "rightsize", "simulate", "exporter",
+               "fleet")
+
+
+def _max_input_option() -> click.Option:
+    from gpuaudit.cli.params import Parsed
+
+    def apply(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+        if value is None:
+            return
+        import os
+
+        from gpuaudit.limits import MAX_INPUT_BYTES_ENV
+
+        # the environment carries it to the worker processes a large file is read by
+        os.environ[MAX_INPUT_BYTES_ENV] = str(value)
+
+    return click.Option(["--max-input-bytes", "max_input_bytes"],
+                        type=Parsed("gpuaudit.limits:parse_bytes", "SIZE"),
+                        expose_value=False, is_eager=True, callback=apply,
+                        help="Most bytes one compressed input (.gz, .zst, ...) may inflate "
+                        "to (default 2GiB; also GPUAUDIT_MAX_INPUT_BYTES).")
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -43,6 +43,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from gpuaudit.errors import InputError
+from gpuaudit.limits import inflate_gzip
 from gpuaudit.traces.op_flops import FORMULA_OPS, op_flops
 
 __all__ = ["SLICE_BYTES", "Columns", "decode", "parse_ns", "read_document"]
@@ -138,7 +139,7 @@ def _invalid_json(path: Path, exc: msgspec.DecodeError, size: int, base: int = 0
     )
 
 
-def read_document(path: Path) -> tuple[bytes, bool]:
+def read_document(path: Path) -> tuple[bytes | bytearray, bool]:
     """The decompressed document and whether it was gzip (magic bytes, not the suffix).
 
     A truncated or corrupt gzip stream is an :class:`InputError` naming the decompressed
@@ -147,14 +148,10 @@ def read_document(path: Path) -> tuple[bytes, bool]:
     raw = path.read_bytes()
     if raw[:2] != _GZIP_MAGIC:
         return raw, False
-    isize = int.from_bytes(raw[-4:], "little") if len(raw) >= 4 else 0
     try:
-        # one allocation of the size the gzip trailer states (gzip.decompress grows its
-        # buffer and peaks at ~3x the document)
-        out = zlib.decompress(raw, 31, max(isize, 1 << 16))
-        if len(out) % (1 << 32) != isize:  # several gzip members: decode them all
-            out = gzip.decompress(raw)
-        return out, True
+        # bounded: never more than limits.max_input_bytes() of output, whatever the
+        # gzip trailer claims (a decompression bomb's trailer lies)
+        return inflate_gzip(raw, str(path)), True
     except (EOFError, zlib.error, gzip.BadGzipFile, OSError) as exc:
         got = _decompressed_before_failure(raw)
         kind = "truncated" if isinstance(exc, EOFError) or "incomplete" in str(exc) \
@@ -329,7 +326,7 @@ _DTYPES = {"kind": np.int8, "cat": np.int16, "name_idx": np.int32, "ts_ok": bool
            "correlation_ok": bool, "flops_ok": bool, "flops_derived": bool}
 
 
-def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
+def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: Selector,
            slice_bytes: int | None = None) -> tuple[dict[str, Any], Columns]:
     """Validate ``data``, decode its header/tail keys (``meta``) and the kept events' columns.
 
@@ -340,6 +337,9 @@ def decode(data: bytes, path: Path, cats: tuple[str, ...], select: Selector,
         raise _bad(path, 0, "the file is empty")
     try:
         top = _TOP_DECODER.decode(data)
+    except RecursionError as exc:
+        raise _bad(path, 0, "JSON nested too deep to be a trace (Kineto events are flat "
+                   "objects)") from exc
     except msgspec.ValidationError as exc:
         first = _NON_WS.search(data)
         if first is not None and first.group() == b"[":

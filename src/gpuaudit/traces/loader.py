@@ -316,7 +316,12 @@ def load_trace(path: str | Path) -> RankTrace:
     """Load one Kineto trace file (``.json`` or ``.json.gz``) into a :class:`RankTrace`."""
     path = Path(path)
     data, _ = kj.read_document(path)
-    meta, cols = kj.decode(data, path, _ALL_CATS, _select)
+    try:
+        meta, cols = kj.decode(data, path, _ALL_CATS, _select)
+    except RecursionError as exc:  # msgspec's guard against a value nested too deep
+        raise InputError("not a valid Kineto/Chrome trace: a JSON value nested too deep "
+                         "(trace events and their args are flat objects)", where=str(path),
+                         fix="give a trace written by torch.profiler") from exc
     del data  # the document is no longer needed once the columns exist
     return _build_rank(path, meta, cols)
 

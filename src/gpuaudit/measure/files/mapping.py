@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 
 from gpuaudit import schema
 from gpuaudit.errors import InputError
+from gpuaudit.limits import MAX_LABEL_CHARS
 from gpuaudit.measure.files import nvidia_smi as smi
 from gpuaudit.schema import ImportNote
 
@@ -431,7 +432,15 @@ class BatchConverter:
             return arr
         if pa.types.is_struct(arr.type):
             for i in range(arr.type.num_fields):
-                parts.append((arr.type.field(i).name, pc.struct_field(arr, [i])))
+                f = arr.type.field(i)
+                if pa.types.is_nested(f.type):
+                    raise InputError(
+                        f"label {f.name!r} of column {sc.name!r} holds a nested value "
+                        f"({f.type}); a label is one string or number",
+                        where=self.where,
+                        fix=f'flatten it ({{"{f.name}": "value"}}) or drop the column with '
+                        f"--map {sc.name}=-")
+                parts.append((f.name, pc.struct_field(arr, [i])))
             return None
         if _is_text(arr.type):
             enc = pc.dictionary_encode(pc.cast(arr, pa.string()))
@@ -490,8 +499,29 @@ class BatchConverter:
                                  fix="use one way of giving labels")
             labels_col = build_labels(label_parts, n)
         if labels_col is not None:
+            self._check_label_lengths(labels_col, locate)
             cols["labels"] = labels_col
         return schema.build_table(cols, n)
+
+    def _check_label_lengths(self, labels: pa.Array, locate: Locate) -> None:
+        """No label key or value longer than :data:`gpuaudit.limits.MAX_LABEL_CHARS`: a label
+        names a team or a job; a megabyte "label" is a mistake in the file or the mapping."""
+        if len(labels) == 0 or labels.null_count == len(labels):
+            return
+        for part, what in ((labels.keys, "key"), (labels.items, "value")):
+            lengths = pc.utf8_length(part)
+            top = pc.max(lengths).as_py()
+            if top is None or top <= MAX_LABEL_CHARS:
+                continue
+            at = int(np.argmax(lengths.to_numpy(zero_copy_only=False) > MAX_LABEL_CHARS))
+            offsets = labels.offsets.to_numpy()
+            row = int(np.searchsorted(offsets, at, side="right")) - 1
+            raise InputError(
+                f"a label {what} of {top:,} characters (the limit is {MAX_LABEL_CHARS:,}): "
+                f"{str(part[at].as_py())[:60]!r}...",
+                where=locate(row),
+                fix="labels name a team, project or job: map a long column to '-' to drop "
+                "it (--map COLUMN=-) or shorten it")
 
     def _nulls(self, typ: pa.DataType, n: int) -> pa.Array:
         """An all-null column, sliced from one cached array (no allocation per batch)."""

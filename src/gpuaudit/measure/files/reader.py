@@ -12,11 +12,13 @@ located), JSON Lines through ``pyarrow.json.open_json``, Parquet by row group
 from __future__ import annotations
 
 import functools
+import io
 import itertools
 import json
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +29,7 @@ import pyarrow.parquet as pq
 
 from gpuaudit import schema
 from gpuaudit.errors import InputError
+from gpuaudit.limits import BoundedStream, check_json_depth
 from gpuaudit.measure.files import nvidia_smi as smi
 from gpuaudit.measure.files.mapping import BatchConverter, NoteBook, parse_mapping, resolve_columns
 from gpuaudit.measure.live.recorder import JOURNAL_SUFFIX, journal_for, recover_journal_copy
@@ -350,14 +353,22 @@ class FileSource:
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             line = 0
+            # the C parser under pyarrow recurses per nesting level and crashes on a row
+            # nested ~10^4 deep: measure the depth first (limits.MAX_JSON_DEPTH)
             try:
-                reader = pjson.open_json(path, read_options=pjson.ReadOptions(block_size=block))
-                for batch in reader:
-                    base = line
-                    line += batch.num_rows
-                    yield batch, _at_line(path, base)
+                with open_stream(path) as f:
+                    check_json_depth(iter(lambda: f.read(1 << 23), b""), str(path))
+                with open_stream(path) as f:
+                    reader = pjson.open_json(f, read_options=pjson.ReadOptions(
+                        block_size=block))
+                    for batch in reader:
+                        base = line
+                        line += batch.num_rows
+                        yield batch, _at_line(path, base)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
                 raise _jsonl_error(path, exc) from exc
+            except OSError as exc:
+                raise _decompress_error(path, exc) from exc
 
         self._raw = raw
 
@@ -605,8 +616,30 @@ def _split_fields(fields: Sequence[str] | None) -> list[str] | None:
 
 
 def _read_head(path: Path) -> bytes:
-    with pa.input_stream(str(path), compression="detect") as f:
-        return bytes(f.read(_HEAD_BYTES))
+    try:
+        with open_stream(path) as f:
+            return bytes(f.read(_HEAD_BYTES))
+    except OSError as exc:
+        raise _decompress_error(path, exc) from exc
+
+
+def open_stream(path: Path) -> Any:
+    """The file's bytes as pyarrow reads them, decompressed by its extension (``.gz``,
+    ``.bz2``, ``.zst``, ``.lz4``) and bounded: a compressed file may inflate to at most
+    :func:`gpuaudit.limits.max_input_bytes`, so a decompression bomb is an error, not
+    gigabytes of memory."""
+    stream = pa.input_stream(str(path), compression="detect")
+    if not any(path.name.lower().endswith(ext) for ext in _COMPRESSED):
+        return stream
+    return pa.PythonFile(BoundedStream(stream, str(path)), mode="r")
+
+
+def _decompress_error(path: Path, exc: OSError) -> InputError:
+    return InputError(
+        f"cannot read the file: {exc}",
+        where=str(path),
+        fix="a compressed file cut short (an interrupted copy or download) cannot be read: "
+        "copy it again (`gzip -t FILE` checks a .gz file)")
 
 
 def _sniff_format(path: Path) -> str:
@@ -670,17 +703,36 @@ def _utf8_error(path: Path, line: int, byte: int) -> InputError:
 def _scan_lines(path: Path, predicate: Callable[[int, bytes], bool]) -> int | None:
     """1-based number of the first line matching ``predicate`` (the error path only)."""
     if any(path.name.endswith(ext) for ext in _COMPRESSED):
-        with pa.input_stream(str(path), compression="detect") as f:
-            lines: Iterable[bytes] = bytes(f.read()).splitlines(keepends=True)
-        for no, line in enumerate(lines, start=1):
-            if predicate(no, line):
-                return no
+        try:
+            with open_stream(path) as f:
+                for no, line in enumerate(io.BufferedReader(_NativeRaw(f)), start=1):
+                    if predicate(no, line):
+                        return no
+        except OSError:
+            return None  # cut short: the caller names what it found so far
         return None
     with open(path, "rb") as g:
         for no, line in enumerate(g, start=1):
             if predicate(no, line):
                 return no
     return None
+
+
+class _NativeRaw(io.RawIOBase):
+    """A pyarrow stream as a Python raw stream (to iterate lines without reading it whole)."""
+
+    def __init__(self, f: Any) -> None:
+        super().__init__()
+        self._f = f
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        chunk = self._f.read(len(view))
+        view[: len(chunk)] = chunk
+        return len(chunk)
 
 
 def _csv_error(path: Path, exc: Exception, ncols: int, header_lines: int) -> InputError:
@@ -796,11 +848,13 @@ def _csv_blocks(path: Path, names: list[str], header_lines: int,
                                null_values=smi.NULL_VALUES, strings_can_be_null=True,
                                quoted_strings_can_be_null=True)
     try:
-        with pa.input_stream(str(path), compression="detect") as stream:
+        with open_stream(path) as stream:
             reader = pcsv.open_csv(stream, read_options=read, parse_options=parse,
                                    convert_options=conv)
             yield from reader
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise _csv_error(path, exc, len(names), header_lines) from exc
+    except OSError as exc:
+        raise _decompress_error(path, exc) from exc
 
 

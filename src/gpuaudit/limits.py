@@ -1,0 +1,187 @@
+"""Limits on what one input may make gpuaudit do: how far a compressed file may inflate, how
+deep a JSON value may nest, how long a label may be.
+
+Every reader of user files goes through here, so a hostile or broken file (a decompression
+bomb, JSON nested 100,000 deep, a multi-megabyte "label") is a clear :class:`InputError` naming
+the limit and how to raise it, never a crash, a traceback or gigabytes of memory.
+docs/options-and-errors.md lists the limits.
+
+- ``max_input_bytes()``: the most bytes one compressed input (``.gz``, ``.bz2``, ``.zst``,
+  ``.lz4``) may inflate to; ``GPUAUDIT_MAX_INPUT_BYTES`` (the CLI's ``--max-input-bytes``
+  sets it) raises it. Plain files are read as they are: their size is the user's own.
+- ``MAX_JSON_DEPTH``: nesting of one JSON Lines row (a row object holding a labels object is
+  depth 2); the C JSON parser under pyarrow recurses per level and crashes past ~10^4.
+- ``MAX_LABEL_CHARS``: characters of a label key or value.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from gpuaudit.errors import InputError
+
+__all__ = [
+    "DEFAULT_MAX_INPUT_BYTES",
+    "MAX_INPUT_BYTES_ENV",
+    "MAX_JSON_DEPTH",
+    "MAX_LABEL_CHARS",
+    "BoundedStream",
+    "check_json_depth",
+    "inflate_gzip",
+    "max_input_bytes",
+    "parse_bytes",
+]
+
+DEFAULT_MAX_INPUT_BYTES = 2 * 1024**3  # 2 GiB decompressed per input file
+MAX_INPUT_BYTES_ENV = "GPUAUDIT_MAX_INPUT_BYTES"
+MAX_JSON_DEPTH = 64
+MAX_LABEL_CHARS = 1024
+
+_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2,
+          "g": 1000**3, "gb": 1000**3, "t": 1000**4, "tb": 1000**4, "kib": 1024,
+          "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_bytes(text: str, what: str = "--max-input-bytes") -> int:
+    """``"8GiB"``, ``"500MB"``, ``"1000000"`` -> bytes; a clear error otherwise."""
+    m = _SIZE.match(text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS:
+        raise InputError(f"{what} {text!r} is not a size",
+                         fix="give bytes with an optional unit: 8GiB, 500MB, 1000000")
+    value = int(float(m.group(1)) * _UNITS[unit])
+    if value < 1:
+        raise InputError(f"{what} {text!r} is below one byte", fix="give a positive size")
+    return value
+
+
+def max_input_bytes() -> int:
+    """The decompressed-size limit in force (the environment's, else the default)."""
+    raw = os.environ.get(MAX_INPUT_BYTES_ENV)
+    return parse_bytes(raw, MAX_INPUT_BYTES_ENV) if raw else DEFAULT_MAX_INPUT_BYTES
+
+
+def _too_big(where: str, limit: int) -> InputError:
+    return InputError(
+        f"the compressed input inflates to more than {limit:,} bytes (the limit on one "
+        "decompressed input): a decompression bomb, or a very large file",
+        where=where,
+        fix=f"if the file is genuine, raise the limit: --max-input-bytes {2 * limit}B "
+        f"(or {MAX_INPUT_BYTES_ENV}); otherwise do not read it")
+
+
+_STEP = 64 << 20  # output per decompression step: the memory above the document itself
+
+
+def inflate_gzip(raw: bytes, where: str, limit: int | None = None) -> bytearray:
+    """Every gzip member of ``raw``, decompressed into one growing buffer, a step at a time,
+    so memory stays within ``limit`` plus one step (the gzip trailer's size field can lie,
+    so it is not trusted). Truncated or corrupt streams raise ``zlib.error`` / ``EOFError``
+    for the caller."""
+    limit = max_input_bytes() if limit is None else limit
+    out = bytearray()
+    data: bytes = raw
+    while data:
+        d = zlib.decompressobj(31)
+        pending = data
+        while True:
+            out += d.decompress(pending, _STEP)
+            if len(out) > limit:
+                raise _too_big(where, limit)
+            pending = d.unconsumed_tail
+            if d.eof or not pending:
+                break
+        if not d.eof:
+            out += d.flush()
+            raise EOFError("compressed file ended before the end-of-stream marker")
+        data = d.unused_data.lstrip(b"\0")  # members may be padded with zeros
+    return out
+
+
+class BoundedStream(io.RawIOBase):
+    """A readable stream over another that raises :class:`InputError` once more than
+    ``limit`` bytes have come out of it (a decompressing stream, so the limit is on the
+    inflated size). pyarrow's CSV and JSON readers take it as a file object."""
+
+    def __init__(self, inner: Any, where: str, limit: int | None = None) -> None:
+        super().__init__()
+        self._inner = inner
+        self._where = where
+        self._limit = max_input_bytes() if limit is None else limit
+        self.read_bytes = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        chunk = self._inner.read(len(view))
+        n = len(chunk)
+        view[:n] = chunk
+        self.read_bytes += n
+        if self.read_bytes > self._limit:
+            raise _too_big(self._where, self._limit)
+        return n
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            super().close()
+
+
+_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
+_OPEN = np.zeros(256, np.int8)
+_OPEN[[ord("{"), ord("[")]] = 1
+_OPEN[[ord("}"), ord("]")]] = -1
+
+
+def check_json_depth(blocks: Iterator[bytes], path: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """Raise a located :class:`InputError` at the first JSON Lines row nested deeper than
+    ``limit``. ``blocks`` are consecutive pieces of the decompressed file. Strings are
+    removed first (a bracket in a label value is not nesting), then each line's depth is the
+    running sum of its opening and closing brackets (vectorised: no Python per byte)."""
+    carry = b""
+    line_no = 1
+    for block in blocks:
+        data = carry + block
+        cut = data.rfind(b"\n") + 1
+        if cut == 0:
+            carry = data
+            continue
+        carry = data[cut:]
+        line_no = _check_lines(data[:cut], path, limit, line_no)
+    if carry:
+        _check_lines(carry + b"\n", path, limit, line_no)
+
+
+def _check_lines(text: bytes, path: str, limit: int, line_no: int) -> int:
+    if b"{" not in text and b"[" not in text:
+        return line_no + text.count(b"\n")
+    bare = _STRING.sub(b'""', text)
+    a = np.frombuffer(bare, np.uint8)
+    step = _OPEN[a].astype(np.int32)
+    ends = np.flatnonzero(a == 10)
+    starts = np.concatenate(([0], ends[:-1] + 1))
+    depth = np.cumsum(step)
+    before = np.where(starts > 0, depth[np.maximum(starts - 1, 0)], 0)
+    nonempty = starts < len(a)
+    peak = np.maximum.reduceat(depth, starts[nonempty]) - before[nonempty]
+    over = np.flatnonzero(peak > limit)
+    if over.size:
+        row = int(np.flatnonzero(nonempty)[over[0]])
+        raise InputError(
+            f"a JSON value nested {int(peak[over[0]]):,} levels deep (the limit is {limit}): "
+            "a sample row holds flat values and one labels object",
+            where=f"{path}:{line_no + row}",
+            fix='write labels as a flat object, {"team": "a", "job": "b"}; nested values '
+            "cannot be labels")
+    return line_no + len(ends)
