@@ -416,7 +416,7 @@ def fleet_usage(
                                                           dict(sid.labels)))
             util_window = dict(data.fleet_util_pct)
         transfer = {"mode": "raw query_range" if raw else "PromQL pushdown",
-                    "url": prometheus, "requests": client.requests,
+                    "url": client.url, "requests": client.requests,
                     "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
                     "step_s": step, "start": _iso(start), "end": _iso(end),
                     "kube_pod_labels": len(kube)}

@@ -7,6 +7,8 @@ the bad value, its location (file:line, column, metric, label) and the fix.
 
 from __future__ import annotations
 
+import re
+
 __all__ = [
     "GpuauditError",
     "InputError",
@@ -14,16 +16,28 @@ __all__ = [
     "PricingError",
     "SampleTableError",
     "SourceUnavailableError",
+    "redact",
 ]
+
+# scheme://userinfo@ -- the user and password of a URL (RFC 3986 section 3.2.1)
+_USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s]+@")
+
+
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URL in it replaced by ``***``:
+    ``http://user:secret@prom:9090`` -> ``http://***@prom:9090``. The one function every
+    place that shows a URL (errors, report origins, HTML titles) goes through."""
+    return _USERINFO.sub(r"\1***@", text) if "@" in text else text
 
 
 class GpuauditError(Exception):
     """Base of every error gpuaudit raises on purpose."""
 
     def __init__(self, what: str, *, where: str | None = None, fix: str | None = None) -> None:
-        self.what = what
-        self.where = where
-        self.fix = fix
+        # no error ever shows a URL's password, whoever composed it
+        self.what = redact(what)
+        self.where = None if where is None else redact(where)
+        self.fix = None if fix is None else redact(fix)
         super().__init__(self._compose())
 
     def _compose(self) -> str:

@@ -23,12 +23,14 @@ normal classify stage.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import httpx
 import msgspec
@@ -57,6 +59,49 @@ _TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too
 
 class QueryTooLarge(InputError):
     """The server refused a query as too big (points per series, samples in memory)."""
+
+
+def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
+    """``http://user:pass@host/p`` -> (``http://host/p``, (user, pass)); no userinfo: None."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    host = parts.hostname or ""
+    if ":" in host:  # IPv6 literal
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port is not None else "")
+    clean = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    return clean, (unquote(parts.username or ""), unquote(parts.password or ""))
+
+
+def read_token_file(path: Path, *, warn: bool = True) -> str:
+    """The bearer token in ``path``: one line (a trailing newline is fine). Its content is
+    never shown, in errors or anywhere else. A file others can read gets a warning (once)."""
+    try:
+        raw = path.read_bytes()
+        mode = path.stat().st_mode
+    except OSError as exc:
+        raise InputError(f"cannot read bearer token file: {exc.strerror or exc}",
+                         where=str(path), fix="give a readable file holding the token") from exc
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise InputError("the bearer token file is not UTF-8 text (content not shown)",
+                         where=str(path), fix="write the token alone, as text") from None
+    if not token:
+        raise InputError("the bearer token file is empty", where=str(path),
+                         fix="write the token into it")
+    if any(c in token for c in "\r\n") or not token.isprintable():
+        lines = token.count("\n") + 1
+        raise InputError(
+            f"the bearer token file holds {lines} lines or control characters; a token is "
+            "one line (content not shown)", where=str(path),
+            fix="write the token alone on one line, e.g. kubectl create token ... > FILE")
+    if warn and mode & 0o004:
+        logging.getLogger(__name__).warning(
+            "%s: the bearer token file is readable by every user of this machine; "
+            "chmod 600 it", path)
+    return token
 
 
 @dataclass(frozen=True)
@@ -101,6 +146,12 @@ class PromClient:
         if not self.url.startswith(("http://", "https://")):
             raise InputError(f"Prometheus URL {self.url!r} has no http:// or https://",
                              fix="give the server's base URL, e.g. http://prometheus:9090")
+        # credentials in the URL become basic auth, and the URL everything shows (origins,
+        # errors, reports) is the one without them
+        self.url, userinfo = split_userinfo(self.url)
+        if userinfo is not None and self.basic_auth is None:
+            self.basic_auth = userinfo
+        self._token_checked = False
         verify: Any = True
         if self.ca_file is not None:
             if not Path(self.ca_file).is_file():
@@ -127,12 +178,8 @@ class PromClient:
     def _headers(self) -> dict[str, str]:
         token: str | None = None
         if self.bearer_token_file is not None:
-            try:
-                token = Path(self.bearer_token_file).read_text(encoding="utf-8").strip()
-            except OSError as exc:
-                raise InputError(f"cannot read bearer token file: {exc.strerror or exc}",
-                                 where=str(self.bearer_token_file),
-                                 fix="give a readable file holding the token") from exc
+            token = read_token_file(Path(self.bearer_token_file), warn=not self._token_checked)
+            self._token_checked = True
         elif self.bearer_token_env:
             token = os.environ.get(self.bearer_token_env)
             if not token:
@@ -154,6 +201,12 @@ class PromClient:
             except httpx.TimeoutException as exc:
                 last = f"timed out after {self.timeout_s:g} s ({exc.__class__.__name__})"
                 continue
+            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol,
+                    httpx.InvalidURL) as exc:  # ours, not the network's: retrying cannot help
+                # (the message of a bad header may quote the header, i.e. the token)
+                raise InputError(f"cannot send the request ({exc.__class__.__name__})",
+                                 where=where, fix="check the URL and the credentials' form "
+                                 "(one line, printable characters)") from None
             except httpx.HTTPError as exc:
                 last = f"{exc.__class__.__name__}: {exc}"
                 continue
