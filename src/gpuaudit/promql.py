@@ -7,11 +7,14 @@ pushed down as PromQL (``classify``) both write PromQL, and neither may import t
 
 from __future__ import annotations
 
+import ast
+import re
 from collections.abc import Mapping
 
 from gpuaudit.errors import InputError
 
-__all__ = ["alternation", "duration", "escape_label_value", "fresh", "regex_of", "selector",
+__all__ = ["alternation", "duration", "escape_label_value", "fresh", "parse_selector",
+           "regex_of", "selector",
            "time_chunks", "with_matcher"]
 
 
@@ -85,3 +88,40 @@ def alternation(values: list[str]) -> str:
     """An RE2 alternation matching exactly ``values`` (Prometheus anchors regex matchers)."""
     special = set("\\.+*?()|[]{}^$")
     return "|".join("".join("\\" + c if c in special else c for c in v) for v in values)
+
+
+_MATCHER = re.compile(
+    r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*("(?:[^"\\\n]|\\.)*"|\'(?:[^\'\\\n]|\\.)*\')'
+    r"\s*(,|$)")
+
+
+def parse_selector(text: str, *, what: str = "--selector") -> str:
+    """A user's label matchers (``cluster="prod",team=~"ml.*"``, braces optional) checked as
+    PromQL and written back canonically; a typo is an :class:`InputError` naming the column
+    where it breaks, instead of a rules file Prometheus rejects."""
+    body = text.strip()
+    if body.startswith("{") and body.endswith("}"):
+        body = body[1:-1]
+    if not body.strip():
+        return ""
+    out = []
+    pos = 0
+    while pos < len(body):
+        m = _MATCHER.match(body, pos)
+        if m is None:
+            raise InputError(
+                f"{what} {text!r} is not a list of PromQL label matchers (it breaks at "
+                f"character {pos + 1}: {body[pos:pos + 20]!r})",
+                fix='write label="value" pairs separated by commas, with =, !=, =~ or !~: '
+                'cluster="prod",team=~"ml.*"')
+        name, op, quoted = m.group(1), m.group(2), m.group(3)
+        try:
+            value = ast.literal_eval(quoted)
+        except (ValueError, SyntaxError) as exc:
+            raise InputError(f"{what}: the value {quoted} of {name} is not a valid string",
+                             fix="escape quotes and backslashes in label values") from exc
+        out.append(f'{name}{op}"{escape_label_value(str(value))}"')
+        pos = m.end()
+        if m.group(4) == "," and pos >= len(body):
+            break
+    return ",".join(out)

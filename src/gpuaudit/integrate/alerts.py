@@ -14,6 +14,7 @@ YAML reads as-is), checked in the tests by ``promtool check rules`` and ``promto
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from gpuaudit.price.billing.budgets import Budgets
 
-__all__ = ["AlertThresholds", "alert_rules", "budget_rules", "rules_yaml", "to_yaml"]
+__all__ = ["AlertThresholds", "alert_rules", "budget_rules", "literal", "rules_yaml", "to_yaml"]
 
 
 
@@ -45,6 +46,11 @@ class AlertThresholds:
     def __post_init__(self) -> None:
         # the checks of the CLI's options (gpuaudit.validate), for Python callers too
         from gpuaudit import validate as v
+        from gpuaudit.promql import parse_selector
+
+        # checked and written back canonically: a stray quote would make Prometheus reject
+        # the whole rules file
+        object.__setattr__(self, "selector", parse_selector(self.selector))
 
         for name in ("underutil_window", "tensor_window", "for_duration"):
             v.parse_prom_duration_s(getattr(self, name), name=name)
@@ -133,12 +139,28 @@ def alert_rules(t: AlertThresholds = AlertThresholds()) -> dict[str, Any]:
                        {"name": "gpuaudit-gpu-health", "rules": health}]}
 
 
+# characters YAML does not allow unescaped even in a double-quoted scalar (YAML 1.2, 5.1):
+# DEL, the C1 controls but NEL, the surrogates, U+FFFE and U+FFFF (JSON leaves them raw)
+_NOT_YAML_PRINTABLE = re.compile("[\x7f-\x84\x86-\x9f\ud800-\udfff\ufffe\uffff]")
+
+
 def _scalar(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
-    return json.dumps(str(v), ensure_ascii=False)
+    text = json.dumps(str(v), ensure_ascii=False)
+    return _NOT_YAML_PRINTABLE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+_TEMPLATE_DELIMS = re.compile(r"\{\{|\}\}")
+
+
+def literal(text: str) -> str:
+    """``text`` as literal text inside a Prometheus alert label or annotation, which are Go
+    templates: ``{{`` and ``}}`` become ``{{ "{{" }}`` and ``{{ "}}" }}``, so a team named
+    ``{{ query "up" }}`` is shown, never run, when the alert fires."""
+    return _TEMPLATE_DELIMS.sub(lambda m: '{{ "' + m.group() + '" }}', text)
 
 
 def to_yaml(value: Any, indent: int = 0) -> str:
@@ -205,16 +227,18 @@ def budget_rules(budgets: Budgets, t: AlertThresholds = AlertThresholds()) -> di
             "alert": "GpuBudgetForecastExceeded",
             "expr": f"{forecast} > {budget}",
             "for": "1h",
-            "labels": {"severity": "warning", "category": "budget", "budget_team": team},
+            "labels": {"severity": "warning", "category": "budget",
+                       "budget_team": literal(team)},
             "annotations": {
-                "summary": f"{label} {team}: month-end GPU spend forecast "
-                           f"{{{{ $value | printf \"%.2f\" }}}} {cur} is over the budget "
-                           f"{budget} {cur}",
-                "description": f"The GPUs {label}={team} held over the last day, x 24 h x the "
-                               f"days in this month x {budgets.usd_per_gpu_hour} {cur}/GPU-h "
-                               f"(from {budgets.path}), exceed the monthly budget {budget} "
-                               f"{cur}. gpuaudit bill --budgets shows month to date and the "
-                               "forecast interval from the invoice."},
+                "summary": f"{label} {literal(team)}: month-end GPU spend forecast "
+                           f"{{{{ $value | printf \"%.2f\" }}}} {literal(cur)} is over the "
+                           f"budget {budget} {literal(cur)}",
+                "description": f"The GPUs {label}={literal(team)} held over the last day, x "
+                               f"24 h x the days in this month x {budgets.usd_per_gpu_hour} "
+                               f"{literal(cur)}/GPU-h (from {literal(str(budgets.path))}), "
+                               f"exceed the monthly budget {budget} {literal(cur)}. gpuaudit "
+                               "bill --budgets shows month to date and the forecast interval "
+                               "from the invoice."},
         })
     return {"groups": [{"name": "gpuaudit-gpu-budgets", "rules": rules}]}
 

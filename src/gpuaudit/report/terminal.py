@@ -80,7 +80,7 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
     u, c = result.usage, result.cost
     buf = io.StringIO()
     con = Console(file=buf, width=width, force_terminal=color, no_color=not color,
-                  highlight=False, emoji=False)
+                  highlight=False, emoji=False, markup=False)
     window = ""
     if u.window_start and u.window_end:
         window = (f"{u.window_start:%Y-%m-%d %H:%M:%S} -> {u.window_end:%Y-%m-%d %H:%M:%S} UTC "
