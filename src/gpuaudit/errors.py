@@ -16,11 +16,25 @@ __all__ = [
     "PricingError",
     "SampleTableError",
     "SourceUnavailableError",
+    "bounded",
     "redact",
 ]
 
 # scheme://userinfo@ -- the user and password of a URL (RFC 3986 section 3.2.1)
 _USERINFO = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#@\s]+@")
+
+
+_LONG_RUN = re.compile(r"\S{241,}")
+
+
+def bounded(text: str) -> str:
+    """``text`` with every run of more than 240 non-blank characters (a 10 MB line quoted as
+    a column name, a value from a hostile file) cut to its first 160 and last 40 characters
+    around a count of what was left out: an error stays a few lines, whatever it quotes."""
+    if len(text) <= 240:
+        return text
+    return _LONG_RUN.sub(lambda m: f"{m.group()[:160]}...[{len(m.group()) - 200:,} characters"
+                         f" cut]...{m.group()[-40:]}", text)
 
 
 def redact(text: str) -> str:
@@ -35,9 +49,9 @@ class GpuauditError(Exception):
 
     def __init__(self, what: str, *, where: str | None = None, fix: str | None = None) -> None:
         # no error ever shows a URL's password, whoever composed it
-        self.what = redact(what)
-        self.where = None if where is None else redact(where)
-        self.fix = None if fix is None else redact(fix)
+        self.what = bounded(redact(what))
+        self.where = None if where is None else bounded(redact(where))
+        self.fix = None if fix is None else bounded(redact(fix))
         super().__init__(self._compose())
 
     def _compose(self) -> str:

@@ -322,6 +322,11 @@ def load_trace(path: str | Path) -> RankTrace:
         raise InputError("not a valid Kineto/Chrome trace: a JSON value nested too deep "
                          "(trace events and their args are flat objects)", where=str(path),
                          fix="give a trace written by torch.profiler") from exc
+    except UnicodeDecodeError as exc:  # msgspec: invalid UTF-8 in a string or key
+        raise InputError(f"not a valid Kineto/Chrome trace: byte 0x{exc.object[exc.start]:02x}"
+                         " is not UTF-8 text", where=str(path),
+                         fix="the file is damaged or not a trace; write it again with "
+                         "torch.profiler") from None
     del data  # the document is no longer needed once the columns exist
     return _build_rank(path, meta, cols)
 
