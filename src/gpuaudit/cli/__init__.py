@@ -36,6 +36,34 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# command name -> its help's first paragraph, so `gpuaudit --help` lists the commands without
+# importing them (and numpy, pyarrow, the pipeline behind them); tests/cli/test_cli_help.py
+# keeps this equal to each command's own help
+SUMMARIES: dict[str, str] = {
+    "alerts": "Write Prometheus alerting rules (YAML) for GPU waste, GPU health and budgets.",
+    "audit": "Audit this machine's GPUs live, or the bundled real recording if it has none.",
+    "bill": "Split a cloud bill over the GPU time measured, by team, reconciled to the cent.",
+    "exporter": "Serve gpuaudit's cost, waste and phase time as Prometheus metrics.",
+    "fleet": "Fleet audit from dcgm-exporter series in Prometheus, attributed to teams.",
+    "grafana": "Write a Grafana dashboard over dcgm-exporter and gpuaudit exporter series.",
+    "queue": "Wait times of pods pending for nvidia.com/gpu, beside the GPU-hours idle "
+             "meanwhile; the idle capacity while pods waited goes to the recommender as a "
+             "scheduling finding.",
+    "report": "Audit PATH: a gpuaudit Parquet recording, an nvidia-smi CSV log, or any "
+              "CSV/JSONL.",
+    "rightsize": "The cheapest GPU, provider and purchase option that meets the measured "
+                 "need.",
+    "run": "Run COMMAND while sampling its GPUs; exit with COMMAND's exit code.",
+    "sample": "Record every visible GPU to a Parquet recording.",
+    "scrape": "Record dcgm-exporter endpoints (http://node:9400/metrics ...) into a recording.",
+    "simulate": "Replay the history packed by MIG, MPS or time-slicing: GPUs needed, risk, "
+                "dollars.",
+    "trace": "Audit PyTorch profiler traces (a directory of rank traces, .json/.json.gz) or an "
+             "nsys cuda_gpu_kern_sum CSV: busy/idle and its causes, kernel classes, overlap, "
+             "input stalls, tensor-core use, what it costs and what to change.",
+}
+
+
 class _LazyGroup(click.Group):
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
@@ -47,6 +75,20 @@ class _LazyGroup(click.Group):
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # click would import every command for its one-line help; the table has it
+        rows = []
+        limit = formatter.width - 6 - max(len(n) for n in COMMANDS)
+        for name in self.list_commands(ctx):
+            text = SUMMARIES.get(name)
+            if text is None:  # a command without a summary: ask it (imports it)
+                cmd = self.get_command(ctx, name)
+                text = cmd.get_short_help_str(limit) if cmd is not None else ""
+            # a stand-in command shortens it exactly as click shortens the real one's
+            rows.append((name, click.Command(name, help=text).get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = COMMANDS.get(cmd_name)
