@@ -1,0 +1,25 @@
+"""The Python API: one typed function per entry point, each returning the report object the
+CLI renders; the CLI only parses options and renders (docs/python-api.md).
+
+- :func:`audit` (``api/audit.py``): a file, a recording or a table, through every stage;
+- :func:`audit_fleet` (``api/fleet.py``): the fleet in Prometheus, per group;
+- :func:`audit_queue` (``api/queue.py``): pods waiting for GPUs, with the scheduling finding;
+- :func:`bill` (``api/bill.py``): the cloud bill split over measured GPU time;
+- :mod:`gpuaudit.api.compose`: what they share: :class:`Report`, :func:`assemble` (price ->
+  diagnose -> recommend -> health, composed once), :func:`rates_for`, :func:`open_source`.
+
+Each stage is also callable alone: :func:`gpuaudit.classify.classify`,
+:func:`gpuaudit.price.price_usage`, :func:`gpuaudit.recommend.recommend`,
+:func:`gpuaudit.report.render`.
+"""
+
+from __future__ import annotations
+
+from gpuaudit.api.audit import audit
+from gpuaudit.api.bill import BillReport, bill
+from gpuaudit.api.compose import Report, assemble, open_source, rates_for
+from gpuaudit.api.fleet import audit_fleet, fleet_usage, local_kpis
+from gpuaudit.api.queue import QueueAudit, audit_queue
+
+__all__ = ["BillReport", "QueueAudit", "Report", "assemble", "audit", "audit_fleet",
+           "audit_queue", "bill", "fleet_usage", "local_kpis", "open_source", "rates_for"]

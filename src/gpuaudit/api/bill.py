@@ -1,0 +1,156 @@
+"""``gpuaudit.bill(...)``: a cloud bill split over the GPU time measured, reconciled."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import replace as dc_replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from gpuaudit.api.compose import Report, assemble, open_source
+from gpuaudit.api.fleet import fleet_usage
+from gpuaudit.classify import classify
+from gpuaudit.schema import Recording, SampleSource
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["BillReport", "bill"]
+
+
+@dataclass(frozen=True)
+class BillReport(Report):
+    """What :func:`bill` returns: the :class:`Report` (priced at the bill's real rates) with
+    ``extra["bill"]`` (the reconciled split, docs/json-schema.md) and ``showback``: one row
+    per charge period, currency, line and phase, ``amount`` in whole cents (Arrow table)."""
+
+    showback: pa.Table | None = None
+
+
+def bill(
+    bill_path: str | Path | Sequence[str | Path],
+    *,
+    telemetry: SampleSource | Recording | pa.Table | str | Path | None = None,
+    prometheus: str | None = None,
+    by: Sequence[str] = ("team",),
+    method: str = "allocation",
+    fmt: str | None = None,
+    cost: str = "billed",
+    budgets: str | Path | None = None,
+    map_file: str | Path | None = None,
+    matchers: Mapping[str, str] | None = None,
+    step_s: float | None = None,
+    client_kwargs: Mapping[str, Any] | None = None,
+    host_aliases: Mapping[str, str] | None = None,
+    catalog: str | Path | None = None,
+    workers: int | None = None,
+    today: Any = None,
+    sql_dir: str | Path | None = None,
+    timeline: bool = True,
+) -> BillReport:
+    """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
+    table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
+
+    ``method``: ``allocation`` (who held the GPU pays for all of it) or ``usage`` (who kept
+    it busy pays for the non-idle phases; a team's idle time goes to ``idle``). ``fmt``:
+    ``focus``, ``cur`` or ``gcp`` (detected by columns when None). ``cost``: which of the
+    bill's costs is split: ``billed`` (the invoice), ``effective`` or ``list``. ``budgets``: a
+    TOML of monthly budgets (docs/billing.md). ``sql_dir``: write the join's inputs and SQL
+    there (to run it in Athena, Trino or BigQuery). ``timeline``: also fold the per-GPU
+    utilization timeline of the core report (telemetry files only). Every charge period's
+    lines sum to its billed cost to the cent; see
+    ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
+    """
+    from datetime import datetime, timezone
+
+    from gpuaudit.classify.phases import group_key_names
+    from gpuaudit.errors import InputError
+    from gpuaudit.price.attribution import coarse_usage, load_mapping
+    from gpuaudit.price.billing import open_bill
+    from gpuaudit.price.billing.allocate import HOUR_KEY, allocate, usage_hours
+    from gpuaudit.price.billing.rates import bill_rates
+
+    if (telemetry is None) == (prometheus is None):
+        raise InputError("give the measured GPU time: either --telemetry FILE or "
+                         "--prometheus URL", fix="gpuaudit bill BILL --telemetry run.parquet")
+    if method not in ("allocation", "usage"):
+        raise InputError(f"unknown method {method!r}", fix="use --method allocation or usage")
+    if cost not in ("billed", "effective", "list"):
+        raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
+    names = [k.strip() for k in by if k.strip()] or ["team"]
+    keys = group_key_names(names)
+    names = [k[6:] if k.startswith("label:") else k for k in keys]
+    opened = open_bill(bill_path, fmt=fmt)
+    fine = tuple(dict.fromkeys([*keys, "pod"]))
+    if telemetry is not None:
+        source = open_source(telemetry)
+        if map_file is not None:
+            # the fleet's attribution rules (pod labels, the mapping file), as
+            # `gpuaudit fleet --recording` applies them; needs the table in memory
+            from gpuaudit.measure.files import read_samples
+            from gpuaudit.price.attribution import Attributor, attribute_table
+
+            rec = source if isinstance(source, Recording) else read_samples(telemetry) \
+                if isinstance(telemetry, (str, Path)) else None
+            if rec is None:
+                raise InputError("--map-file with a streamed sample source",
+                                 fix="give a recording file or a Recording")
+            source = dc_replace(rec, table=attribute_table(
+                rec.table, Attributor(load_mapping(map_file), {})))
+        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers, timeline=timeline)
+        window = (usage_h.window_start, usage_h.window_end)
+    else:
+        assert prometheus is not None
+        span = opened.con.execute(
+            "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchone()
+        if span[0] is None:
+            raise InputError("the bill has no lines", where=opened.origin,
+                             fix="give a bill export with usage lines")
+        start_s, end_s = span[0].timestamp(), span[1].timestamp()
+        step = step_s or 60.0
+        mapping = load_mapping(map_file) if map_file else None
+        fleet_fine = tuple(dict.fromkeys([*keys, "namespace", "pod"]))
+        usage_f, hourly, _util, _transfer = fleet_usage(
+            prometheus, start_s=start_s - step, end_s=end_s, step_s=step_s, by=fleet_fine,
+            mapping=mapping, matchers=matchers, client_kwargs=client_kwargs, chunk_s=3600.0)
+        if hourly is None:
+            raise InputError("no dcgm-exporter series in the bill's period", where=prometheus,
+                             fix="check the bill's dates and --match")
+        usage_h = dc_replace(usage_f, cells=hourly.append_column(
+            HOUR_KEY, _epoch_text(hourly.column("day_start"))))
+        window = (datetime.fromtimestamp(start_s, tz=timezone.utc),
+                  datetime.fromtimestamp(end_s, tz=timezone.utc))
+    if window[0] is None or window[1] is None:
+        raise InputError("the telemetry has no samples", fix="give a recording with samples")
+    hours = usage_hours(usage_h.cells, list(keys))
+    alloc = allocate(opened, hours, names, method=method, cost=cost,
+                     window=(window[0], window[1]), host_aliases=host_aliases,
+                     sql_dir=sql_dir)
+    summary = alloc.summary
+    usage = coarse_usage(usage_h, keys)
+    rates = bill_rates(usage, summary, catalog=catalog)
+    if budgets is not None:
+        from gpuaudit.price.billing.budgets import budget_status, load_budgets
+
+        summary["budgets"] = budget_status(load_budgets(budgets), alloc.showback, names,
+                                           today=today)
+    rep = assemble(usage, rates, extra={"bill": summary})
+    from dataclasses import fields
+
+    return BillReport(**{f.name: getattr(rep, f.name) for f in fields(rep)},
+                      showback=alloc.showback)
+
+
+def _epoch_text(ts: Any) -> pa.Array:
+    """Hourly chunk starts as the hour they cover, epoch seconds in text (classify's
+    ``period:3600`` values). The pushdown's chunks start one scrape step after the range's
+    start, so a chunk starting at 09:59:15 is the 10:00 hour: rounded to the nearest hour."""
+    import pyarrow.compute as pc
+
+    secs = pc.divide(pc.cast(pc.cast(ts, pa.timestamp("ns", tz="UTC")), pa.int64()),
+                     1_000_000_000)
+    hour = pc.multiply(pc.divide(pc.add(secs, 1800), 3600), 3600)
+    return pc.cast(hour, pa.string())

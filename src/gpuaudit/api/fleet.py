@@ -1,0 +1,273 @@
+"""``gpuaudit.audit_fleet(...)``: the fleet in Prometheus (or a recording of it), per group."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace as dc_replace
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from gpuaudit.api.compose import Report, assemble, rates_for
+from gpuaudit.classify import Usage, classify
+from gpuaudit.price.catalog import Rate
+from gpuaudit.recommend import Finding
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["audit_fleet", "fleet_usage", "local_kpis"]
+
+
+def _fleet_advice(usage: Usage, rates: Mapping[str | None, Rate], keys: Sequence[str], top: int,
+            pricing: Mapping[str, Any]) -> dict[tuple[str | None, ...], list[dict[str, Any]]]:
+    """The recommender run on each of the ``top`` costliest groups alone."""
+
+    from gpuaudit.price.attribution import cells_of_group
+    from gpuaudit.price.cost import cost_lines
+
+    out: dict[tuple[str | None, ...], list[dict[str, Any]]] = {}
+    cells = usage.cells
+    for line in cost_lines(cells, rates, keys)[:top]:
+        key = line.key
+        sub_cells = cells_of_group(cells, keys, key)
+        gpus = set(sub_cells.column("gpu_uuid").to_pylist())
+        series = tuple(s for s in usage.series if s.gpu_uuid in gpus)
+        patterns = tuple(p for p in usage.patterns if p.gpu_uuid in gpus)
+        sub = dc_replace(usage, cells=sub_cells, series=series, patterns=patterns)
+        plan = assemble(sub, rates, energy_usd_per_kwh=pricing.get("energy_usd_per_kwh")).plan
+        recs = sorted(plan.recommendations, key=lambda r: -r.monthly_usd)[:3]
+        out[tuple(key)] = [{"id": r.id, "title": r.remediation.title,
+                            "monthly_usd": str(r.monthly_usd.quantize(Decimal("0.01"))),
+                            "evidence": r.evidence, "counted": r.counted} for r in recs]
+    return out
+
+
+def audit_fleet(
+    *,
+    prometheus: str | None = None,
+    recording: str | Path | None = None,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    since_s: float = 7 * 86400.0,
+    step_s: float | None = None,
+    by: Sequence[str] = ("team",),
+    map_file: str | Path | None = None,
+    matchers: Mapping[str, str] | None = None,
+    raw: bool = False,
+    client_kwargs: Mapping[str, Any] | None = None,
+    chunk_s: float = 86400.0,
+    pricing: Mapping[str, Any] | None = None,
+    advice_groups: int = 10,
+    findings: Iterable[Finding] = (),
+) -> Report:
+    """Audit a fleet and return a :class:`Report` whose ``extra["fleet"]`` holds the
+    showback, KPIs and histograms (see report/fleet.py): the fleet's usage from Prometheus
+    (:func:`fleet_usage`, pushdown or raw) or a ``gpuaudit scrape`` recording, attributed to
+    teams, rolled up by ``by``, then :func:`assemble`, plus the recommender run on each of the
+    ``advice_groups`` costliest groups alone."""
+    from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
+    from gpuaudit.errors import InputError
+    from gpuaudit.price.attribution import (
+        Attributor,
+        attribute_table,
+        coarse_usage,
+        fleet_summary,
+        load_mapping,
+    )
+    from gpuaudit.validate import (
+        EPOCH_S,
+        FLEET_CHUNK_S,
+        FLEET_SINCE_S,
+        FLEET_STEP_S,
+        PRICE_USD_PER_GPU_HOUR,
+    )
+
+    pricing = dict(pricing or {})
+    if pricing.get("price") is not None:
+        pricing["price"] = PRICE_USD_PER_GPU_HOUR.check_decimal(pricing["price"], "price")
+    since_s = FLEET_SINCE_S.check(since_s, "since_s")
+    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
+    if step_s is not None:
+        step_s = FLEET_STEP_S.check(step_s, "step_s")
+    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
+    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
+    mapping = load_mapping(map_file) if map_file else None
+    user_keys = group_key_names(list(by) or ["team"])
+    fine_keys = tuple(dict.fromkeys([*user_keys, "namespace", "pod"]))
+    transfer: dict[str, Any] = {}
+    util_window: dict[str, float | None] = {}
+    daily: pa.Table | None = None
+    if (prometheus is None) == (recording is None):
+        raise InputError("give either --prometheus URL or --recording PATH",
+                         fix="gpuaudit fleet --prometheus http://prom:9090 --since 7d")
+    if recording is not None:
+        from gpuaudit.measure.files import read_samples
+
+        rec = read_samples(recording)
+        table = attribute_table(rec.table, Attributor(mapping, {}))
+        usage_fine = classify(dc_replace(rec, table=table), by=fine_keys)
+        daily, util_window = local_kpis(table, fine_keys, usage_fine.interval_s)
+        transfer = {"mode": "recording", "path": str(recording)}
+    else:
+        assert prometheus is not None
+        usage_fine, daily, util_window, transfer = fleet_usage(
+            prometheus, start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
+            by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
+            client_kwargs=client_kwargs, chunk_s=chunk_s)
+    usage = coarse_usage(usage_fine, user_keys)
+    # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
+    # no series has are noted
+    usage = dc_replace(usage, notes=(*(n for n in usage.notes if n.where != "--by"),
+                                  *unmatched_group_notes(usage.cells, user_keys, None)))
+    rates = rates_for(usage, gpu_model=pricing.get("gpu_model"), price=pricing.get("price"),
+                      provider=pricing.get("provider"),
+                      purchase=pricing.get("purchase", "on-demand"),
+                      catalog=pricing.get("catalog"))
+    advice = _fleet_advice(usage_fine, rates, list(user_keys), advice_groups, pricing)
+    fleet = fleet_summary(usage_fine, rates, group_keys=user_keys, daily=daily,
+                          util_window_pct=util_window, advice=advice, transfer=transfer)
+    return assemble(usage, rates, counts=pricing.get("counts"),
+                    energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"),
+                    findings=findings, extra={"fleet": fleet})
+
+
+def fleet_usage(
+    prometheus: str,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
+    since_s: float = 7 * 86400.0,
+    step_s: float | None = None,
+    by: Sequence[str] = (),
+    mapping: Any = None,
+    matchers: Mapping[str, str] | None = None,
+    raw: bool = False,
+    client_kwargs: Mapping[str, Any] | None = None,
+    chunk_s: float = 86400.0,
+) -> tuple[Usage, pa.Table | None, dict[str, float | None], dict[str, Any]]:
+    """Measured GPU time of a fleet in a Prometheus-compatible store: the classification
+    pushed down as PromQL (``raw``: samples pulled and classified here), attributed by pod
+    labels and ``mapping`` (a :class:`~gpuaudit.price.attribution.MappingFile`).
+
+    Returns the :class:`Usage` over ``by`` (group keys, e.g. team, namespace, pod), the cells
+    per chunk of ``chunk_s`` (column ``day_start``: the chunk's start), the fleet's mean
+    utilization over the last 1 h and 24 h, and what crossed the wire. ``gpuaudit fleet`` and
+    ``gpuaudit bill --prometheus`` (hourly chunks) both read the fleet so.
+    """
+    import time
+
+    from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
+    from gpuaudit.errors import InputError
+    from gpuaudit.measure.fleet.dcgm import series_id
+    from gpuaudit.measure.fleet.prometheus import (
+        PromClient,
+        PrometheusSource,
+        detect_interval_s,
+        pod_labels,
+    )
+    from gpuaudit.price.attribution import Attributor, attribute_table
+    from gpuaudit.validate import EPOCH_S, FLEET_CHUNK_S, FLEET_SINCE_S, FLEET_STEP_S
+
+    since_s = FLEET_SINCE_S.check(since_s, "since_s")
+    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
+    step_s = None if step_s is None else FLEET_STEP_S.check(step_s, "step_s")
+    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
+    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
+    fine_keys = tuple(by)
+    daily: pa.Table | None = None
+    client = PromClient(prometheus, **dict(client_kwargs or {}))
+    try:
+        end = end_s if end_s is not None else time.time()
+        start = start_s if start_s is not None else end - since_s
+        if end <= start:
+            raise InputError("the range is empty (--end is not after --start)",
+                             fix="give --since, or --start before --end")
+        step = step_s or detect_interval_s(client, end_s=end, start_s=start,
+                                           matchers=matchers)
+        if step is None:
+            raise InputError(
+                "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
+                f"{_iso(end)}", where=prometheus, fix="check --start/--end/--since and --match")
+        step = float(step)
+        start = (start // step + 1) * step
+        end = (end // step) * step
+        kube = pod_labels(client, start_s=start, end_s=end)
+        attributor = Attributor(mapping, kube)
+        if raw:
+            src = PrometheusSource(client, start_s=start, end_s=end, step_s=step,
+                                   matchers=matchers)
+            batches = list(src.batches())
+            from gpuaudit.schema import SAMPLE_SCHEMA, Recording
+
+            table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
+            table = attribute_table(table, attributor)
+            rec = Recording(table=table, source="prometheus", origin=src.origin,
+                            interval_s=step, notes=src.notes)
+            usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
+            daily, util_window = local_kpis(table, fine_keys, step, start_s=start,
+                                             chunk_s=chunk_s)
+        else:
+            data = pull_aggregates(client, identify=series_id, start_s=start, end_s=end,
+                                   step_s=step, matchers=matchers, chunk_s=chunk_s)
+            usage_fine, daily = usage_from_pushdown(
+                data, by=fine_keys,
+                labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
+                                                          dict(sid.labels)))
+            util_window = dict(data.fleet_util_pct)
+        transfer = {"mode": "raw query_range" if raw else "PromQL pushdown",
+                    "url": client.url, "requests": client.requests,
+                    "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
+                    "step_s": step, "start": _iso(start), "end": _iso(end),
+                    "kube_pod_labels": len(kube)}
+    finally:
+        client.close()
+    return usage_fine, daily, util_window, transfer
+
+
+def _iso(t: float) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
+
+
+def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
+                start_s: float | None = None, chunk_s: float = 86400.0,
+                ) -> tuple[Any, dict[str, float | None]]:
+    """Per-day cells (classify over each day's rows) and mean utilization over the last 1 h
+    and 24 h, from a sample table already attributed."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpuaudit.classify import classify
+
+    if table.num_rows == 0:
+        return None, {}
+    ts = table.column("ts").cast(pa.int64()).to_numpy()
+    t0 = float(start_s) if start_s is not None else float(ts.min()) / 1e9
+    day = ((ts / 1e9 - t0) // chunk_s).astype(np.int64)
+    parts = []
+    for d in np.unique(day):
+        sub = table.filter(pa.array(day == d))
+        u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0)
+        cells = u.cells
+        start_ns = int((t0 + d * chunk_s) * 1e9)
+        parts.append(cells.add_column(0, "day_start", pa.array(
+            [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))))
+    daily = pa.concat_tables(parts, promote_options="permissive")
+    end_ns = int(ts.max())
+    out: dict[str, float | None] = {}
+    for label, secs in (("1h", 3600), ("24h", 86400)):
+        sub = table.filter(pc.greater(table.column("ts").cast(pa.int64()),
+                                      end_ns - secs * 1_000_000_000))
+        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0).overall() \
+            .mean_util_pct if sub.num_rows else None
+    return daily, out
+
+
+
+
