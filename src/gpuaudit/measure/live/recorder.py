@@ -218,6 +218,9 @@ class Recorder:
         replaces it, ``append`` continues it (its rows and marks come first)."""
         if mode not in OUTPUT_MODES:
             raise ValueError(f"mode must be one of {OUTPUT_MODES}, not {mode!r}")
+        if str(path) == "-":
+            raise InputError("a recording is a Parquet file and cannot go to stdout (-o -)",
+                             fix="give a file path, e.g. -o run.parquet")
         self.path = Path(path)
         self.journal = Path(str(self.path) + JOURNAL_SUFFIX)
         self.side = Path(str(self.path) + SIDE_SUFFIX)
