@@ -65,6 +65,8 @@ def exporter_cmd(listen: str, source: Path | None, live: bool, by: tuple[str, ..
     host, port = parse_listen(listen)
     groups = tuple(k for item in by for k in item.split(",") if k.strip())
     state = ExporterState(groups)
+    # bind first: a port in use or a host that does not resolve fails before any audit
+    server = serve(state, host, port, start=False)
     audit_kw = pricing_kwargs(kw)
     feed: LiveFeed | None = None
     sampler: Any = None
@@ -79,7 +81,7 @@ def exporter_cmd(listen: str, source: Path | None, live: bool, by: tuple[str, ..
                           flush_s=refresh_s, origin="live NVML sampling by gpuaudit exporter")
         sampler.start()  # SourceUnavailableError -> "error: ..." and exit 2
         feed = LiveFeed(sampler, state, refresh_s=refresh_s, audit_kw=audit_kw).start()
-    server = serve(state, host, port)
+    server.start()
     bound = server.server_address
     click.echo(f"gpuaudit: exporting on http://{host}:{bound[1]}/metrics "
                f"({len(state.totals)} series sets); Ctrl-C to stop", err=True)

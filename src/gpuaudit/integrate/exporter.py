@@ -24,8 +24,11 @@ registry with one custom collector), so a scrape costs a memcpy whatever the fle
 
 from __future__ import annotations
 
+import errno
+import logging
 import re
 import socket
+import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -69,6 +72,8 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 
 _FIXED = ("gpu", "host", "gpu_model")
+#: seconds a scrape connection may stay silent before it is dropped
+READ_TIMEOUT_S = 10.0
 _LABEL_RE = re.compile(r"[^a-zA-Z0-9_]")
 
 
@@ -80,6 +85,14 @@ def label_names(by: Sequence[str]) -> tuple[str, ...]:
         if not name or name[0].isdigit() or name in _FIXED or name.startswith("__"):
             name = f"label_{name}"
         out.append(name)
+    seen: dict[str, str] = {}
+    for key, name in zip(group_key_names(by), out):
+        if name in seen:
+            raise InputError(
+                f"--by {seen[name]!r} and {key!r} both become the Prometheus label {name!r} "
+                "(a label name holds only letters, digits and _)", where="--by",
+                fix="group by one of them, or rename one label in the source")
+        seen[name] = key
     return tuple(out)
 
 
@@ -266,6 +279,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 
+    def setup(self) -> None:
+        # a read timeout on the connection: a client that connects and sends nothing (or
+        # half a request) is dropped after it, instead of holding a thread for ever
+        self.request.settimeout(self.server.read_timeout_s)
+        super().setup()
+
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
@@ -291,9 +310,24 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # 100 scrapers connecting at once must not overflow the backlog
 
-    def __init__(self, addr: tuple[str, int], state: ExporterState) -> None:
+    def __init__(self, addr: tuple[str, int], state: ExporterState,
+                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
         self.state = state
+        self.read_timeout_s = read_timeout_s
         super().__init__(addr, _Handler)
+
+    def start(self) -> None:
+        threading.Thread(target=self.serve_forever, name="gpuaudit-exporter-http",
+                         daemon=True).start()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # a client that hangs up or times out is routine for a scraped server: no traceback
+        exc = sys.exc_info()[1]
+        if isinstance(exc, (ConnectionError, TimeoutError)):
+            return
+        logging.getLogger(__name__).warning("request from %s failed: %s: %s",
+                                            client_address[0] if client_address else "?",
+                                            type(exc).__name__, exc)
 
 
 class _Server6(_Server):
@@ -309,12 +343,28 @@ def parse_listen(listen: str) -> tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
-def serve(state: ExporterState, host: str = "127.0.0.1", port: int = 9402) -> _Server:
+def serve(state: ExporterState, host: str = "127.0.0.1", port: int = 9402, *,
+          read_timeout_s: float = READ_TIMEOUT_S, start: bool = True) -> _Server:
     """Start serving ``state`` on ``host:port`` in a background thread; returns the server
-    (``server.server_address`` has the bound port when ``port`` is 0; ``shutdown()`` stops)."""
-    server = (_Server6 if ":" in host else _Server)((host, port), state)
-    threading.Thread(target=server.serve_forever, name="gpuaudit-exporter-http",
-                     daemon=True).start()
+    (``server.server_address`` has the bound port when ``port`` is 0; ``shutdown()`` stops).
+    A port in use or a host that does not resolve is an :class:`InputError`. ``start=False``
+    binds and listens only (scrapers wait in the backlog); ``server.start()`` serves."""
+    try:
+        server = (_Server6 if ":" in host else _Server)((host, port), state, read_timeout_s)
+    except socket.gaierror as exc:
+        raise InputError(f"cannot resolve the host {host!r}: {exc.strerror or exc}",
+                         where="--listen", fix="give an address of this machine, e.g. "
+                         "127.0.0.1:9402 (0.0.0.0:9402 for every interface)") from None
+    except OSError as exc:
+        why = {errno.EADDRINUSE: "the port is in use (another exporter?)",
+               errno.EACCES: "permission denied (ports below 1024 need root)",
+               errno.EADDRNOTAVAIL: "the address is not one of this machine's"}.get(
+                   exc.errno or 0, exc.strerror or str(exc))
+        raise InputError(f"cannot listen on {host}:{port}: {why}", where="--listen",
+                         fix="choose another port (--listen 127.0.0.1:9403) or stop the "
+                         "process that holds it (ss -ltnp)") from None
+    if start:
+        server.start()
     return server
 
 
