@@ -22,8 +22,14 @@ import pyarrow.compute as pc
 
 from gpuaudit.errors import InputError
 from gpuaudit.price.billing.gpu_lines import match_skus
-from gpuaudit.price.billing.join import METHODS, PHASE_COLS, UNITS_PER_USD, allocation_sql
-from gpuaudit.price.billing.readers import Bill
+from gpuaudit.price.billing.join import (
+    COST_COLUMNS,
+    METHODS,
+    PHASE_COLS,
+    UNITS_PER_USD,
+    allocation_sql,
+)
+from gpuaudit.price.billing.readers import CANONICAL, Bill
 from gpuaudit.price.billing.reconcile import (
     UNITS_PER_CENT,
     cents_of_units,
@@ -336,6 +342,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                 f"{len(outside)} of {len(period_rows)} {ccy} charge periods have no measured GPU "
                 f"time (telemetry covers {_iso(window[0])} .. {_iso(window[1])}): "
                 f"{amount:,.2f} {ccy} of GPU cost in them is unallocated, not guessed")
+        buckets = _buckets(con, ccy, cost, line_list, billed_cents)
+        model_rates = _model_rates(con, ccy)
         out["currencies"][ccy] = {
             "bill_total": _dec_usd(all_total[0] or Decimal(0)),
             "bill_lines": int(all_total[1]),
@@ -367,6 +375,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
             },
             "periods": period_rows,
             "rates": [_rate_row(r) for r in rates],
+            "buckets": buckets,
+            "model_rates": model_rates,
         }
     unmatched = con.execute(
         "SELECT resource_id, any_value(instance), currency, sum(billed_cost), "
@@ -375,6 +385,14 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
     out["bill_without_telemetry"] = [
         {"resource_id": r[0], "instance": r[1], "currency": r[2], "billed": _dec_usd(r[3]),
          "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]
+    out["duplicates"] = _duplicates(con)
+    if out["duplicates"]["lines"]:
+        d = out["duplicates"]
+        out["notes"].append(
+            f"{d['lines']} duplicate line(s) repeat another line exactly (same resource, SKU, period, "
+            "category and cost): " + ", ".join(f"{v} {k}" for k, v in d["amount"].items())
+            + "; kept and split as billed (a bill may repeat a line), check the export "
+            "for a file read twice")
     billed_hosts = set(pairs.values())
     out["telemetry_without_bill"] = [h for h in hosts if h not in billed_hosts]
     return out
@@ -394,6 +412,87 @@ def _rate_row(r: tuple[Any, ...]) -> dict[str, Any]:
             "billed_per_gpu_hour": per_h(r[4]),
             "effective_per_gpu_hour": per_h(r[5]),
             "list_per_gpu_hour": per_h(r[6])}
+
+
+_HOURS = (
+    "CASE WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') "
+    "THEN b.quantity WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', "
+    "'s') THEN b.quantity / 3600.0 WHEN b.charge_class = 'Correction' THEN 0 "
+    "ELSE epoch(b.charge_end) / 3600.0 - epoch(b.charge_start) / 3600.0 END")
+
+#: The lines a rate is read from: usage, with its corrections (ChargeClass Correction, a
+#: negative ConsumedQuantity with its negative cost); never a credit, a refund (a negative
+#: usage line that is no correction), a tax or a purchase.
+RATE_LINES = ("b.charge_category = 'Usage' AND (b.charge_class = 'Correction' OR "
+              "(b.billed_cost >= 0 AND b.effective_cost >= 0))")
+
+
+def _model_rates(con: Any, ccy: str) -> list[dict[str, Any]]:
+    """Per catalog GPU model, instance and pricing category: the usage lines' GPU-hours and
+    costs net of their corrections (the one input of the rate rule, ``rates.py``)."""
+    rows = con.execute(
+        f"SELECT s.gpu_model, s.instance, COALESCE(b.pricing_category, 'Standard'), "
+        f"sum(({_HOURS}) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)), "
+        "sum(b.billed_cost), sum(b.effective_cost), sum(b.list_cost), count(*), "
+        "count(*) FILTER (WHERE b.charge_class = 'Correction') "
+        f"FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text "
+        f"WHERE b.currency = ? AND {RATE_LINES} GROUP BY ALL ORDER BY 1, 2, 3",
+        [ccy]).fetchall()
+    return [{"gpu_model": r[0], "instance": r[1], "pricing_category": r[2],
+             "gpu_hours": round(float(r[3] or 0), 6), "billed": str(r[4]),
+             "effective": str(r[5]), "list": str(r[6]), "lines": int(r[7]),
+             "corrections": int(r[8])} for r in rows]
+
+
+def _duplicates(con: Any) -> dict[str, Any]:
+    """Lines repeating another exactly (every canonical column but the file and row)."""
+    cols = [c for c, _t in CANONICAL if c not in ("src_file", "src_row")]
+    rows = con.execute(
+        f"SELECT currency, sum(n - 1), sum((n - 1) * billed_cost), count(*) FROM ("
+        f"SELECT {', '.join(cols)}, count(*) AS n FROM bill_lines GROUP BY ALL "
+        "HAVING count(*) > 1) GROUP BY currency ORDER BY currency").fetchall()
+    return {"lines": int(sum(int(r[1]) for r in rows)), "groups": int(sum(r[3] for r in rows)),
+            "amount": {str(r[0]): _dec_usd(r[2]) for r in rows}}
+
+
+def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
+             gpu_cents: int) -> dict[str, Any]:
+    """Every line of one currency in exactly one bucket; the buckets sum to the invoice
+    (the sum of the cost basis over all lines, rounded once) to the cent.
+
+    GPU lines are split (team, idle, unallocated; a credit or refund on a GPU line is split
+    like that line); the other lines go whole to ``tax``, ``credit`` (credits and negative
+    non-GPU amounts), ``non_gpu`` (usage, purchases, adjustments of other services) or
+    ``rejected`` (a line with no cost, with its reason)."""
+    col = COST_COLUMNS[cost]
+    kinds = con.execute(
+        f"SELECT CASE WHEN b.{col} IS NULL THEN 'rejected' "
+        "WHEN b.charge_category = 'Tax' THEN 'tax' "
+        "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
+        f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
+        "FROM bill_lines b WHERE b.currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
+        "WHERE s.sku_text = b.sku_text) GROUP BY 1", [ccy]).fetchall()
+    gpu = con.execute(
+        f"SELECT count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
+        "FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text WHERE b.currency = ?",
+        [ccy]).fetchone()
+    other = {k: (int(n), int(u)) for k, n, u in kinds}
+    names = ["non_gpu", "tax", "credit", "rejected"]
+    total_units = int(gpu[1]) + sum(u for _n, u in other.values())
+    total = cents_of_units(total_units)
+    rest = split_cents([other.get(k, (0, 0))[1] for k in names], total - gpu_cents)
+    split = {"team": 0, "idle": 0, "unallocated": 0}
+    for ln in lines:
+        split[ln["kind"]] += int(ln["cents"])
+    out: dict[str, Any] = {k: {"amount": _usd(v), "lines": None} for k, v in split.items()}
+    for k, c in zip(names, rest):
+        out[k] = {"amount": _usd(c), "lines": other.get(k, (0, 0))[0]}
+    out["rejected"]["reason"] = "no amount in the cost column" if out["rejected"]["lines"] \
+        else None
+    n_lines = int(gpu[0]) + sum(n for n, _u in other.values())
+    return {"buckets": out, "gpu_lines": int(gpu[0]), "lines": n_lines,
+            "invoice_total": _usd(total), "sum_of_buckets": _usd(sum(split.values()) + sum(rest)),
+            "cost_basis": cost}
 
 
 def units_to_decimal(units: int) -> Decimal:

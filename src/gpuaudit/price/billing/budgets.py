@@ -137,10 +137,12 @@ def budget_status(budgets: Budgets, showback: pa.Table, keys: Sequence[str],
     last: datetime | None = None
     months = set()
     for i in range(showback.num_rows):
-        if rows["currency"][i] != budgets.currency or rows["kind"][i] != "team":
-            continue
+        # the bill's month: its last charge period in any currency and line (a budget in
+        # EUR on a bill whose EUR lines are all unallocated still means the bill's month)
         start: datetime = rows["period_start"][i]
         months.add(start.strftime("%Y-%m"))
+        if rows["currency"][i] != budgets.currency or rows["kind"][i] != "team":
+            continue
         end: datetime = rows["period_end"][i]
         last = end if last is None or end > last else last
     month = budgets.month or (max(months) if months else
