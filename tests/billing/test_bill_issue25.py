@@ -97,16 +97,28 @@ def test_host_without_bill_line_priced_by_its_own_model(files: dict[str, Path]) 
 
 
 def test_spot_saving_only_on_the_share_it_reaches(files: dict[str, Path]) -> None:
+    """Spot reaches the H100 (on demand, bill) and the A100 80GB (on demand, catalog), not
+    the A100 40GB already on spot nor the committed A10G: its cap is their share of the
+    cost, its saving the cost-weighted discount over them."""
     r = bill(files["focus_csv"], telemetry=files["telemetry"])
     spot = next(x for x in r.plan.recommendations if x.remediation.id == "spot")
-    h100_cost = sum((ln.observed_cost for ln in r.cost.per_gpu
-                     if str(ln.key[0]).startswith("GPU-11")), Decimal(0))
-    share = h100_cost / r.cost.total.observed_cost
-    assert spot.cap <= share + Decimal("0.0001")
-    assert spot.monthly_usd < Decimal("16400")
-    assert "H100" in spot.evidence and "A100" not in spot.evidence
-    com = [x for x in r.plan.recommendations if x.remediation.id == "commitment"]
-    assert all(c.cap <= share + Decimal("0.0001") for c in com)
+    on_demand = ("GPU-11", "GPU-15")  # the p5 host and the A100 80GB host
+    reach = sum((ln.observed_cost for ln in r.cost.per_gpu
+                 if str(ln.key[0]).startswith(on_demand)), Decimal(0))
+    total = r.cost.total.observed_cost
+    assert abs(spot.cap - reach / total) < Decimal("0.000001")
+    assert spot.cap < 1
+    assert all(str(u).startswith(on_demand) for u in spot.scope)
+    saved = Decimal(0)
+    for m, rt in r.cost.rates.items():
+        if m and ("H100" in m or "80GB" in m) and rt.spot_usd_per_gpu_hour is not None:
+            d = 1 - rt.spot_usd_per_gpu_hour / rt.on_demand_usd_per_gpu_hour * Decimal("1.1")
+            saved += d * sum((ln.observed_cost for ln in r.cost.per_gpu if str(
+                ln.key[0]).startswith("GPU-11" if "H100" in m else "GPU-15")), Decimal(0))
+    assert abs(spot.fraction - saved / total) < Decimal("0.000001")
+    assert "A10G" not in spot.evidence and "A100 40GB" not in spot.evidence
+    for c in (x for x in r.plan.recommendations if x.remediation.id == "commitment"):
+        assert all(str(u).startswith(on_demand) for u in c.scope)
 
 
 def test_doubled_bill_is_flagged(tmp_path: Path) -> None:

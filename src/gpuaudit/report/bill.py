@@ -81,6 +81,17 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
                    f"{_m(r['billed'], ccy)} (difference {_m(r['difference'], ccy)}; exact "
                    f"{r['exact_billed']}); {r['periods']} charge period(s), each exact to "
                    f"the cent: {'yes' if r['every_period_exact'] else 'NO'}")
+        bk = c.get("buckets")
+        if bk:
+            out.append("")
+            out.append(f"every line in one bucket ({bk['lines']} lines, {bk['gpu_lines']} of "
+                       f"them GPU lines split over the first three; cost: {bk['cost_basis']}):")
+            brows = [[name.replace("_", "-"), _m(v["amount"], ccy),
+                      "" if v["lines"] is None else str(v["lines"]),
+                      v.get("reason") or ""] for name, v in bk["buckets"].items()]
+            brows.append(["= invoice", _m(bk["invoice_total"], ccy), str(bk["lines"]),
+                          f"sum of buckets {_m(bk['sum_of_buckets'], ccy)}"])
+            out += _table(["bucket", "amount", "lines", "note"], brows, md)
         if c["rates"]:
             out.append("")
             rrows = [[x["instance"], x["pricing_category"], f"{x['gpu_hours']:,.1f}",
@@ -94,6 +105,22 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
             nrows = [[f"{x['service']} ({x['charge_category']})", str(x["lines"]),
                       _m(x["billed"], ccy)] for x in c["non_gpu"]["by_service"][:12]]
             out += _table(["non-GPU service", "lines", "billed"], nrows, md)
+    ex = bill.get("audit_reconciliation")
+    if ex:
+        ccy = ex["currency"]
+        out.append(h(f"Bill split vs audit ({ccy}): {_m(ex['bill_total'], ccy)} vs "
+                     f"{_m(ex['audit_total'], ccy)}, difference {_m(ex['difference'], ccy)}"))
+        out.append(ex["note"])
+        xrows = [[x["gpu_model"], x["rate_source"],
+                  "-" if x["rate_per_gpu_hour"] is None else _m(x["rate_per_gpu_hour"], ccy),
+                  f"{x['bill_gpu_hours']:,.1f}", _m(x["bill_cost"], ccy),
+                  f"{x['audit_gpu_hours']:,.1f}", _m(x["audit_cost"], ccy),
+                  _m(x["difference"], ccy), x["why"]] for x in ex["rows"]]
+        xrows.append(["total", "", "", "", _m(ex["bill_total"], ccy), "",
+                      _m(ex["audit_total"], ccy), _m(ex["difference"], ccy), ""])
+        out += _table(["GPU model", "rate from", "rate/GPU-h", "bill GPU-h",
+                       f"bill ({ex['cost_basis']})", "audit GPU-h", "audit", "difference",
+                       "why"], xrows, md)
     miss = bill.get("bill_without_telemetry", [])
     if miss:
         out.append(h("Billed GPU nodes with no telemetry (unallocated)"))
