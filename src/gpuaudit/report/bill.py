@@ -21,7 +21,7 @@ import pyarrow as pa
 from gpuaudit.report.text_table import markdown_table, plain_table
 from gpuaudit.validate import check_output_path
 
-__all__ = ["bill_html", "render_bill", "showback_csv", "write_showback_parquet"]
+__all__ = ["bill_html", "render_bill", "render_compare", "showback_csv", "write_showback_parquet"]
 
 PHASES = ("idle", "underutilized", "productive", "compute_bound", "unobserved")
 PHASE_COLORS = {"idle": "#d62728", "underutilized": "#ff7f0e", "productive": "#2ca02c",
@@ -144,6 +144,29 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
                        for x in b["teams"]], md)
         for a in b.get("alerts", []):
             out.append(f"ALERT: {a}")
+    return "\n".join(out) + "\n"
+
+
+def render_compare(cmp: Mapping[str, Any], fmt: str = "terminal") -> str:
+    """``gpuaudit bill compare``: per team and per remediation, last vs this month."""
+    md = fmt == "markdown"
+    out = [f"Realised savings: {cmp['last']['name']} ({cmp['last']['hours']:,.1f} h) -> "
+           f"{cmp['this']['name']} ({cmp['this']['hours']:,.1f} h), per month of 720 h", ""]
+    out += _table(["line", "last/month", "this/month", "realised", "idle last", "idle this",
+                   "idle realised"],
+                  [[x["line"], _m(x["last_monthly"], x["currency"]),
+                    _m(x["this_monthly"], x["currency"]),
+                    _m(x["realised_monthly"], x["currency"]),
+                    _m(x["idle_last_monthly"], x["currency"]),
+                    _m(x["idle_this_monthly"], x["currency"]),
+                    _m(x["idle_realised_monthly"], x["currency"])] for x in cmp["teams"]], md)
+    out.append("")
+    out += _table(["remediation", "projected then", "still projected", "taken", "status"],
+                  [[x["id"], _m(x["projected_last_monthly"], "USD"),
+                    _m(x["projected_this_monthly"], "USD"), _m(x["taken_monthly"], "USD"),
+                    x["status"]] for x in cmp["remediations"]], md)
+    out.append("")
+    out.append(cmp["note"])
     return "\n".join(out) + "\n"
 
 
