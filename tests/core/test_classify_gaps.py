@@ -9,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from coretables import series_table
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from coretables import series_table
 from gpuaudit.classify import classify, parallel
 from gpuaudit.classify.accumulate import GAP_EDGES_S, gap_quantiles
 from gpuaudit.measure.files import open_samples
@@ -80,7 +80,7 @@ def test_regular_and_scattered_gaps_tell_apart() -> None:
     for _ in range(40):
         scattered += [95.0] * int(rng.integers(2, 8)) + [0.0] * int(rng.choice([1, 2, 5, 13]))
     scattered.append(95.0)
-    usage = classify(series_table({"reg": regular + [95.0], "sc": scattered}))
+    usage = classify(series_table({"reg": [*regular, 95.0], "sc": scattered}))
     by = {s.gpu_uuid: s for s in usage.series}
     assert by["reg"].idle_gaps == 40
     assert by["reg"].idle_gap_median_s == pytest.approx(3.0, rel=0.13)
