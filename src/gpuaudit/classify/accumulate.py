@@ -144,6 +144,33 @@ def absorb_cells(cells: Grow, other: Grow, cmap: np.ndarray) -> None:
 
 _STAT_SUMS = ("u2_w", "abs_step", "steps", "idle_runs")
 
+#: Edges (seconds) of the idle-gap histogram: 0.01 s to 10,000 s, ten log bins a decade, plus
+#: an underflow and an overflow bin. Closed gaps only (an idle stretch between two busy rows):
+#: the leading stretch of a series (loading) and the trailing one (the job ended) say nothing
+#: about its cadence. Counts add exactly across batches and row-group ranges.
+GAP_EDGES_S = np.logspace(-2, 4, 61)
+GAP_BINS = GAP_EDGES_S.shape[0] + 1
+
+
+def gap_quantiles(hist: np.ndarray, qs: tuple[float, ...] = (0.25, 0.5, 0.75)
+                  ) -> tuple[float, ...] | None:
+    """Quantiles (seconds) of the closed idle gaps a histogram row counts, interpolated in
+    log space inside the bin; None without gaps."""
+    n = float(hist.sum())
+    if n <= 0:
+        return None
+    cum = np.cumsum(hist)
+    lo_edges = np.concatenate(([GAP_EDGES_S[0] / 10], GAP_EDGES_S))
+    hi_edges = np.concatenate((GAP_EDGES_S, [GAP_EDGES_S[-1] * 10]))
+    out = []
+    for q in qs:
+        b = int(np.searchsorted(cum, q * n, side="left"))
+        before = cum[b - 1] if b > 0 else 0.0
+        frac = (q * n - before) / hist[b] if hist[b] > 0 else 0.5
+        lo, hi = np.log(lo_edges[b]), np.log(hi_edges[b])
+        out.append(float(np.exp(lo + frac * (hi - lo))))
+    return tuple(out)
+
 
 class SeriesStats:
     """Per-series utilization statistics the cells cannot give, carried across batches."""
@@ -165,6 +192,8 @@ class SeriesStats:
         self.head_idle = np.zeros(0, dtype=bool)
         self.head_open = np.zeros(0, dtype=bool)
         self.head_run = np.zeros(0)
+        # closed idle gaps per series, a log histogram (GAP_EDGES_S): the loop's cadence
+        self.gap_hist = np.zeros((0, GAP_BINS))
 
     @property
     def size(self) -> int:
@@ -185,6 +214,18 @@ class SeriesStats:
             self.head_idle = grown(self.head_idle, size, False)
             self.head_open = grown(self.head_open, size, False)
             self.head_run = grown(self.head_run, size, 0.0)
+        if self.gap_hist.shape[0] < size:
+            more = np.zeros((size, GAP_BINS))
+            more[: self.gap_hist.shape[0]] = self.gap_hist
+            self.gap_hist = more
+
+    def add_gaps(self, codes: np.ndarray, lengths_s: np.ndarray) -> None:
+        """Count closed idle gaps of series ``codes`` lasting ``lengths_s``."""
+        ok = lengths_s > 0
+        if not ok.any():
+            return
+        idx = np.searchsorted(GAP_EDGES_S, lengths_s[ok], side="right")
+        np.add.at(self.gap_hist, (codes[ok], idx), 1.0)
 
     def add(self, c: np.ndarray, u: np.ndarray, w: Weights) -> None:
         """Rows of series ``c`` (grouped by series, in time order) with utilization ``u``
@@ -204,6 +245,8 @@ class SeriesStats:
         prev_idle = np.empty(c.shape[0], dtype=bool)
         prev_idle[1:] = idle[:-1]
         prev_idle[first] = self.last_idle[c[first]]
+        fresh = first.copy()  # each series' first row ever (in this engine)
+        fresh[first] = ~self.started[c[first]]
         self._record_heads(c[first], np.flatnonzero(first), u, idle)
         step = np.abs(u - prev_u)
         ok = ~np.isnan(step)
@@ -216,13 +259,13 @@ class SeriesStats:
         run_start = idle & ~prev_idle
         s.data["idle_runs"][: s.size] += np.bincount(c[run_start], minlength=s.size)
         last = np.append(c[1:] != c[:-1], True)
-        self._idle_run_lengths(c, idle, prev_idle, run_start, first, last, w.read_w)
+        self._idle_run_lengths(c, idle, prev_idle, run_start, first, last, w.read_w, fresh)
         self.last_u[c[last]] = u[last]
         self.last_idle[c[last]] = idle[last]
 
     def _idle_run_lengths(self, c: np.ndarray, idle: np.ndarray, prev_idle: np.ndarray,
                           run_start: np.ndarray, first: np.ndarray, last: np.ndarray,
-                          w: np.ndarray) -> None:
+                          w: np.ndarray, fresh: np.ndarray) -> None:
         """Longest idle stretch per series, carried across batches (rows sorted by series).
 
         A stretch here is a maximal run of idle rows of one series in this batch: it starts
@@ -243,6 +286,7 @@ class SeriesStats:
         series_starts = np.flatnonzero(first)
         cs_ = c[series_starts]
         open_ = self.head_open[cs_]
+        leading_open = open_.copy()  # the carried stretch is the series' leading one
         if open_.any():
             # a leading idle stretch ends at its series' first busy (or unread) row: at this
             # batch's boundary, or at the end of the series' first stretch here
@@ -256,6 +300,16 @@ class SeriesStats:
             self.head_run[oc[closed]] = length[k[closed]]
             self.head_open[oc[closed]] = False
         np.maximum.at(self.max_idle_run, c[starts], length)
+        # closed gaps: a carried stretch that ends at this batch's first (busy) row, and the
+        # stretches that end inside the batch, but not a series' leading stretch
+        ends_carried = series_starts[~idle[series_starts] & prev_idle[series_starts]
+                                     & ~leading_open]
+        self.add_gaps(c[ends_carried], self.cur_idle_run[c[ends_carried]])
+        # (a stretch that continues the series' still-open leading one is that one)
+        lead_row = np.zeros(n, dtype=bool)
+        lead_row[series_starts] = leading_open
+        closed = ~last[ends] & ~fresh[starts] & ~(cont & lead_row[starts])
+        self.add_gaps(c[starts[closed]], length[closed])
         self.cur_idle_run[cs_] = 0.0
         tail = last[ends]
         self.cur_idle_run[c[ends[tail]]] = length[tail]
@@ -284,6 +338,27 @@ class SeriesStats:
             self.sums.data[name][m] += other.sums.data[name][:n_other]
         sc = np.flatnonzero(other.started[:n_other])
         ms = m[sc]
+        # idle gaps across the boundary: ``other`` never counts its leading stretch; here it
+        # is a gap when this side saw the series before it (joined to this side's open
+        # stretch if both are idle at the boundary), and this side's open stretch closes
+        # where ``other`` begins busy
+        other.grow(n_other)
+        self.gap_hist[m] += other.gap_hist[:n_other]
+        seen = self.started[ms]
+        continued_ = other.head_idle[sc] & self.last_idle[ms]
+        mine_leading = self.head_open[ms]  # this side's open stretch is the leading one
+        head_closed = (other.head_idle[sc] & ~other.head_open[sc] & seen
+                       & ~(continued_ & mine_leading))
+        joined_len = other.head_run[sc] + np.where(continued_, self.cur_idle_run[ms], 0.0)
+        self.add_gaps(ms[head_closed], joined_len[head_closed])
+        closes = seen & self.last_idle[ms] & ~other.head_idle[sc] & ~mine_leading
+        self.add_gaps(ms[closes], self.cur_idle_run[ms[closes]])
+        # this side's leading stretch, if it was still open, may end in ``other``
+        lead_closed = seen & mine_leading & ~(continued_ & other.head_open[sc])
+        lead_len = np.where(continued_, joined_len, self.cur_idle_run[ms])
+        self.head_run[ms[lead_closed]] = lead_len[lead_closed]
+        self.head_open[ms] = np.where(seen, mine_leading & continued_ & other.head_open[sc],
+                                      self.head_open[ms])
         step = np.abs(other.head_u[sc] - self.last_u[ms])
         ok = ~np.isnan(step)
         self.sums.data["abs_step"][ms[ok]] += step[ok]

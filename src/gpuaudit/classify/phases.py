@@ -37,6 +37,7 @@ from gpuaudit.classify.accumulate import (
     SeriesStats,
     absorb_cells,
     add_phase_seconds,
+    gap_quantiles,
     new_cells,
     weigh,
 )
@@ -374,6 +375,9 @@ class _Engine:
             steps = float(d["steps"][code])
             p_mean = sig.mean("power", code)
             thermal_s, power_s = sig.throttle_s(code)
+            self.stats.grow(code + 1)
+            gaps = self.stats.gap_hist[code]
+            quart = gap_quantiles(gaps)
             out.append(SeriesSignals(
                 gpu_uuid=uuid, host=host, gpu_model=model, mig_profile=mig,
                 samples=int(s_samples[code]),
@@ -381,6 +385,8 @@ class _Engine:
                 mean_abs_step_pct=float(d["abs_step"][code]) / steps if steps > 0 else None,
                 idle_runs=int(d["idle_runs"][code]), idle_s=float(s_idle[code]),
                 max_idle_run_s=float(self.stats.max_idle_run[code]),
+                idle_gaps=int(gaps.sum()),
+                idle_gap_quartiles_s=quart,
                 busy_high_s=float(s_high[code]),
                 mean_sm_active=sig.mean("sm_active", code),
                 mean_sm_occupancy=sig.mean("sm_occupancy", code),

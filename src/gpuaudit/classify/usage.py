@@ -177,6 +177,11 @@ class SeriesSignals:
     idle_s: float
     busy_high_s: float  # time at u >= 70
     max_idle_run_s: float = 0.0
+    #: closed idle gaps (an idle stretch between two busy samples; not the leading or
+    #: trailing one) and their quartiles in seconds: the loop's cadence. A host step (CPU
+    #: optimizer, offload) repeats at a steady length; an input pipeline's gaps scatter.
+    idle_gaps: int = 0
+    idle_gap_quartiles_s: tuple[float, ...] | None = None
     mean_sm_active: float | None = None
     mean_sm_occupancy: float | None = None
     mean_tensor_active: float | None = None
@@ -199,6 +204,22 @@ class SeriesSignals:
     thermal_throttle_s: float = 0.0
     power_throttle_s: float = 0.0
     pods: tuple[str, ...] = ()
+
+    @property
+    def idle_gap_median_s(self) -> float | None:
+        q = self.idle_gap_quartiles_s
+        return q[1] if q else None
+
+    @property
+    def idle_gap_dispersion(self) -> float | None:
+        """Quartile coefficient of dispersion of the idle gaps, (Q3 - Q1) / (Q3 + Q1): 0 for
+        gaps of one length, near 1 for gaps that scatter over orders of magnitude. Robust to
+        the odd long gap (a checkpoint, an evaluation) that would swamp a standard
+        deviation."""
+        q = self.idle_gap_quartiles_s
+        if not q or q[2] + q[0] <= 0:
+            return None
+        return (q[2] - q[0]) / (q[2] + q[0])
 
 
 @dataclass(frozen=True)
