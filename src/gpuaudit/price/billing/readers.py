@@ -516,7 +516,11 @@ def _check_values(bill: Bill, checks: Sequence[tuple[str, str, str]], row: str) 
     conds = []
     for _name, expr, kind in checks:
         typed = _typed(expr, kind)
-        conds.append(f"({expr} IS NOT NULL AND {typed} IS NULL)")
+        if kind == "time":  # DuckDB reads a US date 4/1/25 as the year 4: ISO dates only
+            conds.append(f"({expr} IS NOT NULL AND ({typed} IS NULL OR NOT regexp_matches("
+                         f"CAST({expr} AS VARCHAR), '^\\s*\\d{{4}}-\\d{{2}}-\\d{{2}}')))")
+        else:
+            conds.append(f"({expr} IS NOT NULL AND {typed} IS NULL)")
     counts = con.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE {c})" for c in conds)
                          + " FROM bill_raw").fetchone()
     for (name, expr, kind), cond, n in zip(checks, conds, counts):
