@@ -13,12 +13,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+import billgen
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import billgen
 from gpuaudit.api import bill
 from gpuaudit.cli import main
 from gpuaudit.errors import InputError
@@ -143,7 +143,7 @@ def test_bill_compare_realised_savings(tmp_path: Path,
                  for ln in sc2.lines]
     t = sc2.telemetry
     assert t is not None
-    keep = [not (u in ("GPU-11-06", "GPU-11-07")) for u in t.column("gpu_uuid").to_pylist()]
+    keep = [u not in ("GPU-11-06", "GPU-11-07") for u in t.column("gpu_uuid").to_pylist()]
     sc2.telemetry = t.filter(pa.array(keep))
     this_b = billgen.write_csv(billgen.focus_rows(sc2), tmp_path / "this.csv",
                                billgen.FOCUS_COLUMNS)

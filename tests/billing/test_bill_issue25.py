@@ -10,9 +10,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import billgen
 import pytest
 
-import billgen
 from gpuaudit.api import bill
 from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import resolve_rate

@@ -11,7 +11,7 @@ from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
 
-__all__ = ["minor_units", "quantum", "known_currency"]
+__all__ = ["known_currency", "minor_units", "quantum"]
 
 
 @lru_cache(maxsize=1)

@@ -64,10 +64,10 @@ def explain_audit(summary: Mapping[str, Any], cost: CostReport, usage: Usage
     models = sorted(set(audit) | set(billed))
     gpu_total = _cents(Decimal(usd["gpu"][basis]))
     audit_total = _cents(cost.total.observed_cost.quantize(Decimal("0.01")))
-    b_cents = split_cents([_cents(billed.get(m, [0, Decimal(0)])[1]) * UNITS_PER_CENT
-                           for m in models], gpu_total)
-    a_cents = split_cents([int(audit.get(m, [0, Decimal(0)])[1] * 10**12) for m in models],
-                          audit_total)
+    zero = [Decimal(0)] * 4
+    b_cents = split_cents([_cents(billed.get(m, zero)[1]) * UNITS_PER_CENT for m in models],
+                          gpu_total)
+    a_cents = split_cents([int(audit.get(m, zero)[1] * 10**12) for m in models], audit_total)
     rows = []
     for m, bc, ac in zip(models, b_cents, a_cents):
         bh = billed.get(m, [Decimal(0)] * 4)

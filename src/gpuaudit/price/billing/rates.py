@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from gpuaudit.classify.usage import Usage
-from gpuaudit.errors import PricingError
 from gpuaudit.price.catalog import Rate, load_user_catalog, resolve_rate
 from gpuaudit.price.money import hourly
 
@@ -76,7 +75,7 @@ def gpu_share(model: str | None) -> tuple[str | None, Fraction, str | None]:
             spec = spec_for(fam)
             if spec is None:
                 return model, Fraction(1), None
-            board, board_gb = spec.model, round(spec.memory_gb)
+            board, board_gb = spec.gpu_model, round(spec.memory_gb)
         if 0 < fb <= board_gb:
             share = Fraction(fb, board_gb)
             return board, share, f"vGPU {text}: {fb}/{board_gb} GB of the {board}"
