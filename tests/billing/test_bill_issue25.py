@@ -175,5 +175,26 @@ def test_split_and_audit_totals_are_explained(files: dict[str, Path]) -> None:
     assert a80["rate_source"] == "catalog" and a80["bill_gpu_hours"] == 0
     text = json.dumps(ex)
     assert "no bill line" in text
-    from gpuaudit.report.bill import render_bill
+    from gpuaudit.report.bill import bill_html, render_bill
     assert "Bill split vs audit" in render_bill(r.extra["bill"])
+    page = bill_html(r.extra["bill"])
+    assert 'class="bill-vs-audit"' in page and 'class="bill-buckets"' in page
+
+
+def test_docs_worked_example_buckets(tmp_path: Path) -> None:
+    """docs/billing.md, "Every line in one bucket": the test bill plus a $5.00 promotional
+    credit on the account (no resource): each bucket as the doc re-adds it."""
+    sc = billgen.scenario()
+    tax = next(ln for ln in sc.lines if ln.charge_category == "Tax")
+    sc.lines.append(replace(tax, charge_category="Credit", usage_type="Credit",
+                            service="Promotional credit", description="Promotional credit",
+                            billed=Decimal("-5.00"), effective=Decimal("-5.00"),
+                            listed=Decimal("-5.00")))
+    r = _run(sc, tmp_path)
+    bk = r.extra["bill"]["currencies"]["USD"]["buckets"]
+    got = {k: v["amount"] for k, v in bk["buckets"].items()}
+    assert got == {"team": "270.03", "idle": "77.56", "unallocated": "59.87",
+                   "non_gpu": "25.46", "tax": "12.34", "credit": "-5.00", "rejected": "0.00"}
+    assert bk["invoice_total"] == "440.26" and bk["lines"] == 36 and bk["gpu_lines"] == 26
+    lines = {ln["line"]: ln["amount"] for ln in r.extra["bill"]["currencies"]["USD"]["lines"]}
+    assert lines["vision"] == "155.12" and lines["nlp"] == "114.91"

@@ -216,6 +216,17 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                      f'billed {_e(_m(r["billed"], ccy))} (difference '
                      f'{_e(_m(r["difference"], ccy))}); {r["periods"]} charge periods, each '
                      f'exact to the cent: {"yes" if r["every_period_exact"] else "NO"}.</p>')
+        bk = c.get("buckets")
+        if bk:
+            br = "".join(f"<tr><td>{_e(k.replace('_', '-'))}</td><td class=num>"
+                         f"{_e(_m(v['amount'], ccy))}</td><td class=num>"
+                         f"{'' if v['lines'] is None else v['lines']}</td></tr>"
+                         for k, v in bk["buckets"].items())
+            parts.append('<div class="scroll"><table class="bill-buckets"><thead><tr><th>'
+                         "bucket</th><th>amount</th><th>lines</th></tr></thead><tbody>"
+                         f"{br}<tr><th>invoice</th><th class=num>"
+                         f"{_e(_m(bk['invoice_total'], ccy))}</th><th class=num>"
+                         f"{bk['lines']}</th></tr></tbody></table></div>")
         if c["rates"]:
             rr = "".join(
                 f"<tr><td>{_e(x['instance'])}</td><td>{_e(x['pricing_category'])}</td>"
@@ -229,6 +240,21 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                          "</th><th>GPU-h</th><th>billed</th><th>effective</th><th>list</th>"
                          f"<th>effective/GPU-h</th></tr></thead><tbody>{rr}</tbody></table>"
                          "</div>")
+    ex = bill.get("audit_reconciliation")
+    if ex:
+        xr = "".join(f"<tr><td>{_e(x['gpu_model'])}</td><td>{_e(x['rate_source'])}</td>"
+                     f"<td class=num>{x['bill_gpu_hours']:,.1f}</td><td class=num>"
+                     f"{_e(_m(x['bill_cost'], ex['currency']))}</td><td class=num>"
+                     f"{x['audit_gpu_hours']:,.1f}</td><td class=num>"
+                     f"{_e(_m(x['audit_cost'], ex['currency']))}</td><td class=num>"
+                     f"{_e(_m(x['difference'], ex['currency']))}</td><td>{_e(x['why'])}</td>"
+                     "</tr>" for x in ex["rows"])
+        parts.append(f"<h3>Bill split vs audit: {_e(_m(ex['bill_total'], ex['currency']))} vs "
+                     f"{_e(_m(ex['audit_total'], ex['currency']))}</h3><p>{_e(ex['note'])}</p>"
+                     '<div class="scroll"><table class="bill-vs-audit"><thead><tr><th>GPU '
+                     "model</th><th>rate from</th><th>bill GPU-h</th><th>bill</th><th>audit "
+                     "GPU-h</th><th>audit</th><th>difference</th><th>why</th></tr></thead>"
+                     f"<tbody>{xr}</tbody></table></div>")
     b = bill.get("budgets")
     if b:
         br = "".join(f"<tr><td>{_e(x['team'])}</td><td class=num>"
