@@ -352,6 +352,13 @@ def _check_lines(bill: Bill) -> None:
                     f"currency {code!r} is not an ISO 4217 code in use",
                     where=f"{f}, row {r}, column {name}",
                     fix="bills carry three-letter ISO 4217 codes (USD, EUR, JPY)")
+    for billed, priced, k in con.execute(
+            "SELECT currency, pricing_currency, count(*) FROM bill_lines WHERE "
+            "pricing_currency IS NOT NULL AND pricing_currency <> currency GROUP BY ALL "
+            "ORDER BY 1, 2").fetchall():
+        bill.notes.append(f"{k} line(s) priced in {priced} and billed in {billed}: amounts are "
+                          f"read in the billing currency {billed} (BilledCost, EffectiveCost, "
+                          "ListCost); the PricingCurrency* columns are not summed")
 
 
 def _flat_columns(types: dict[str, str]) -> dict[str, str]:
