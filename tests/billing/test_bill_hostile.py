@@ -24,6 +24,7 @@ from gpuaudit.cli import main
 from gpuaudit.errors import InputError
 from gpuaudit.price.billing import open_bill
 from gpuaudit.price.billing.allocate import allocate
+from gpuaudit.price.billing.currency import minor_units, quantum
 from gpuaudit.price.billing.rates import gpu_share
 
 SPEC = Path(__file__).parent.parent / "data" / "billing" / "focus_spec_examples"
@@ -235,12 +236,17 @@ def test_hostile_bills_every_line_accounted_for(lines: list[billgen.Line],
         # no line vanishes, the buckets sum to the invoice to the cent
         assert bk["lines"] == len(mine)
         total = Decimal(bk["invoice_total"])
-        assert total == exact.quantize(Decimal("0.01"), ROUND_HALF_EVEN)
+        # to the minor unit of the currency: JPY 0 digits, USD and EUR 2
+        assert total == exact.quantize(quantum(ccy), ROUND_HALF_EVEN)
+        assert total.as_tuple().exponent == -minor_units(ccy)
         assert sum(Decimal(v["amount"]) for v in bk["buckets"].values()) == total
         assert Decimal(bk["sum_of_buckets"]) == total
         split = sum(Decimal(v["amount"]) for k, v in bk["buckets"].items()
                     if k in ("team", "idle", "unallocated"))
         assert split == Decimal(cur[ccy]["reconciliation"]["billed"])
+    if "JPY" in cur:
+        for ln in cur["JPY"]["lines"]:
+            assert "." not in ln["amount"]  # whole yen
     # no rate is negative, and zero only where the source says free
     for rt in r.cost.rates.values():
         assert rt.usd_per_gpu_hour >= 0

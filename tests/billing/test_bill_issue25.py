@@ -198,3 +198,29 @@ def test_docs_worked_example_buckets(tmp_path: Path) -> None:
     assert bk["invoice_total"] == "440.26" and bk["lines"] == 36 and bk["gpu_lines"] == 26
     lines = {ln["line"]: ln["amount"] for ln in r.extra["bill"]["currencies"]["USD"]["lines"]}
     assert lines["vision"] == "155.12" and lines["nlp"] == "114.91"
+
+
+def test_each_currency_in_its_own_minor_units(tmp_path: Path) -> None:
+    """JPY has no minor unit, BHD three: the Azure lines billed in JPY (333.33 an hour) and
+    a BHD tax line reconcile in whole yen and in fils, never in cents."""
+    sc = billgen.scenario()
+    sc.lines = [replace(ln, currency="JPY", billed=Decimal("333.33"),
+                        effective=Decimal("333.33"), listed=Decimal("333.33"))
+                if ln.currency == "EUR" else ln for ln in sc.lines]
+    tax = next(ln for ln in sc.lines if ln.charge_category == "Tax")
+    sc.lines.append(replace(tax, currency="BHD", billed=Decimal("1.2345"),
+                            effective=Decimal("1.2345"), listed=Decimal("1.2345")))
+    r = _run(sc, tmp_path)
+    cur = r.extra["bill"]["currencies"]
+    jpy = cur["JPY"]
+    assert jpy["buckets"]["invoice_total"] == "667"  # 666.66 rounded to the yen
+    assert jpy["lines"][0]["amount"] == "667" and jpy["reconciliation"]["billed"] == "667"
+    assert cur["BHD"]["buckets"]["buckets"]["tax"]["amount"] == "1.234"  # half-even fils
+    rows = r.showback.to_pydict()
+    yen = [i for i, c in enumerate(rows["currency"]) if c == "JPY"]
+    assert sum(rows["amount"][i] for i in yen) == 667  # two hours: 333 + 334 whole yen
+    assert {rows["minor_units"][i] for i in yen} == {0}
+    from gpuaudit.report.bill import render_bill, showback_csv
+    assert "JPY 667 " in render_bill(r.extra["bill"]) or "JPY 667\n" in render_bill(
+        r.extra["bill"])
+    assert ",334," in showback_csv(r.showback) and ",333," in showback_csv(r.showback)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from gpuaudit.price.billing.currency import digits
 from gpuaudit.report.text_table import markdown_table, plain_table
 from gpuaudit.validate import check_output_path
 
@@ -34,7 +35,9 @@ def _m(s: str | None, ccy: str) -> str:
     v = Decimal(s)
     sign = "-" if v < 0 else ""
     sym = "$" if ccy == "USD" else f"{ccy} "
-    return f"{sign}{sym}{abs(v):,.2f}"
+    # to the minor unit of its currency (JPY 0, USD 2, BHD 3)
+    q = Decimal(1).scaleb(-digits(ccy))
+    return f"{sign}{sym}{abs(v).quantize(q):,f}"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], md: bool) -> list[str]:
@@ -277,13 +280,14 @@ def showback_csv(table: pa.Table) -> str:
     w.writerow(names)
     cols = [table.column(n).to_pylist() for n in names]
     amt = names.index("amount")
+    minor = cols[names.index("minor_units")] if "minor_units" in names else None
     for i in range(table.num_rows):
         row: list[Any] = []
         for j, col in enumerate(cols):
             v = col[i]
             if j == amt:
-                c = int(v)
-                v = f"{'-' if c < 0 else ''}{abs(c) // 100}.{abs(c) % 100:02d}"
+                d = 2 if minor is None else int(minor[i])
+                v = str(Decimal(int(v)).scaleb(-d).quantize(Decimal(1).scaleb(-d)))
             elif hasattr(v, "isoformat"):
                 v = v.isoformat().replace("+00:00", "Z")
             elif isinstance(v, float):
@@ -294,12 +298,17 @@ def showback_csv(table: pa.Table) -> str:
 
 
 def write_showback_parquet(table: pa.Table, path: Path) -> None:
-    """The showback table as Parquet, ``amount`` as decimal(18, 2)."""
+    """The showback table as Parquet, ``amount`` as decimal(18, 2) (decimal(18, s) with s the
+    largest minor unit of its currencies where one has more than 2 digits, e.g. BHD 3)."""
     import pyarrow.parquet as pq
 
     i = table.column_names.index("amount")
-    amounts = pa.array([None if c is None else Decimal(int(c)).scaleb(-2)
-                        for c in table.column("amount").to_pylist()], pa.decimal128(18, 2))
+    minor = (table.column("minor_units").to_pylist() if "minor_units" in table.column_names
+             else [2] * table.num_rows)
+    scale = max([2, *(int(d) for d in minor)])
+    amounts = pa.array([None if c is None else Decimal(int(c)).scaleb(-int(d))
+                        for c, d in zip(table.column("amount").to_pylist(), minor)],
+                       pa.decimal128(18, scale))
     out = table.set_column(i, "amount", amounts)
     check_output_path(path, "--output")
     pq.write_table(out, path)

@@ -168,10 +168,13 @@ def budget_status(budgets: Budgets, showback: pa.Table, keys: Sequence[str],
     else:
         as_of = first
     days = max(1, min((as_of - first).days + 1, n_days))
+    from gpuaudit.price.billing.currency import digits
+
+    d_ccy = digits(budgets.currency)  # the showback's amounts are in its minor units
     teams = []
     alerts = []
     for team, budget in sorted(budgets.monthly.items()):
-        daily = [Decimal(spend.get((team, first + timedelta(days=j)), 0)) / 100
+        daily = [Decimal(spend.get((team, first + timedelta(days=j)), 0)).scaleb(-d_ccy)
                  for j in range(days)]
         mtd, fc, lo, hi = forecast(daily, n_days)
         status = _status(budget, mtd, fc, lo, hi)

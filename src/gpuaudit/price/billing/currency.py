@@ -38,3 +38,15 @@ def minor_units(code: str) -> int:
 def quantum(code: str) -> Decimal:
     """The smallest amount of ``code``: Decimal('0.01') for USD, Decimal('1') for JPY."""
     return Decimal(1).scaleb(-minor_units(code))
+
+
+def digits(code: str) -> int:
+    """Minor units of ``code``, 2 for a code not in the table (a bill's codes are checked
+    when it is read)."""
+    return _table().get(code, 2)
+
+
+def units_per_minor(code: str) -> int:
+    """1e-12 units (the join's scale) in one minor unit of ``code``: 1e10 for USD's cent,
+    1e12 for a yen, 1e9 for a fils of BHD."""
+    return int(10 ** (12 - digits(code)))
