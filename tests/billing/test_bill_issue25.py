@@ -224,3 +224,16 @@ def test_each_currency_in_its_own_minor_units(tmp_path: Path) -> None:
     assert "JPY 667 " in render_bill(r.extra["bill"]) or "JPY 667\n" in render_bill(
         r.extra["bill"])
     assert ",334," in showback_csv(r.showback) and ",333," in showback_csv(r.showback)
+
+
+def test_free_hours_are_zero_and_say_so(tmp_path: Path) -> None:
+    """The A100 40GB's hours billed at 0 (a free trial): its rate is 0 and the price line
+    says FREE; the rate of no other model changes."""
+    sc = billgen.scenario()
+    sc.lines = [replace(ln, billed=Decimal(0), effective=Decimal(0), listed=Decimal(0))
+                if "p4d" in ln.usage_type else ln for ln in sc.lines]
+    r = _run(sc, tmp_path)
+    a100 = r.cost.rates["NVIDIA A100-SXM4-40GB"]
+    assert a100.usd_per_gpu_hour == 0 and "FREE" in a100.source
+    assert "FREE" in r.render("terminal", width=400)
+    assert r.cost.rates["NVIDIA H100 80GB HBM3"].usd_per_gpu_hour == Decimal("6.88")

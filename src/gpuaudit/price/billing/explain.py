@@ -73,7 +73,7 @@ def explain_audit(summary: Mapping[str, Any], cost: CostReport, usage: Usage
         bh = billed.get(m, [Decimal(0)] * 4)
         ah = audit.get(m, [Decimal(0), Decimal(0)])
         rate = rates.get(m)
-        src = "none" if rate is None else ("bill" if rate.source.startswith("your bill")
+        src = "none" if rate is None else ("bill" if "your bill:" in rate.source
                                            else "catalog")
         why = []
         tiny = Decimal("0.05")

@@ -139,13 +139,13 @@ def _from_bill(model: str | None, base: Rate, mine: list[Mapping[str, Any]],
     eff_rate = hourly(eff / hours)
     list_rate = hourly(lst / hours)
     corrections = sum(int(r.get("corrections", 0)) for r in mine)
-    free = "; FREE: the bill charges these hours nothing" if eff_rate == 0 else ""
+    free = "FREE: your bill charges these hours nothing; " if eff_rate == 0 else ""
     spot, committed = base.spot_usd_per_gpu_hour, base.committed_usd_per_gpu_hour
     rate = Rate(
         usd_per_gpu_hour=eff_rate, purchase=purchase,
-        source=(f"your bill: EffectiveCost per billed GPU-hour, {hours:.1f} GPU-hours of "
-                f"{instances}" + (f" net of {corrections} correction(s)" if corrections else "")
-                + f"; list ${list_rate:.4f}/GPU-h{free}"),
+        source=(f"{free}your bill: EffectiveCost per billed GPU-hour, {hours:.1f} GPU-hours "
+                f"of {instances}" + (f" net of {corrections} correction(s)" if corrections
+                                     else "") + f"; list ${list_rate:.4f}/GPU-h"),
         as_of=period or "bill", gpu_model=base.gpu_model,
         provider=base.provider or "bill", instance=instances,
         on_demand_usd_per_gpu_hour=eff_rate,
