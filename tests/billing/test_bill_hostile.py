@@ -94,6 +94,7 @@ def test_focus_13_columns_read(tmp_path: Path) -> None:
         ("USD",)]
     assert "x_Team" in b.columns
     assert any("priced in USD and billed in EUR" in n for n in b.notes)
+    assert any("1 line(s) carry the provider's own split" in n for n in b.notes)
     bad = tmp_path / "bad.csv"
     bad.write_text(p.read_text(encoding="utf-8").replace(",USD,", ",USX,", 1),
                    encoding="utf-8")

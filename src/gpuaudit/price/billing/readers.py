@@ -352,6 +352,14 @@ def _check_lines(bill: Bill) -> None:
                     f"currency {code!r} is not an ISO 4217 code in use",
                     where=f"{f}, row {r}, column {name}",
                     fix="bills carry three-letter ISO 4217 codes (USD, EUR, JPY)")
+    if "AllocatedResourceId" in bill.columns:
+        k = con.execute(f"SELECT count(*) FROM bill_raw WHERE {_q('AllocatedResourceId')} "
+                        "IS NOT NULL").fetchone()[0]
+        if k:
+            bill.notes.append(
+                f"{k} line(s) carry the provider's own split (FOCUS 1.3 Allocated* columns): "
+                "each is joined by its ResourceId and split by the measured time like any "
+                "line; the sum per resource is unchanged")
     for billed, priced, k in con.execute(
             "SELECT currency, pricing_currency, count(*) FROM bill_lines WHERE "
             "pricing_currency IS NOT NULL AND pricing_currency <> currency GROUP BY ALL "
