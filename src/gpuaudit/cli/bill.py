@@ -174,7 +174,9 @@ def emit_bill(result: Any, fmt: str, output: Path | None) -> None:
         write_showback_parquet(result.showback, output)
         click.echo(f"wrote showback Parquet to {output}", err=True)
         return
-    tty = output is None and sys.stdout.isatty()
+    from gpuaudit.cli.console import use_color
+
+    tty = (output is None or str(output) == "-") and use_color(sys.stdout)
     if fmt in ("terminal", "markdown"):
         text = render_bill(result.extra["bill"], fmt) + "\n" + result.render(
             fmt, width=100, color=tty)
