@@ -218,3 +218,38 @@ def test_the_loop_finder_finds_loops():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _cycles(graph) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: what the CLI may not import (function-level imports included): the stages a command would
+#: compose itself; compositions live in gpuaudit.api, the CLI only parses options and renders
+CLI_FORBIDDEN = ("price", "recommend", "capacity", "traces")
+
+
+def _cli_stage_imports(src: Path) -> list[str]:
+    bad = []
+    for path in sorted((src / "cli").rglob("*.py")):
+        rel = path.relative_to(src)
+        for line, target in _imports(path):
+            if target.split(".")[0] in CLI_FORBIDDEN:
+                bad.append(f"{rel}:{line} imports gpuaudit.{target}: compose it in a "
+                           f"gpuaudit.api function and call that")
+    return bad
+
+
+def test_cli_only_parses_and_renders():
+    bad = _cli_stage_imports(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_cli_rule_catches_a_function_level_import(tmp_path):
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "x.py").write_text(
+        "import click\n\n\ndef f():\n    from gpuaudit.capacity.rightsize import rightsize\n"
+        "    import gpuaudit.traces.loader\n    from gpuaudit import price\n")
+    assert _cli_stage_imports(tmp_path) == [
+        "cli/x.py:5 imports gpuaudit.capacity.rightsize: compose it in a gpuaudit.api "
+        "function and call that",
+        "cli/x.py:6 imports gpuaudit.traces.loader: compose it in a gpuaudit.api function "
+        "and call that",
+        "cli/x.py:7 imports gpuaudit.price: compose it in a gpuaudit.api function and call "
+        "that"]

@@ -13,12 +13,13 @@ import pyarrow as pa
 from gpuaudit.api.compose import Report, assemble, open_source
 from gpuaudit.api.fleet import fleet_usage
 from gpuaudit.classify import classify
+from gpuaudit.price.billing.budgets import load_budgets
 from gpuaudit.schema import Recording, SampleSource
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["BillReport", "bill"]
+__all__ = ["BillReport", "bill", "load_budgets"]
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,14 @@ def load_bench(path: str | Path) -> tuple[BenchRow, ...]:
         except ValueError:
             raise InputError("throughput_per_s / p99_ms is not a number", where=where,
                              fix="write plain numbers") from None
-        if tp <= 0:
-            raise InputError(f"throughput_per_s {tp} must be above 0", where=where,
+        if not math.isfinite(tp) or tp <= 0:
+            raise InputError(f"throughput_per_s {row['throughput_per_s'].strip()!r} must be a "
+                             "finite number above 0", where=where,
                              fix="write the measured throughput of one GPU")
+        if p99 is not None and (not math.isfinite(p99) or p99 <= 0):
+            raise InputError(f"p99_ms {(row.get('p99_ms') or '').strip()!r} must be a finite "
+                             "number above 0", where=where,
+                             fix="write the measured p99 latency in ms, or leave it empty")
         out.append(BenchRow(row["gpu_model"].strip(), tp, p99, line))
     if not out:
         raise InputError("benchmark table has no rows", where=str(p), fix="add one row per GPU")
@@ -191,6 +196,24 @@ class Rightsize:
     def best_owned(self) -> Candidate | None:
         fit = [c for c in self.candidates if c.fits and c.purchase == "owned"]
         return min(fit, key=lambda c: (c.usd_per_hour, c.gpu_model), default=None)
+
+    def saving(self) -> tuple[float, str] | None:
+        """(share of today's hourly cost saved, the sentence saying it) for the recommender's
+        ``capacity_right_size_share`` finding: the cheapest fit bought the same way at the same
+        provider (:meth:`best_for`), or None when nothing fits for less."""
+        rate = self.current_rate
+        best = self.best_for(rate.purchase, rate.provider)
+        now = self.current_usd_per_hour
+        if best is None or now <= 0 or best.usd_per_hour >= now:
+            return None
+        share = float(Decimal(1) - best.usd_per_hour / now)
+        return share, (
+            f"rightsize: {best.gpus} x {best.gpu_model} ({best.provider} {best.purchase}, "
+            f"${best.usd_per_gpu_hour:.2f}/GPU-h, {best.basis}) meets the measured need for "
+            f"${best.usd_per_hour:.2f}/h vs ${now:.2f}/h now"
+            + ("" if best.sla_holds_if_p99_now_ms is None else
+               f"; the p99 SLA holds if today's p99 is <= {best.sla_holds_if_p99_now_ms:.0f} ms "
+               "(not measured)"))
 
 
 def _offers(user: Sequence[CatalogEntry], purchases: Sequence[str]
