@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gpuaudit.api.compose import Report, assemble, open_source
+from gpuaudit.api.compose import Report, assemble, group_keys, open_source
 from gpuaudit.api.fleet import fleet_usage
 from gpuaudit.classify import classify
 from gpuaudit.price.billing.budgets import load_budgets
@@ -36,7 +36,7 @@ def bill(
     *,
     telemetry: SampleSource | Recording | pa.Table | str | Path | None = None,
     prometheus: str | None = None,
-    by: Sequence[str] = ("team",),
+    by: str | Sequence[str] | None = ("team",),
     method: str = "allocation",
     fmt: str | None = None,
     cost: str = "billed",
@@ -81,8 +81,8 @@ def bill(
         raise InputError(f"unknown method {method!r}", fix="use --method allocation or usage")
     if cost not in ("billed", "effective", "list"):
         raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
-    names = [k.strip() for k in by if k.strip()] or ["team"]
-    keys = group_key_names(names)
+    # by=None: no grouping (one line per charge); an empty sequence keeps the default, team
+    keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     names = [k[6:] if k.startswith("label:") else k for k in keys]
     opened = open_bill(bill_path, fmt=fmt)
     fine = tuple(dict.fromkeys([*keys, "pod"]))
