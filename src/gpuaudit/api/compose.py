@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pyarrow as pa
 
@@ -25,6 +25,9 @@ if TYPE_CHECKING:
     from gpuaudit.capacity.rightsize import Rightsize
     from gpuaudit.capacity.simulate import Simulation
 
+
+#: what a :class:`CapacityReport` holds: the capacity stage's answer
+V = TypeVar("V", "Rightsize", "Simulation", "QueueReport")
 
 __all__ = ["CapacityReport", "Report", "assemble", "group_keys", "open_source", "rates_for"]
 
@@ -134,14 +137,14 @@ def plan_dict(report: Report, findings: Sequence[Finding]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
-class CapacityReport:
+class CapacityReport(Generic[V]):
     """What :func:`gpuaudit.rightsize`, :func:`gpuaudit.simulate` (and
     :meth:`gpuaudit.api.QueueAudit.capacity`) return: the capacity stage's answer
     (``value``), where the history came from (``source``), the audit with the capacity
     findings in (``audit``; None with ``plan=False``) and those findings. :meth:`to_dict` is
     the ``gpuaudit.capacity`` JSON document (docs/json-schema.md)."""
 
-    value: Rightsize | Simulation | QueueReport
+    value: V
     source: Mapping[str, Any]
     audit: Report | None = None
     findings: tuple[Finding, ...] = ()

@@ -29,7 +29,7 @@ class QueueAudit:
     source: Mapping[str, Any] = field(default_factory=dict)
 
     @property
-    def capacity(self) -> CapacityReport:
+    def capacity(self) -> CapacityReport[QueueReport]:
         """The waits as the ``gpuaudit.capacity`` document ``gpuaudit queue`` renders."""
         return CapacityReport(self.queue, self.source, self.report, self.findings)
 

@@ -21,7 +21,7 @@ from gpuaudit.errors import InputError
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from gpuaudit.capacity.rightsize import BenchRow
+    from gpuaudit.capacity.rightsize import BenchRow, Rightsize
     from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["RIGHT_SIZE_SIGNAL", "parse_throughput", "rightsize", "trace_tflops"]
@@ -76,7 +76,7 @@ def rightsize(
     provider: str | None = None,
     purchase: str = "on-demand",
     catalog: str | Path | None = None,
-) -> CapacityReport:
+) -> CapacityReport[Rightsize]:
     """Every candidate GPU priced and checked against the measured need; ``value.best`` is the
     cheapest fit (a :class:`~gpuaudit.capacity.rightsize.Rightsize`).
 

@@ -22,6 +22,7 @@ from gpuaudit.errors import InputError
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from gpuaudit.capacity.simulate import Simulation
     from gpuaudit.price.catalog import Rate
     from gpuaudit.schema import Recording, SampleSource
 
@@ -89,7 +90,7 @@ def simulate(
     provider: str | None = None,
     purchase: str = "on-demand",
     catalog: str | Path | None = None,
-) -> CapacityReport:
+) -> CapacityReport[Simulation]:
     """Replay the history packed by each ``policy`` (``mig``, ``mps``, ``timeslice`` or
     ``"all"``) onto ``gpu_model`` (default: the model most workloads ran on); ``value`` is a
     :class:`~gpuaudit.capacity.simulate.Simulation`.
