@@ -19,7 +19,7 @@ from gpuaudit.schema import Recording, SampleSource
 if TYPE_CHECKING:
     pass
 
-__all__ = ["BillReport", "bill", "load_budgets"]
+__all__ = ["BillReport", "bill", "compare_bills", "load_budgets"]
 
 
 @dataclass(frozen=True)
@@ -158,3 +158,23 @@ def _epoch_text(ts: Any) -> pa.Array:
                      1_000_000_000)
     hour = pc.multiply(pc.divide(pc.add(secs, 1800), 3600), 3600)
     return pc.cast(hour, pa.string())
+
+
+def compare_bills(last: str | Path, this: str | Path) -> dict[str, Any]:
+    """Realised savings: per team and per remediation, what last month's bill report
+    projected and what this month's bill shows (two JSON reports of :func:`bill`, as
+    ``gpuaudit bill --format json`` writes them; :mod:`gpuaudit.price.billing.compare`)."""
+    import json
+
+    from gpuaudit.errors import InputError
+    from gpuaudit.price.billing.compare import compare_reports
+
+    docs = []
+    for p in (Path(last), Path(this)):
+        try:
+            docs.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"cannot read the JSON report: {exc}", where=str(p),
+                             fix="give reports written by gpuaudit bill --format json") from None
+    return compare_reports(docs[0], docs[1], last_name=Path(last).name,
+                           this_name=Path(this).name)
