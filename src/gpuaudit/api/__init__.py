@@ -19,7 +19,7 @@ Each stage is also callable alone: :func:`gpuaudit.classify.classify`,
 from __future__ import annotations
 
 from gpuaudit.api.audit import audit
-from gpuaudit.api.bill import BillReport, bill
+from gpuaudit.api.bill import BillReport, bill, compare_bills
 from gpuaudit.api.compose import CapacityReport, Report, assemble, open_source, rates_for
 from gpuaudit.api.fleet import audit_fleet, fleet_usage, local_kpis
 from gpuaudit.api.queue import QueueAudit, audit_queue
@@ -28,5 +28,6 @@ from gpuaudit.api.simulate import simulate
 from gpuaudit.api.trace import KernelSummary, kernel_summary, trace
 
 __all__ = ["BillReport", "CapacityReport", "KernelSummary", "QueueAudit", "Report", "assemble",
-           "audit", "audit_fleet", "audit_queue", "bill", "fleet_usage", "kernel_summary",
-           "local_kpis", "open_source", "rates_for", "rightsize", "simulate", "trace"]
+           "audit", "audit_fleet", "audit_queue", "bill", "compare_bills", "fleet_usage",
+           "kernel_summary", "local_kpis", "open_source", "rates_for", "rightsize", "simulate",
+           "trace"]
