@@ -173,7 +173,10 @@ def _stretch(name: str, tl: Timeline, row: int, lo: int, hi: int) -> RunPhase:
     mean_u = float(np.sum(util[seen] * obs[seen]) / total) if total > 0 else None
     signals: dict[str, float] = {}
     # a bucket's mean of a signal read over idle (busy) time only weighs by that time
-    weight = {"pcie_idle_bytes_per_s": ph[:, 0], "nvlink_busy_bytes_per_s": ph[:, 1:].sum(axis=1)}
+    busy = ph[:, 1:].sum(axis=1)
+    weight = {"pcie_idle_bytes_per_s": ph[:, 0], "nvlink_busy_bytes_per_s": busy,
+              "host_cpu_util_pct_while_idle": ph[:, 0], "host_cpu_util_pct_while_busy": busy,
+              "proc_cpu_util_pct_while_idle": ph[:, 0], "proc_cpu_util_pct_while_busy": busy}
     for key, arr in tl.signals.items():
         v = arr[row, lo:hi]
         wk = weight.get(key, obs)
