@@ -76,7 +76,7 @@ class Fleet:
         keep = (ts >= t0) & (ts < t1)
         n = 0
         write("# TYPE node_cpu_seconds_total gauge\n")
-        for node, (host, base) in enumerate(sorted(self.node_cpu.items())):
+        for node, host in enumerate(sorted(self.node_cpu)):
             busy = self.node_busy(host, ts)
             busy[0] = 0.0  # nothing before the first scrape
             inc = {"user": 0.7 * busy, "system": 0.3 * busy, "idle": 0.8 * (1 - busy),
