@@ -151,3 +151,23 @@ def test_an_older_recording_without_cpu_columns_still_reads(tmp_path: Path) -> N
     got = pa.Table.from_batches(batches)
     assert got.column("host_cpu_util_pct").null_count == 3
     assert classify(open_samples(tmp_path / "old.parquet")).series[0].host_cpu_util_pct is None
+
+
+def test_reports_show_the_cpu_where_measured() -> None:
+    from gpuaudit.api import audit
+    from gpuaudit.report.json import to_dict
+    from gpuaudit.report.terminal import render_terminal
+
+    util = ([95.0] * 5 + [0.0] * 3) * 10
+    host = ([20.0] * 5 + [95.0] * 3) * 10
+    table = series_table({"g": util, "h": util},
+                         extra={"host_cpu_util_pct": {"g": host, "h": [None] * len(util)},
+                                "proc_cpu_util_pct": {"g": host, "h": [None] * len(util)}})
+    r = audit(Recording(table=table, source="test", origin="test", interval_s=1.0),
+              price="2.00")
+    gpus = {g["gpu_uuid"]: g for g in to_dict(r)["gpus"]}
+    assert gpus["g"]["cpu"]["host_cpu_util_pct_while_idle"] == pytest.approx(95.0)
+    assert gpus["g"]["cpu"]["host_cpu_util_pct_while_busy"] == pytest.approx(20.0)
+    assert gpus["h"]["cpu"] is None  # not measured: null, never 0
+    text = render_terminal(r, width=160)
+    assert "CPU beside the GPUs" in text and "95% while this GPU idles" in text
