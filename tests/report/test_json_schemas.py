@@ -49,7 +49,7 @@ def test_the_published_schemas_are_current(case: tuple[str, dict[str, Any],
 
 def test_a_renamed_field_fails_validation(case: tuple[str, dict[str, Any],
                                                       list[dict[str, Any]]]) -> None:
-    name, schema, docs = case
+    _name, schema, docs = case
     doc = json.loads(json.dumps(docs[0]))
     key = sorted(schema["required"])[0]
     doc[key + "_renamed"] = doc.pop(key)
