@@ -29,6 +29,7 @@ import errno
 import logging
 import re
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -46,6 +47,7 @@ from prometheus_client.registry import Collector
 
 from gpuaudit.classify import PHASES, group_key_names
 from gpuaudit.errors import InputError
+from gpuaudit.integrate.webconfig import WebConfig
 from gpuaudit.price.cost import price_usage
 from gpuaudit.result import AuditResult
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording
@@ -318,6 +320,10 @@ class _Handler(BaseHTTPRequestHandler):
         # a read timeout on the connection: a client that connects and sends nothing (or
         # half a request) is dropped after it, instead of holding a thread for ever
         self.request.settimeout(self.server.read_timeout_s)
+        web = self.server.web
+        if web is not None and web.tls is not None:
+            # the TLS handshake in this connection's thread, under the read timeout
+            self.request = web.tls.wrap_socket(self.request, server_side=True)
         # the headers and the body go out as two writes: without TCP_NODELAY, Nagle holds
         # the body until the client acknowledges the headers, which a keep-alive client
         # delays by its delayed-ACK timer (40 ms on Linux): every scrape paid ~40 ms
@@ -327,6 +333,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        web = self.server.web
+        if web is not None and not web.authorised(self.headers.get("Authorization")):
+            body = b"unauthorized\n"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="gpuaudit exporter"')
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         gz = False
         if path == "/metrics":
             body, ctype, gz = self.server.state.encoded(self.headers.get("Accept"),
@@ -354,9 +370,10 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # 100 scrapers connecting at once must not overflow the backlog
 
     def __init__(self, addr: tuple[str, int], state: ExporterState,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, web: WebConfig | None = None) -> None:
         self.state = state
         self.read_timeout_s = read_timeout_s
+        self.web = web
         super().__init__(addr, _Handler)
 
     def start(self) -> None:
@@ -366,8 +383,8 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # a client that hangs up or times out is routine for a scraped server: no traceback
         exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):
-            return
+        if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
+            return  # incl. a client that failed or abandoned the TLS handshake
         logging.getLogger(__name__).warning("request from %s failed: %s: %s",
                                             client_address[0] if client_address else "?",
                                             type(exc).__name__, exc)
@@ -387,13 +404,15 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def serve(state: ExporterState, host: str = "127.0.0.1", port: int = 9402, *,
-          read_timeout_s: float = READ_TIMEOUT_S, start: bool = True) -> _Server:
+          read_timeout_s: float = READ_TIMEOUT_S, start: bool = True,
+          web: WebConfig | None = None) -> _Server:
     """Start serving ``state`` on ``host:port`` in a background thread; returns the server
     (``server.server_address`` has the bound port when ``port`` is 0; ``shutdown()`` stops).
     A port in use or a host that does not resolve is an :class:`InputError`. ``start=False``
     binds and listens only (scrapers wait in the backlog); ``server.start()`` serves."""
     try:
-        server = (_Server6 if ":" in host else _Server)((host, port), state, read_timeout_s)
+        server = (_Server6 if ":" in host else _Server)((host, port), state, read_timeout_s,
+                                                        web)
     except socket.gaierror as exc:
         raise InputError(f"cannot resolve the host {host!r}: {exc.strerror or exc}",
                          where="--listen", fix="give an address of this machine, e.g. "
