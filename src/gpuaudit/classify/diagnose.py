@@ -49,7 +49,8 @@ from gpuaudit.classify.usage import Pattern, RunPhase, SeriesSignals
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
-__all__ = ["FIXES", "KINDS", "Diagnosis", "JobDiagnosis", "diagnose", "job_diagnoses"]
+__all__ = ["FIXES", "KINDS", "Diagnosis", "GroupDiagnosis", "JobDiagnosis", "cpu_signal",
+           "diagnose", "group_diagnoses", "job_diagnoses"]
 
 #: PCIe traffic (TX + RX mean over the stretch's idle time where it idles at least 10% of it,
 #: else over the whole stretch) at or above this share of the link's per-direction bandwidth,
@@ -101,6 +102,20 @@ MIN_GAPS = 8
 #: ... and a median gap of at least this many sample intervals: a gap of one or two samples
 #: cannot show its spread (1 Hz sampling quantises a 0.5-1.5 s wait to one sample).
 MIN_GAP_INTERVALS = 3.0
+
+#: The host's CPUs (all cores, percent) at or above this in the seconds the GPU idles: the
+#: host is computing while the GPU waits (a CPU optimizer step, offloaded updates, or a
+#: CPU-bound input pipeline). A training host's CPUs idle between steps sit well under half
+#: busy (the DataLoader workers and the launch thread); 80% means most cores are at work.
+HOST_CPU_BUSY_PCT = 80.0
+#: Small work (MIG, MPS, time-slicing, a smaller GPU): peak memory at most this share of the
+#: framebuffer: half leaves room for a second job of the same size on the GPU, and at least
+#: one MIG profile (the 3g/4g slices of half the memory) holds it.
+SMALL_MEM_SHARE = 0.5
+#: ... and SM activity under this: a job that keeps 70% or more of the SMs busy leaves under
+#: 30% of the GPU to share, less than contention costs (time-slicing runs ~24% slower than
+#: MIG under load: NVIDIA's MIG vs time-slicing benchmark, remediations.toml).
+SMALL_SM_ACTIVE = 0.7
 
 #: The causes, in the order the tree tries them.
 KINDS: tuple[str, ...] = (
@@ -167,6 +182,20 @@ class _View:
     gap_median_s: float | None = None
     gap_dispersion: float | None = None
     interval_s: float = 1.0
+    #: the host's CPUs over the GPU's idle seconds, and over all its seconds (percent)
+    cpu_idle_pct: float | None = None
+    cpu_pct: float | None = None
+
+
+def cpu_signal(s: SeriesSignals, name: str) -> float | None:
+    """A host-CPU signal of a GPU (``host_cpu_util_pct``, ``proc_cpu_util_pct``,
+    ``host_cpu_util_pct_while_idle``: percent of all cores, time-weighted), None where the
+    recording has no CPU columns (a source that cannot measure the host: never a fake 0)."""
+    for attr in (f"mean_{name}", name):
+        v = getattr(s, attr, None)
+        if isinstance(v, (int, float)):
+            return float(v)
+    return None
 
 
 def _spec(model: str | None) -> GpuSpec | None:
@@ -191,7 +220,9 @@ def _whole_view(s: SeriesSignals) -> _View:
         nvlink_busy=s.mean_nvlink_busy_bytes_per_s, mem_mib=s.mem_used_max_mib, power_cv=cv,
         gaps=s.idle_gaps, gap_median_s=s.idle_gap_median_s,
         gap_dispersion=s.idle_gap_dispersion,
-        interval_s=s.observed_s / s.samples if s.samples else 1.0)
+        interval_s=s.observed_s / s.samples if s.samples else 1.0,
+        cpu_idle_pct=cpu_signal(s, "host_cpu_util_pct_while_idle"),
+        cpu_pct=cpu_signal(s, "host_cpu_util_pct"))
 
 
 def _phase_view(p: RunPhase, whole: _View) -> _View:
@@ -205,7 +236,7 @@ def _phase_view(p: RunPhase, whole: _View) -> _View:
         mem_mib=p.signal("mem_used_mib") if p.signal("mem_used_mib") is not None
         else whole.mem_mib, power_cv=whole.power_cv, gaps=whole.gaps,
         gap_median_s=whole.gap_median_s, gap_dispersion=whole.gap_dispersion,
-        interval_s=whole.interval_s)
+        interval_s=whole.interval_s, cpu_idle_pct=whole.cpu_idle_pct, cpu_pct=whole.cpu_pct)
 
 
 def _pct(x: float) -> str:
@@ -245,7 +276,9 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                       ("pcie_idle_bytes_per_s", v.pcie_idle),
                       ("pcie_link_share", pcie_share), ("nvlink_bytes_per_s", v.nvlink),
                       ("nvlink_busy_bytes_per_s", v.nvlink_busy),
-                      ("nvlink_link_share", nv_share), ("mem_used_mib", v.mem_mib)):
+                      ("nvlink_link_share", nv_share), ("mem_used_mib", v.mem_mib),
+                      ("host_cpu_util_pct_while_idle", v.cpu_idle_pct),
+                      ("host_cpu_util_pct", v.cpu_pct)):
         if val is not None:
             nums.append((name, round(val, 4)))
     numbers = tuple(nums)
@@ -263,6 +296,10 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
         return Diagnosis(uuid, kind, evidence, phase=v.phase, fixes=fixes, numbers=numbers,
                          decides=decides)
 
+    cpu_busy = v.cpu_idle_pct is not None and v.cpu_idle_pct >= HOST_CPU_BUSY_PCT
+    cpu_txt = (f"; GPU idle {v.idle_share:.0%} while the host's CPUs are "
+               f"{v.cpu_idle_pct:.0f}% busy in the same seconds"
+               if v.cpu_idle_pct is not None else "")
     host_txt = ("the host is feeding it (PCIe busy while SMs wait): CPU / NVMe offload or "
                 "input pipeline")
     if v.idle_share >= IDLE_SHARE:
@@ -304,7 +341,7 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                  "cross PCIe")
     if host_busy and waiting and pcie is not None:
         return d("host_bound", f"{held_txt}{_link(pcie, host_bps, 'PCIe')}{pcie_when or ' sustained'} while "
-                 f"{sm_txt}: {host_txt}")
+                 f"{sm_txt}{cpu_txt}: {host_txt}")
     gaps_txt = ""
     resolved = (v.gaps >= MIN_GAPS and v.gap_median_s is not None
                 and v.gap_dispersion is not None
@@ -313,12 +350,16 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
         assert v.gap_median_s is not None and v.gap_dispersion is not None
         gaps_txt = (f"{v.gaps} idle gaps, median {v.gap_median_s:.1f} s, dispersion "
                     f"{v.gap_dispersion:.2f}")
-    if v.idle_share >= 0.1 and resolved and v.gap_dispersion is not None \
-            and v.gap_dispersion <= REGULAR_GAP_DISPERSION:
+    regular = resolved and v.gap_dispersion is not None \
+        and v.gap_dispersion <= REGULAR_GAP_DISPERSION
+    scattered = resolved and not regular
+    if v.idle_share >= 0.1 and (regular or (cpu_busy and not scattered)):
         link = (f"{_link(pcie, host_bps, 'PCIe')}{pcie_when}: the link is quiet"
                 if pcie is not None else "PCIe not measured")
-        return d("host_compute", f"idle {v.idle_share:.0%} in {gaps_txt} (a steady cadence) "
-                 f"while {sm_txt}; {link}: the host computes between steps (a CPU optimizer "
+        cadence = f"in {gaps_txt} (a steady cadence)" if regular else \
+            "(gaps too few or too short to show their cadence)"
+        return d("host_compute", f"idle {v.idle_share:.0%} {cadence} while {sm_txt}; "
+                 f"{link}{cpu_txt}: the host computes between steps (a CPU optimizer "
                  "step, offloaded parameters updated on the CPU), not an input pipeline, "
                  "whose waits vary",
                  decides=None if pcie is not None else
@@ -332,6 +373,9 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
             else f"power sawtooth (spread {v.power_cv:.0%} of its mean)"
         if gaps_txt:
             why += f"; {gaps_txt}: the waits scatter"
+        if cpu_txt:
+            why += cpu_txt + (" (CPU-bound workers: more workers will not help, DALI moves "
+                              "the decode to the GPU)" if cpu_busy else "")
         if pcie is not None:
             why += f"; {_link(pcie, host_bps, 'PCIe')}{pcie_when}"
         return d("input_bound", f"{why}: the input pipeline starves it between batches")
