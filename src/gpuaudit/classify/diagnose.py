@@ -45,7 +45,7 @@ from dataclasses import dataclass, replace
 from statistics import median
 
 from gpuaudit.classify.patterns import job_key
-from gpuaudit.classify.usage import Pattern, RunPhase, SeriesSignals
+from gpuaudit.classify.usage import OnsetLag, Pattern, RunPhase, SeriesSignals, Usage
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
@@ -116,6 +116,15 @@ SMALL_MEM_SHARE = 0.5
 #: 30% of the GPU to share, less than contention costs (time-slicing runs ~24% slower than
 #: MIG under load: NVIDIA's MIG vs time-slicing benchmark, remediations.toml).
 SMALL_SM_ACTIVE = 0.7
+
+#: Straggler by time lag: a GPU whose busy onsets come at least this many sample intervals
+#: and this share of its step period after its peers' (median over steps), ...
+LAG_MIN_INTERVALS = 2.0
+LAG_MIN_PERIOD_SHARE = 0.05
+#: ... late at this share of the steps at least, over at least this many steps, while its
+#: peers' own median lag stays under half of its: one GPU starts late, step after step.
+LAG_LATE_SHARE = 0.7
+LAG_MIN_STEPS = 8
 
 #: The causes, in the order the tree tries them.
 KINDS: tuple[str, ...] = (
@@ -415,10 +424,11 @@ def _job(s: SeriesSignals) -> tuple[str, tuple[str, ...]]:
     return (s.host, s.pods)
 
 
-def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern]
-             ) -> tuple[Diagnosis, ...]:
+def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern],
+             lags: Sequence[OnsetLag] = ()) -> tuple[Diagnosis, ...]:
     """The top diagnosis of each GPU (on its steady stretch), then its warm-up and cool-down
-    judged apart where they differ, then the stragglers' effect on their jobs."""
+    judged apart where they differ, then the stragglers' effect on their jobs: by busyness,
+    and by time lag where ``lags`` (:mod:`gpuaudit.classify.lag`) are known."""
     by_uuid = {p.gpu_uuid: p for p in patterns}
     sizes: dict[tuple[str, tuple[str, ...]], int] = {}
     for s in series:
@@ -443,7 +453,10 @@ def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern]
                 e = _judge(s.gpu_uuid, _phase_view(p, whole), spec, None, multi)
                 if e.kind != tops[s.gpu_uuid].kind:
                     extra.append(e)
-    for st in _stragglers(series, tops):
+    found = _stragglers(series, tops)
+    named = {d.gpu_uuid for d in found}
+    found += [d for d in _lag_stragglers(series, lags) if d.gpu_uuid not in named]
+    for st in found:
         tops[st.gpu_uuid] = replace(st, top=True, phase=tops[st.gpu_uuid].phase)
     return (*(tops[s.gpu_uuid] for s in series if s.gpu_uuid in tops), *extra)
 
@@ -484,6 +497,105 @@ def _stragglers(series: Sequence[SeriesSignals], tops: dict[str, Diagnosis]
                         numbers=(("util_pct", round(pu, 1)), ("straggler_util_pct", round(u, 1)))))
             break
     return out
+
+
+def _lag_stragglers(series: Sequence[SeriesSignals], lags: Sequence[OnsetLag]
+                    ) -> list[Diagnosis]:
+    """A GPU whose busy onsets come after its peers' step after step holds them up: it and
+    its peers get ``straggler`` (the fix is on the late one)."""
+    interval = {s.gpu_uuid: s.observed_s / s.samples if s.samples else 1.0 for s in series}
+    by_job: dict[str, list[OnsetLag]] = {}
+    for lg in lags:
+        by_job.setdefault(lg.job, []).append(lg)
+    out: list[Diagnosis] = []
+    for job, members in by_job.items():
+        for m in sorted(members, key=lambda x: -x.median_lag_s):
+            bound = max(LAG_MIN_INTERVALS * interval.get(m.gpu_uuid, 1.0),
+                        LAG_MIN_PERIOD_SHARE * m.period_s)
+            peers = [p for p in members if p.gpu_uuid != m.gpu_uuid]
+            if (m.steps < LAG_MIN_STEPS or m.median_lag_s < bound
+                    or m.late_share < LAG_LATE_SHARE
+                    or any(p.median_lag_s >= m.median_lag_s / 2 for p in peers)):
+                continue
+            nums = (("median_lag_s", round(m.median_lag_s, 3)), ("steps", float(m.steps)),
+                    ("late_share", round(m.late_share, 3)), ("period_s", round(m.period_s, 3)))
+            out.append(Diagnosis(
+                m.gpu_uuid, "straggler",
+                f"its busy onsets come {m.median_lag_s:.2f} s after its {len(peers)} peers' "
+                f"(median over {m.steps} steps of {m.period_s:.2f} s; late at "
+                f"{m.late_share:.0%} of them): the job waits for it at every synchronisation "
+                "(check its input shard and loader, its clocks and throttling, its node)",
+                fixes=FIXES["straggler"], numbers=nums))
+            for p in peers:
+                out.append(Diagnosis(
+                    p.gpu_uuid, "straggler",
+                    f"starts its steps {m.median_lag_s:.2f} s before straggler {m.gpu_uuid} "
+                    f"(median over {m.steps} steps) and waits for it at each synchronisation",
+                    fixes=FIXES["straggler"],
+                    numbers=(("median_lag_s", round(p.median_lag_s, 3)),
+                             ("straggler_lag_s", round(m.median_lag_s, 3)))))
+            break
+    return out
+
+
+@dataclass(frozen=True)
+class GroupDiagnosis:
+    """A ``--by`` group's cause: the top diagnosis holding most of the group's GPU time,
+    its share of that time, the GPUs the group ran on, and its fixes."""
+
+    key: tuple[str | None, ...]
+    kind: str
+    share: float
+    gpu_uuids: tuple[str, ...]
+    evidence: str
+    fixes: tuple[str, ...]
+
+
+def group_diagnoses(usage: Usage, diagnoses: Sequence[Diagnosis]
+                    ) -> tuple[GroupDiagnosis, ...]:
+    """Per ``--by`` group (``usage.by``): each GPU's top diagnosis weighted by the seconds
+    the group held it; the kind with the most seconds is the group's (ties: the earlier in
+    :data:`KINDS`)."""
+    if not usage.by or usage.cells.num_rows == 0:
+        return ()
+    tops = {d.gpu_uuid: d for d in diagnoses if d.top}
+    out = []
+    for key, per_gpu in _group_seconds(usage).items():
+        weights: dict[str, float] = {}
+        for uuid, secs in per_gpu.items():
+            d = tops.get(uuid)
+            if d is not None:
+                weights[d.kind] = weights.get(d.kind, 0.0) + secs
+        total = sum(weights.values())
+        if total <= 0:
+            continue
+        best = max(KINDS, key=lambda k: (weights.get(k, 0.0), -KINDS.index(k)))
+        share = weights[best] / total
+        ex = next(tops[u] for u in per_gpu if u in tops and tops[u].kind == best)
+        others = sorted(k for k in weights if k != best)
+        ev = (f"{share:.0%} of the group's GPU time on GPUs {best.replace('_', ' ')}"
+              + (f" (also: {', '.join(others)})" if others else "")
+              + f"; e.g. {ex.gpu_uuid}: {ex.evidence}")
+        out.append(GroupDiagnosis(key=key, kind=best, share=round(share, 4),
+                                  gpu_uuids=tuple(per_gpu), evidence=ev, fixes=ex.fixes))
+    return tuple(out)
+
+
+def _group_seconds(usage: Usage) -> dict[tuple[str | None, ...], dict[str, float]]:
+    """Observed seconds per group and GPU, from the usage cells."""
+    keys = [*usage.by, "gpu_uuid"]
+    phases = ("idle_s", "underutilized_s", "productive_s", "compute_bound_s")
+    agg = usage.cells.group_by(keys, use_threads=False).aggregate(
+        [(p, "sum") for p in phases])
+    cols = [agg.column(k).to_pylist() for k in usage.by]
+    uuids = agg.column("gpu_uuid").to_pylist()
+    secs = [sum(v or 0.0 for v in row) for row in zip(
+        *(agg.column(f"{p}_sum").to_pylist() for p in phases))]
+    out: dict[tuple[str | None, ...], dict[str, float]] = {}
+    for i, uuid in enumerate(uuids):
+        key = tuple(None if c[i] is None else str(c[i]) for c in cols)
+        out.setdefault(key, {})[str(uuid)] = float(secs[i] or 0.0)
+    return dict(sorted(out.items(), key=lambda kv: tuple(x or "" for x in kv[0])))
 
 
 @dataclass(frozen=True)

@@ -407,6 +407,40 @@ def fsdp_offload_8xh100_10hz(rng: np.random.Generator) -> None:
     write("fsdp_offload_8xh100_10hz", 1 / hz, "fsdp-node-0", out)
 
 
+def straggler_lag_8xh100_10hz(rng: np.random.Generator) -> None:
+    """Data-parallel training on 8x H100 where rank 5's input arrives late every step: it
+    starts each step ~0.2 s after its peers, who spin in the all-reduce (busy) until it
+    arrives, so the peers read *busier* than the straggler and busyness cannot name it; the
+    order of the busy onsets can. Built from real captures: ~0.6 s of compute a step and
+    under 1 ms of start skew between healthy ranks (HolisticTraceAnalysis tests/data
+    trace_filter/sampled_rank-{0,1}: ProfilerStep#551/552 last 607-631 ms, rank 1 starts
+    0.2-0.8 ms after rank 0), 100% busy at ~690 W and ~75 W idle (nanoGPT 8x H100,
+    karpathy/nanoGPT pull request 643); the 0.2 s input wait and the 0.2 s delay are the
+    scenario's. nvidia-smi fields only, at 10 Hz."""
+    n, straggler = 3000, 5
+    busy = np.zeros((8, n), dtype=bool)
+    t = 0
+    while t < n:
+        w = 2 + int(rng.random() < 0.3)          # input wait, shared by every rank
+        d = 2 + int(rng.random() < 0.2)          # rank 5's extra delay
+        c = 6                                    # ~0.6 s of compute (real two-rank trace)
+        for i in range(8):
+            start = t + w + (d if i == straggler else 0)
+            busy[i, start:t + w + d + c] = True
+        t += w + d + c
+    out = []
+    for i in range(8):
+        g = Gpu(n, rng)
+        a = slice(0, n)
+        g.set("util_gpu_pct", a, np.where(busy[i], 100.0, 0.0), 0.3, hi=100)
+        g.set("power_w", a, np.where(busy[i], 690.0, 75.0), 6)
+        g.set("temp_c", a, np.where(busy[i], 55.0, 40.0), 1)
+        g.set("mem_used_mib", a, 40 * GIB, 20)
+        g.set("mem_total_mib", a, 81559.0)
+        out.append((uuid("laggard", i), H100, g))
+    write("straggler_lag_8xh100_10hz", 0.1, "ddp-h100", out)
+
+
 CASES: list[Callable[[np.random.Generator], None]] = [
     offload_8xh100_10hz,
     offload_2xa100_pcie_1hz,
@@ -463,6 +497,7 @@ CASES: list[Callable[[np.random.Generator], None]] = [
     steady("small_bf16_136m_h100", H100, "small-0", 1, 0.1, 3000, 12, 81559.0,
            util_gpu_pct=97, sm_active=0.64, tensor_active=0.19, dram_active=0.30,
            power_w=420),
+    straggler_lag_8xh100_10hz,
 ]
 
 
