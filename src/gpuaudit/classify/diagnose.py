@@ -508,7 +508,7 @@ def _lag_stragglers(series: Sequence[SeriesSignals], lags: Sequence[OnsetLag]
     for lg in lags:
         by_job.setdefault(lg.job, []).append(lg)
     out: list[Diagnosis] = []
-    for job, members in by_job.items():
+    for members in by_job.values():
         for m in sorted(members, key=lambda x: -x.median_lag_s):
             bound = max(LAG_MIN_INTERVALS * interval.get(m.gpu_uuid, 1.0),
                         LAG_MIN_PERIOD_SHARE * m.period_s)

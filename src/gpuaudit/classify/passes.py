@@ -20,13 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit._heap import keep_freed_memory
+from gpuaudit.classify.lag import busy_onsets, onset_lags
 from gpuaudit.classify.parallel import (
     MIN_ROWS_PER_WORKER,
     BoundaryOrderError,
     available_cpus,
     classify_ranges,
 )
-from gpuaudit.classify.lag import busy_onsets, onset_lags
 from gpuaudit.classify.patterns import detect_patterns, job_key, job_patterns
 from gpuaudit.classify.phases import (
     _LARGE_ROWS,
