@@ -31,7 +31,7 @@ from gpuaudit.recommend.premises import PREMISES
 from gpuaudit.schema import Recording
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_diagnosis_eval import audit_file, cases  # noqa: E402
+from test_diagnosis_eval import audit_file, cases
 
 DIAG = Path(__file__).parents[1] / "data" / "diagnosis"
 _NS = 1_000_000_000
