@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from decimal import Decimal
 from pathlib import Path
 
@@ -107,10 +107,23 @@ def test_small_work_premise_is_refuted_by_a_big_job_and_unknown_without_memory()
 
 @dataclass(frozen=True)
 class _WithCpu(SeriesSignals):
-    """SeriesSignals with the CPU signals the sampler / node_exporter / --map fill."""
+    """SeriesSignals with the CPU signals the sampler / node_exporter / --map fill, for a
+    tree where SeriesSignals does not carry them yet (the cpu change lands apart)."""
 
     mean_host_cpu_util_pct: float | None = None
     mean_host_cpu_util_pct_while_idle: float | None = None
+
+
+_HAS_CPU = "host_cpu_util_pct_while_idle" in {f.name for f in fields(SeriesSignals)}
+
+
+def _cpu(s: SeriesSignals, idle: float, whole: float | None = None) -> SeriesSignals:
+    """``s`` with the host's CPUs ``idle`` percent busy over its idle seconds."""
+    if _HAS_CPU:
+        return replace(s, host_cpu_util_pct_while_idle=idle,  # type: ignore[call-arg]
+                       host_cpu_util_pct=whole)
+    return _WithCpu(**s.__dict__, mean_host_cpu_util_pct=whole,
+                    mean_host_cpu_util_pct_while_idle=idle)
 
 
 def _fsdp_series() -> list[SeriesSignals]:
@@ -119,8 +132,7 @@ def _fsdp_series() -> list[SeriesSignals]:
 
 def test_cpu_evidence_is_named_in_the_host_compute_diagnosis():
     """'GPU idle 81% while the host's CPUs are 95% busy in the same seconds'."""
-    series = [_WithCpu(**s.__dict__, mean_host_cpu_util_pct=60.0,
-                       mean_host_cpu_util_pct_while_idle=95.0) for s in _fsdp_series()]
+    series = [_cpu(s, 95.0, 60.0) for s in _fsdp_series()]
     tops = [d for d in diagnose(series, ()) if d.top]
     assert {d.kind for d in tops} == {"host_compute"}
     assert all("while the host's CPUs are 95% busy in the same seconds" in d.evidence
@@ -134,18 +146,17 @@ def test_busy_host_cpu_decides_host_compute_where_the_gaps_cannot_show_their_cad
     on the CPU evidence alone)."""
     base = [replace(s, idle_gaps=3, idle_gap_quartiles_s=None) for s in _fsdp_series()]
     assert {d.kind for d in diagnose(base, ()) if d.top} != {"host_compute"}
-    busy = [_WithCpu(**s.__dict__, mean_host_cpu_util_pct_while_idle=HOST_CPU_BUSY_PCT + 5)
-            for s in base]
+    busy = [_cpu(s, HOST_CPU_BUSY_PCT + 5) for s in base]
     assert {d.kind for d in diagnose(busy, ()) if d.top} == {"host_compute"}
     v = PREMISES["host_wait"](busy[0], {})
     assert v.status == "holds" and "CPUs are 85% busy" in v.reason
-    quiet = _WithCpu(**base[0].__dict__, mean_host_cpu_util_pct_while_idle=10.0)
+    quiet = _cpu(base[0], 10.0)
     assert PREMISES["host_wait"](quiet, {}).status == "refuted"
     assert PREMISES["host_wait"](base[0], {}).status == "unknown"
 
 
 def test_input_premise_refutation_names_the_busy_cpu():
-    s = _WithCpu(**_fsdp_series()[0].__dict__, mean_host_cpu_util_pct_while_idle=93.0)
+    s = _cpu(_fsdp_series()[0], 93.0)
     v = PREMISES["input_gaps"](s, {})
     assert v.status == "refuted" and "the host's CPUs 93% busy in the same seconds" in v.reason
 
