@@ -24,8 +24,9 @@ The tree, first match is the GPU's top diagnosis (docs/diagnosis.md draws it):
    show as busy time with idle SMs, never as idle time;
 3. ``host_bound`` (host transfer): PCIe busy while SMs wait (CPU / NVMe offload traffic,
    unpinned copies);
-4. ``host_compute``: idle gaps at a steady cadence with a quiet link: the host computes
-   between steps (a CPU optimizer step, offloaded parameters updated on the CPU);
+4. ``host_compute``: idle gaps at a steady cadence with a quiet link, or (gaps too few to
+   show a cadence) the host's CPUs busy in the GPU's idle seconds: the host computes between
+   steps (a CPU optimizer step, offloaded parameters updated on the CPU);
 5. ``input_bound``: bursty (short idle gaps between busy runs) or a power sawtooth, with
    gaps that scatter (an input pipeline's waits vary batch to batch);
 5. with SM activity: ``small_kernels`` (busy but SMs mostly empty), ``memory_bound`` (DRAM
@@ -34,8 +35,11 @@ The tree, first match is the GPU's top diagnosis (docs/diagnosis.md draws it):
    or small batches);
 6. without SM activity: ``compute_bound`` when utilization is high, else ``undetermined``.
 
-``straggler`` (a job whose GPUs wait for one busier peer) overrides the top diagnosis of
-every GPU of that job: the cause is the straggler, not each GPU's own shape.
+``straggler`` (a job whose GPUs wait for one peer: far busier than them, or starting its
+steps after theirs, :mod:`gpuaudit.classify.lag`) overrides the top diagnosis of every GPU
+of that job: the cause is the straggler, not each GPU's own shape. The host's CPU
+(``host_cpu_util_pct``, over the GPU's idle seconds) is named in the evidence where recorded.
+:func:`group_diagnoses` gives each ``--by`` group the cause holding most of its GPU time.
 """
 
 from __future__ import annotations
