@@ -34,7 +34,8 @@ _NS = 1_000_000_000
 
 def busy_onsets(source: SampleSource | Recording, uuids: Sequence[str]
                 ) -> dict[str, np.ndarray]:
-    """Busy-onset times (ns) per GPU of ``uuids``, in time order."""
+    """Busy-onset times (ns) per GPU of ``uuids``, in time order (vectorised per batch: one
+    sort by GPU and time, no per-GPU scan of the rows)."""
     want = set(uuids)
     out: dict[str, list[np.ndarray]] = {u: [] for u in uuids}
     kept = dict.fromkeys(uuids, 0)
@@ -45,30 +46,37 @@ def busy_onsets(source: SampleSource | Recording, uuids: Sequence[str]
         uu = pc.dictionary_encode(batch.column("gpu_uuid"))
         if isinstance(uu, pa.ChunkedArray):  # pragma: no cover - a batch column is one chunk
             uu = uu.combine_chunks()
-        names = uu.dictionary.to_pylist()
+        names = [str(x) for x in uu.dictionary.to_pylist()]
         codes = uu.indices.to_numpy(zero_copy_only=False)
-        ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
         u = batch.column("util_gpu_pct").cast(pa.float64()).to_numpy(zero_copy_only=False)
-        for k, name in enumerate(names):
-            if name not in want or kept[name] >= MAX_ONSETS:
-                continue
-            rows = np.flatnonzero(codes == k)
-            uk = u[rows]
-            ok = ~np.isnan(uk)
-            rows, uk = rows[ok], uk[ok]
-            if rows.size == 0:
-                continue
-            order = np.argsort(ts[rows], kind="stable")
-            rows, uk = rows[order], uk[order]
-            busy = uk >= IDLE_BELOW_PCT
-            prev = np.empty_like(busy)
-            prev[1:] = busy[:-1]
-            prev[0] = last_busy.get(name, True)  # a series' first sample is no onset
-            onset = ts[rows][busy & ~prev]
-            onset = onset[: MAX_ONSETS - kept[name]]
-            out[name].append(onset)
-            kept[name] += int(onset.size)
-            last_busy[name] = bool(busy[-1])
+        wanted = np.array([n in want and kept[n] < MAX_ONSETS for n in names], dtype=bool)
+        ok = ~np.isnan(u) & wanted[codes]
+        if not ok.any():
+            continue
+        ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)[ok]
+        c, u = codes[ok], u[ok]
+        order = np.lexsort((ts, c))
+        c, ts, busy = c[order], ts[order], u[order] >= IDLE_BELOW_PCT
+        first = np.ones(c.size, dtype=bool)
+        first[1:] = c[1:] != c[:-1]
+        prev = np.empty_like(busy)
+        prev[1:] = busy[:-1]
+        # a series' first sample ever is no onset; a later batch continues the last state
+        carry = np.array([last_busy.get(n, True) for n in names], dtype=bool)
+        prev[first] = carry[c[first]]
+        onset = busy & ~prev
+        last = np.append(first[1:], True)
+        for k, b in zip(c[last].tolist(), busy[last].tolist()):
+            last_busy[names[k]] = bool(b)
+        if not onset.any():
+            continue
+        oc, ots = c[onset], ts[onset]
+        starts = np.flatnonzero(np.append(True, oc[1:] != oc[:-1]))
+        for k, part in zip(oc[starts].tolist(), np.split(ots, starts[1:])):
+            name = names[k]
+            part = part[: MAX_ONSETS - kept[name]]
+            out[name].append(part)
+            kept[name] += int(part.size)
     return {n: np.concatenate(v) if v else np.zeros(0, np.int64) for n, v in out.items()}
 
 
