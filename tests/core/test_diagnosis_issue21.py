@@ -192,6 +192,8 @@ def test_diagnosis_per_by_group():
     js = r.to_dict()["group_diagnoses"]
     assert {g["key"]["host"]: g["kind"] for g in js} == {"jupyter-3": "held_idle",
                                                          "recsys-0": "memory_bound"}
+    assert "group host=jupyter-3: held_idle (100% of its GPU time" in r.render("terminal")
+    assert "- group `host=recsys-0`: **memory_bound**" in r.render("markdown")
     assert audit(a, price="2.00").group_diagnoses == ()
 
 
