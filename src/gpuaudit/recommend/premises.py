@@ -257,6 +257,23 @@ def _small_work(s: SeriesSignals, f: Mapping[str, Finding]) -> Verdict:
                    f"{total / 1024:.0f} GiB ({mem:.0%}), {name} {load:.0%}")
 
 
+def _memory_headroom(s: SeriesSignals, f: Mapping[str, Finding]) -> Verdict:
+    """A larger batch needs memory to put it in: the peak must leave room."""
+    spec = _spec(s)
+    total = s.mem_total_mib or (spec.memory_gb * 1024 if spec else None)
+    if s.mem_used_max_mib is None or not total:
+        return Verdict("unknown", "peak memory used not measured",
+                       "mem_used_mib (nvidia-smi memory.used, DCGM_FI_DEV_FB_USED)")
+    share = s.mem_used_max_mib / total
+    if share >= BATCH_MEM_FULL_SHARE:
+        return Verdict("refuted", f"peak memory {share:.0%} of the GPU's: no room for a larger "
+                       "batch (gradient accumulation keeps the batch, not the speed)")
+    return Verdict("holds", f"peak memory {share:.0%} of the GPU's leaves room")
+
+
+#: A larger batch is refuted from this share of the framebuffer at peak (allocators cache,
+#: activations grow with the batch: the last 10% is not room for another batch).
+BATCH_MEM_FULL_SHARE = 0.9
 #: Idle shutdown needs idle time: at least this share of the GPU's observed time.
 IDLE_TIME_MIN_SHARE = 0.02
 #: The host's CPUs under this (percent) while the GPU idles: the host is not busy computing.
@@ -272,6 +289,7 @@ PREMISES: dict[str, Callable[[SeriesSignals, Mapping[str, Finding]], Verdict]] =
     "host_wait": _host_wait,
     "host_transfer": _host_transfer,
     "small_work": _small_work,
+    "memory_headroom": _memory_headroom,
 }
 
 
