@@ -300,3 +300,39 @@ def test_the_cpu_columns_when_present_reach_the_diagnosis():
     t = pq.read_table(DIAG / "fsdp_offload_8xh100_10hz.parquet")
     assert "host_cpu_util_pct" not in t.column_names or \
         pc.all(pc.is_null(t.column("host_cpu_util_pct"))).as_py()
+
+
+def _with(t: pa.Table, **cols: object) -> pa.Table:
+    """``t`` with some columns set to one value, rebuilt as a sample table."""
+    data: dict[str, object] = {n: t.column(n).combine_chunks() for n in t.column_names}
+    data.update({name: [value] * t.num_rows for name, value in cols.items()})
+    return build_table(data)
+
+
+def test_four_gpus_training_beside_four_serving_get_their_own_causes_per_pod():
+    """Issue 21's 'four GPUs training beside four serving' on one 8x H100 host: grouped by
+    pod, the training pod is compute-bound (bf16, FP8 next), each serving pod small work on a
+    big GPU with the MIG slice that holds it; per job the same split."""
+    pre = _read(DIAG / "bf16_pretrain_8xh100.parquet")
+    keep = pc.is_in(pre.column("gpu_uuid"),
+                    pa.array([f"GPU-bf16_pretrain_8xh100-{i}" for i in range(4)]))
+    train = _with(pre.filter(keep), pod="train-0", host="node-1")
+    small = _scaled(DIAG / "small_bf16_136m_h100.parquet", sm_active=0.25,
+                    util_gpu_pct=45.0, tensor_active=0.08)
+    serve = [_with(small, gpu_uuid=f"GPU-serve-{i}", pod=f"serve-{i}", host="node-1",
+                   gpu_index=4 + i) for i in range(4)]
+    table = pa.concat_tables([train, *serve]).sort_by([("ts", "ascending"),
+                                                       ("gpu_index", "ascending")])
+    r = audit(table, provider="aws", by=["pod"])
+    groups = {g.key[0]: g for g in r.group_diagnoses}
+    assert groups["train-0"].kind == "compute_bound" and groups["train-0"].fixes == ("fp8",)
+    for i in range(4):
+        assert groups[f"serve-{i}"].kind == "small_kernels", groups[f"serve-{i}"].evidence
+    jobs = {j.job: j.kind for j in r.job_diagnoses}
+    assert jobs["node-1 / train-0"] == "compute_bound"
+    assert jobs["node-1 / serve-0"] == "small_kernels"
+    recs = _recs(r)
+    assert recs["mig"].counted and "2g.20gb" in recs["mig"].evidence
+    assert set(recs["mig"].scope) == {f"GPU-serve-{i}" for i in range(4)}
+    assert recs["amp_bf16"].status == "ruled_out"
+    assert r.plan.efficiency_fraction <= r.plan.waste_fraction
