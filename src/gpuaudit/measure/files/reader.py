@@ -393,7 +393,7 @@ class FileSource:
                              "writer, or pass --format csv/jsonl") from exc
         meta = read_metadata(pf)
         self.meta.update(decode_meta(meta))
-        own = schema.META_VERSION in meta and pf.schema_arrow.names == schema.SAMPLE_SCHEMA.names
+        own = schema.META_VERSION in meta and _recording_columns(pf.schema_arrow.names)
         self._own = own
         if own:
             self._interval_fixed = True  # a recording's interval is its metadata's, or None
@@ -431,7 +431,9 @@ class FileSource:
             groups = list(self._groups())
             first_row = sum(pf.metadata.row_group(i).num_rows
                             for i in range(self.row_groups[0]))
-        fill = _NullFill(names)
+        # an older recording lacks the columns added since (host_cpu_util_pct, ...): null
+        full = list(schema.SAMPLE_SCHEMA.names) if own else names
+        fill = _NullFill(full)
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = first_row
@@ -440,7 +442,7 @@ class FileSource:
                                                            row_groups=groups):
                 base = row
                 row += batch.num_rows
-                if read_cols is not None and len(read_cols) < len(names):
+                if batch.num_columns < len(full):
                     batch = fill(batch)
                 yield batch, _at_row(path, base)
 
@@ -493,6 +495,16 @@ class FileSource:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _recording_columns(names: Sequence[str]) -> bool:
+    """Whether a gpuaudit recording's columns are the sample table's, or an earlier version's
+    (the same columns in the same order, less some added since)."""
+    full = list(schema.SAMPLE_SCHEMA.names)
+    if names == full:
+        return True
+    return (set(names) <= set(full) and {"ts", "host", "gpu_uuid"} <= set(names)
+            and sorted(names, key=full.index) == list(names))
 
 
 def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
