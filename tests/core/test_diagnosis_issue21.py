@@ -124,11 +124,13 @@ class _WithCpu(SeriesSignals):
 _HAS_CPU = "host_cpu_util_pct_while_idle" in {f.name for f in fields(SeriesSignals)}
 
 
-def _cpu(s: SeriesSignals, idle: float, whole: float | None = None) -> SeriesSignals:
-    """``s`` with the host's CPUs ``idle`` percent busy over its idle seconds."""
+def _cpu(s: SeriesSignals, idle: float, whole: float | None = None,
+         busy: float | None = 30.0) -> SeriesSignals:
+    """``s`` with the host's CPUs ``idle`` percent busy over its idle seconds and ``busy``
+    over its busy seconds."""
     if _HAS_CPU:
         return replace(s, host_cpu_util_pct_while_idle=idle,  # type: ignore[call-arg]
-                       host_cpu_util_pct=whole)
+                       host_cpu_util_pct=whole, host_cpu_util_pct_while_busy=busy)
     return _WithCpu(**s.__dict__, mean_host_cpu_util_pct=whole,
                     mean_host_cpu_util_pct_while_idle=idle)
 
@@ -157,6 +159,11 @@ def test_busy_host_cpu_decides_host_compute_where_the_gaps_cannot_show_their_cad
     assert {d.kind for d in diagnose(busy, ()) if d.top} == {"host_compute"}
     v = PREMISES["host_wait"](busy[0], {})
     assert v.status == "holds" and "CPUs are 85% busy" in v.reason
+    # CPUs busy while the GPU computes too: prefetching workers (a CPU-bound input
+    # pipeline), not a host step taking turns with the GPU
+    always = [_cpu(s, 90.0, busy=88.0) for s in base]
+    assert "host_compute" not in {d.kind for d in diagnose(always, ()) if d.top}
+    assert PREMISES["host_wait"](always[0], {}).status == "unknown"
     quiet = _cpu(base[0], 10.0)
     assert PREMISES["host_wait"](quiet, {}).status == "refuted"
     assert PREMISES["host_wait"](base[0], {}).status == "unknown"
@@ -336,3 +343,22 @@ def test_four_gpus_training_beside_four_serving_get_their_own_causes_per_pod():
     assert set(recs["mig"].scope) == {f"GPU-serve-{i}" for i in range(4)}
     assert recs["amp_bf16"].status == "ruled_out"
     assert r.plan.efficiency_fraction <= r.plan.waste_fraction
+
+
+def test_the_hosts_cpu_decides_the_1hz_offload_run_and_without_it_nothing_is_claimed():
+    """At 1 Hz the FSDP + CPU offload run's 2.8 s waits cannot show their cadence; with the
+    host's CPU recorded (busy while the GPUs wait, resting while they compute) it is
+    host_compute and offload_less counts on that premise; with the CPU column removed it is
+    not called host_compute and offload_less does not count."""
+    r = audit_file("fsdp_offload_cpu_8xh100_1hz.parquet")
+    tops = [d for d in r.diagnoses if d.top]
+    assert {d.kind for d in tops} == {"host_compute"}
+    assert "while the host's CPUs are 9" in tops[0].evidence
+    rec = _recs(r)["offload_less"]
+    assert rec.counted and rec.premise_held and "take turns" in rec.premise_held
+    t = _read(DIAG / "fsdp_offload_cpu_8xh100_1hz.parquet")
+    blind = t.set_column(t.schema.get_field_index("host_cpu_util_pct"), "host_cpu_util_pct",
+                         pa.nulls(t.num_rows, t.schema.field("host_cpu_util_pct").type))
+    r2 = audit(blind, price="2.00")
+    assert "host_compute" not in {d.kind for d in r2.diagnoses if d.top}
+    assert not any(x.counted for x in r2.plan.recommendations if x.id == "offload_less")

@@ -112,6 +112,10 @@ MIN_GAP_INTERVALS = 3.0
 #: CPU-bound input pipeline). A training host's CPUs idle between steps sit well under half
 #: busy (the DataLoader workers and the launch thread); 80% means most cores are at work.
 HOST_CPU_BUSY_PCT = 80.0
+#: ... and at least this many points less busy while the GPU computes: the host and the GPU
+#: take turns (a synchronous host step). A CPU-bound input pipeline's workers prefetch the
+#: whole time, so its CPUs stay busy while the GPU computes too.
+HOST_CPU_TURN_PTS = 30.0
 #: Small work (MIG, MPS, time-slicing, a smaller GPU): peak memory at most this share of the
 #: framebuffer: half leaves room for a second job of the same size on the GPU, and at least
 #: one MIG profile (the 3g/4g slices of half the memory) holds it.
@@ -198,6 +202,7 @@ class _View:
     #: the host's CPUs over the GPU's idle seconds, and over all its seconds (percent)
     cpu_idle_pct: float | None = None
     cpu_pct: float | None = None
+    cpu_busy_pct: float | None = None
 
 
 def cpu_signal(s: SeriesSignals, name: str) -> float | None:
@@ -235,7 +240,8 @@ def _whole_view(s: SeriesSignals) -> _View:
         gap_dispersion=s.idle_gap_dispersion,
         interval_s=s.observed_s / s.samples if s.samples else 1.0,
         cpu_idle_pct=cpu_signal(s, "host_cpu_util_pct_while_idle"),
-        cpu_pct=cpu_signal(s, "host_cpu_util_pct"))
+        cpu_pct=cpu_signal(s, "host_cpu_util_pct"),
+        cpu_busy_pct=cpu_signal(s, "host_cpu_util_pct_while_busy"))
 
 
 def _phase_view(p: RunPhase, whole: _View) -> _View:
@@ -249,7 +255,8 @@ def _phase_view(p: RunPhase, whole: _View) -> _View:
         mem_mib=p.signal("mem_used_mib") if p.signal("mem_used_mib") is not None
         else whole.mem_mib, power_cv=whole.power_cv, gaps=whole.gaps,
         gap_median_s=whole.gap_median_s, gap_dispersion=whole.gap_dispersion,
-        interval_s=whole.interval_s, cpu_idle_pct=whole.cpu_idle_pct, cpu_pct=whole.cpu_pct)
+        interval_s=whole.interval_s, cpu_idle_pct=whole.cpu_idle_pct, cpu_pct=whole.cpu_pct,
+        cpu_busy_pct=whole.cpu_busy_pct)
 
 
 def _pct(x: float) -> str:
@@ -291,6 +298,7 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                       ("nvlink_busy_bytes_per_s", v.nvlink_busy),
                       ("nvlink_link_share", nv_share), ("mem_used_mib", v.mem_mib),
                       ("host_cpu_util_pct_while_idle", v.cpu_idle_pct),
+                      ("host_cpu_util_pct_while_busy", v.cpu_busy_pct),
                       ("host_cpu_util_pct", v.cpu_pct)):
         if val is not None:
             nums.append((name, round(val, 4)))
@@ -310,8 +318,13 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                          decides=decides)
 
     cpu_busy = v.cpu_idle_pct is not None and v.cpu_idle_pct >= HOST_CPU_BUSY_PCT
+    # the host computes in turns with the GPU: busy while it idles, resting while it computes
+    cpu_turns = (cpu_busy and v.cpu_busy_pct is not None and v.cpu_idle_pct is not None
+                 and v.cpu_idle_pct - v.cpu_busy_pct >= HOST_CPU_TURN_PTS)
     cpu_txt = (f"; GPU idle {v.idle_share:.0%} while the host's CPUs are "
                f"{v.cpu_idle_pct:.0f}% busy in the same seconds"
+               + (f" ({v.cpu_busy_pct:.0f}% while it computes)"
+                  if v.cpu_busy_pct is not None else "")
                if v.cpu_idle_pct is not None else "")
     host_txt = ("the host is feeding it (PCIe busy while SMs wait): CPU / NVMe offload or "
                 "input pipeline")
@@ -366,11 +379,12 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
     regular = resolved and v.gap_dispersion is not None \
         and v.gap_dispersion <= REGULAR_GAP_DISPERSION
     scattered = resolved and not regular
-    if v.idle_share >= 0.1 and (regular or (cpu_busy and not scattered)):
+    if v.idle_share >= 0.1 and (regular or (cpu_turns and not scattered)):
         link = (f"{_link(pcie, host_bps, 'PCIe')}{pcie_when}: the link is quiet"
                 if pcie is not None else "PCIe not measured")
         cadence = f"in {gaps_txt} (a steady cadence)" if regular else \
-            "(gaps too few or too short to show their cadence)"
+            ("(gaps too few or too short to show their cadence; the host's CPUs busy while "
+             "it idles and resting while it computes: the two take turns)")
         return d("host_compute", f"idle {v.idle_share:.0%} {cadence} while {sm_txt}; "
                  f"{link}{cpu_txt}: the host computes between steps (a CPU optimizer "
                  "step, offloaded parameters updated on the CPU), not an input pipeline, "
@@ -388,7 +402,7 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
             why += f"; {gaps_txt}: the waits scatter"
         if cpu_txt:
             why += cpu_txt + (" (CPU-bound workers: more workers will not help, DALI moves "
-                              "the decode to the GPU)" if cpu_busy else "")
+                              "the decode to the GPU)" if cpu_busy and not cpu_turns else "")
         if pcie is not None:
             why += f"; {_link(pcie, host_bps, 'PCIe')}{pcie_when}"
         return d("input_bound", f"{why}: the input pipeline starves it between batches")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from gpuaudit.classify.diagnose import (
     COMM_MAX_IDLE_SHARE,
     HOST_CPU_BUSY_PCT,
+    HOST_CPU_TURN_PTS,
     HOST_LINK_BUSY_SHARE,
     MIN_GAP_INTERVALS,
     MIN_GAPS,
@@ -202,9 +203,12 @@ def _host_wait(s: SeriesSignals, f: Mapping[str, Finding]) -> Verdict:
         assert med is not None and disp is not None
         return Verdict("holds", f"idle {idle:.0%} in {s.idle_gaps} gaps of {med:.1f} s at a "
                        f"steady cadence (dispersion {disp:.2f}): a host step" + cpu_txt)
-    if cpu is not None and cpu >= HOST_CPU_BUSY_PCT:
+    cpu_b = cpu_signal(s, "host_cpu_util_pct_while_busy")
+    if cpu is not None and cpu >= HOST_CPU_BUSY_PCT and cpu_b is not None \
+            and cpu - cpu_b >= HOST_CPU_TURN_PTS:
         return Verdict("holds", f"GPU idle {idle:.0%} while the host's CPUs are {cpu:.0f}% "
-                       "busy in the same seconds")
+                       f"busy in the same seconds and {cpu_b:.0f}% while it computes: the "
+                       "host and the GPU take turns")
     if cpu is not None and cpu < HOST_CPU_QUIET_PCT and h2d is not None:
         return Verdict("refuted", f"the host's CPUs {cpu:.0f}% busy and the link quiet while "
                        "the GPU idles: the host is not what it waits on")

@@ -167,11 +167,12 @@ def _check_premises(ctx: _Context, recs: list[Recommendation]) -> list[Recommend
 
 
 #: Top diagnoses whose idle time is waiting on something (not shut-down-able idle).
-_WAITING = frozenset({"host_bound", "input_bound", "straggler", "communication_bound"})
+_WAITING = frozenset({"host_bound", "host_compute", "input_bound", "straggler",
+                      "communication_bound"})
 #: Diagnoses whose fixes act on the GPU's waiting time (capped by its waste); the others act
 #: on busy time (capped by the busy share, as the compute rules are).
-_WAIT_SIDE = frozenset({"host_bound", "input_bound", "straggler", "idle", "held_idle",
-                        "small_kernels"})
+_WAIT_SIDE = frozenset({"host_bound", "host_compute", "input_bound", "straggler", "idle",
+                        "held_idle", "small_kernels"})
 #: host_bound: only the fixes that remove the host transfers are counted; the others act on
 #: the same stall and are listed with their standalone effect.
 _HOST_COUNTED = frozenset({"offload_less", "overlap_transfers"})
@@ -224,10 +225,11 @@ def _diagnosed(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendatio
             else:
                 f = cap * Decimal(str(rem.params.get("default_fraction", 0.0)))
                 rec_cap = cap
-            if kind == "host_bound" and fid not in _HOST_COUNTED:
+            if kind in ("host_bound", "host_compute") and fid not in _HOST_COUNTED:
                 counted = False
-                why_not = ("acts on the same host-transfer stall as offload_less and "
-                           "overlap_transfers: listed with its own effect, not counted again")
+                why_not = ("acts on the same wait on the host as offload_less"
+                           + (" and overlap_transfers" if kind == "host_bound" else "")
+                           + ": listed with its own effect, not counted again")
             if fid == "fp8":
                 counted = False
                 why_not = "compute-bound: a precision change needs the job's convergence checked"
@@ -689,6 +691,10 @@ def _rates(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
     return out
 
 
+#: Top diagnoses whose GPUs are not "small work": idle (its own fixes) or waiting on the
+#: host, the input or peers (small only until the wait is removed).
+_NOT_SMALL = frozenset({"idle", "held_idle", "host_bound", "host_compute", "input_bound",
+                        "straggler", "communication_bound"})
 #: Headroom over the measured peak memory a slice or a smaller GPU must hold (as rightsize).
 SMALL_MEM_HEADROOM = 1.2
 #: Packing small jobs by MPS: their SM activity summed up to this share of one GPU.
@@ -719,7 +725,9 @@ def _small_work(ctx: _Context, cat: dict[str, Remediation]
     no_fit_scope: list[str] = []
     for u, line in ctx.lines.items():
         s = ctx.series.get(u)
-        if s is None or ctx.top_kind(u) in ("idle", "held_idle") \
+        # an idle GPU has its own fixes; a GPU that waits on its host, input or peers is
+        # small only until the wait is removed: its fix is the wait, not a smaller GPU
+        if s is None or ctx.top_kind(u) in _NOT_SMALL \
                 or check(s, ctx.findings).status != "holds":
             continue
         assert s.mem_used_max_mib is not None
@@ -737,6 +745,10 @@ def _small_work(ctx: _Context, cat: dict[str, Remediation]
             mig_notes.append(f"{u}: {fit.name} holds its {s.mem_used_max_mib / 1024:.1f} GiB "
                              f"peak (+20%) and {load:.0%} SM with {fit.compute_slices}/7 of "
                              "the SMs")
+        elif by_mem and by_mem[0].compute_slices >= MIG_COMPUTE_SLICES:
+            no_fit_scope.append(u)
+            no_fit.append(f"{u}: no slice smaller than the whole GPU holds its "
+                          f"{s.mem_used_max_mib / 1024:.1f} GiB peak (+20%)")
         elif by_mem:
             no_fit_scope.append(u)
             no_fit.append(f"{u}: {by_mem[0].name} holds its memory but {load:.0%} SM needs "
@@ -766,7 +778,8 @@ def _small_work(ctx: _Context, cat: dict[str, Remediation]
         cons.append(replace(ctx.rec(
             cat["mig"], ZERO, ZERO, "small work on a big GPU: " + "; ".join(no_fit[:3]) + sim,
             no_fit_scope, counted=False, why_not="ruled out: no MIG slice smaller than the "
-            "whole GPU carries the job's SM share without slowing it"), ruled_out=True))
+            "whole GPU carries the job's memory and SM share without slowing it"),
+            ruled_out=True))
     if mps_scope:
         ev = "small work on a big GPU: " + "; ".join(mps_notes[:3]) + sim
         cons.append(ctx.rec(cat["mps"], ctx.share(mps_saved), waste_cap, ev, mps_scope))
