@@ -44,6 +44,7 @@ __all__ = [
     "EXPORTER_INTERVAL_S",
     "EXPORTER_REFRESH_S",
     "FLEET_CHUNK_S",
+    "FLEET_SHARD_S",
     "FLEET_SINCE_S",
     "FLEET_STEP_S",
     "FLUSH_S",
@@ -212,6 +213,8 @@ FLEET_STEP_S = Quantity("the scrape interval of the series", "seconds", 0.001, 8
                         example="15s")
 FLEET_CHUNK_S = Quantity("the time chunk per query batch", "seconds", 60.0, 366 * 86400.0,
                          example="1d")
+FLEET_SHARD_S = Quantity("the time shard (whole chunks fetched together)", "seconds", 60.0,
+                         3660 * 86400.0, example="7d")
 PROM_WINDOW_S = Quantity("a Prometheus duration", "seconds", 0.0, 366 * 86400.0,
                          low_open=True, example="15m")
 STEP_S = Quantity("the time step", "seconds", 0.001, 86400.0, example="1m")
