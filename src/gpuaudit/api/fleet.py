@@ -310,7 +310,7 @@ def _sharded_usage(
             return st
 
         def name(st: Store) -> str:
-            return st.name
+            return f"{st.name} (scrape interval, kube_pod_labels)"
 
         if end <= start:
             raise InputError("the range is empty (--end is not after --start)",

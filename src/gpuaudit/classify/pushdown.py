@@ -184,7 +184,10 @@ def pull_aggregates(
             if j != i:
                 continue
             names = [nm for nm in SECOND_PASS if narrow and needs(v, nm)]
-            if "n" in v and v.get("raw_n", v["n"]) != v["n"]:  # the window forms do not hold
+            # the window forms do not hold: more raw samples than points, or none seen raw
+            # (VictoriaMetrics' per-day index misses a series whose only sample in a
+            # window is at the UTC midnight the query is evaluated at)
+            if "n" in v and v.get("raw_n") != v["n"]:
                 names = [nm for nm in names if nm not in _WINDOW_FORMS] + list(MULTI_SAMPLE)
             (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
             for nm in names:
