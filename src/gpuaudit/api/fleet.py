@@ -280,6 +280,7 @@ def _sharded_usage(
     from gpuaudit.price.attribution import Attributor
     from gpuaudit.schema import ImportNote
     from gpuaudit.validate import (
+        CONCURRENCY,
         EPOCH_S,
         FLEET_CHUNK_S,
         FLEET_SHARD_S,
@@ -293,10 +294,7 @@ def _sharded_usage(
     chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
     step_s = None if step_s is None else FLEET_STEP_S.check(step_s, "step_s")
     shard_s = DEFAULT_SHARD_S if shard_s is None else FLEET_SHARD_S.check(shard_s, "shard_s")
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or \
-            not 1 <= concurrency <= 64:
-        raise InputError(f"concurrency {concurrency!r} is not a whole number in 1..64",
-                         fix="--concurrency 4 (requests in flight per store)")
+    concurrency = int(CONCURRENCY.check(concurrency, "concurrency"))
     stores = parse_stores(urls)
     kw = dict(client_kwargs or {})
     kw["max_in_flight"] = concurrency

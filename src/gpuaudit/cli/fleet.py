@@ -27,6 +27,7 @@ from gpuaudit.cli.output import write_output
 from gpuaudit.cli.params import Duration, Number, Time
 from gpuaudit.errors import InputError
 from gpuaudit.validate import (
+    CONCURRENCY,
     FLEET_CHUNK_S,
     FLEET_SHARD_S,
     FLEET_SINCE_S,
@@ -83,7 +84,7 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
 @click.option("--time-shard", "shard_s", type=Duration(FLEET_SHARD_S), default="7d",
               show_default=True, help="Time shard: whole chunks fetched together, shards "
               "concurrently.")
-@click.option("--concurrency", type=click.IntRange(1, 64), default=4, show_default=True,
+@click.option("--concurrency", type=Number(CONCURRENCY), default=4, show_default=True,
               help="Requests in flight per store.")
 @click.option("--allow-partial", is_flag=True,
               help="A shard failing after its retries is left out and listed in the report, "
