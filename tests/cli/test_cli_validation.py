@@ -131,8 +131,8 @@ def test_every_option_is_validated_or_declared_free_text() -> None:
                     unknown.append(f"{name} argument {p.name}")
                 continue
             assert isinstance(p, click.Option)
-            if p.is_flag or isinstance(p.type, click.types.BoolParamType):
-                continue
+            if p.is_flag or p.count or isinstance(p.type, click.types.BoolParamType):
+                continue  # flags, and -v counted
             if isinstance(p.type, Parsed):
                 assert _long(p) in PARSED_HOSTILE, f"{name} {_long(p)}: add hostile examples"
                 continue

@@ -24,7 +24,49 @@ INPUT_FORMATS = ("focus", "cur", "gcp")
 OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
 
 
-@click.command("bill")
+class _BillCommand(click.Command):
+    """``gpuaudit bill FILE ...`` as always; ``gpuaudit bill compare LAST THIS`` runs
+    :data:`compare_cmd` (a first argument ``compare`` that is not a file in the folder)."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        if args and args[0] == "compare" and not Path("compare").exists():
+            return compare_cmd.make_context(f"{info_name} compare", list(args[1:]),
+                                            parent=parent, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.command is not self:
+            return ctx.command.invoke(ctx)
+        return super().invoke(ctx)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        formatter.write_text("Realised savings: gpuaudit bill compare LAST.json THIS.json "
+                             "(two reports of gpuaudit bill --format json).")
+
+
+@click.command("compare")
+@click.argument("last", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("this", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
+              default="terminal", show_default=True, help="Report format.")
+@click.option("-o", "--output", type=OutputFile(), default=None,
+              help="Write the comparison here instead of stdout.")
+def compare_cmd(last: Path, this: Path, fmt: str, output: Path | None) -> None:
+    """Realised savings: per team and per remediation, what last month's bill report
+    projected and what this month's bill shows."""
+    import json
+
+    from gpuaudit.api.bill import compare_bills
+    from gpuaudit.report.bill import render_compare
+
+    cmp = compare_bills(last, this)
+    text = json.dumps(cmp, indent=2) + "\n" if fmt == "json" else render_compare(cmp, fmt)
+    write_output(text, output, f"{fmt} comparison")
+
+
+@click.command("bill", cls=_BillCommand)
 @click.argument("bill_path", metavar="FILE|DIR",
                 type=click.Path(exists=True, path_type=Path))
 @click.option("--telemetry", type=click.Path(exists=True, path_type=Path), default=None,
@@ -125,7 +167,9 @@ def emit_bill(result: Any, fmt: str, output: Path | None) -> None:
         write_showback_parquet(result.showback, output)
         click.echo(f"wrote showback Parquet to {output}", err=True)
         return
-    tty = output is None and sys.stdout.isatty()
+    from gpuaudit.cli.console import use_color
+
+    tty = (output is None or str(output) == "-") and use_color(sys.stdout)
     if fmt in ("terminal", "markdown"):
         text = render_bill(result.extra["bill"], fmt) + "\n" + result.render(
             fmt, width=100, color=tty)

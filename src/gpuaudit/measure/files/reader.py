@@ -179,6 +179,8 @@ class FileSource:
         self.batch_rows = batch_rows
         self._chunk = min(batch_rows, _CHUNK_ROWS)
         self.row_groups = row_groups
+        #: check each GPU's time order while streaming (see :meth:`defer_order_check`)
+        self.checks_order = True
         self.interval_s = None
         self.meta: dict[str, str] = {"path": str(path), "format": self.fmt}
         self._events: tuple[str, ...] = ()
@@ -239,6 +241,14 @@ class FileSource:
             hi = b if hi is None else max(hi, b)
         return None if lo is None or hi is None else (lo, hi)
 
+    def defer_order_check(self) -> None:
+        """Leave each GPU's time order to the consumer: classify's engine groups every row by
+        GPU and checks the order in the pass it makes anyway, so the same work here is
+        paid twice (about a tenth of a large report). A violation then surfaces from the
+        consumer without a file line; it reads again with :attr:`checks_order` on to name
+        it."""
+        self.checks_order = False
+
     def split(self, parts: int, *, min_rows_per_part: int = 1
               ) -> list[Callable[[], FileSource]] | None:
         """Recipes for ``parts`` sources over consecutive row-group ranges of this file.
@@ -264,7 +274,8 @@ class FileSource:
         cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
         bounds = sorted({0, *(int(c) for c in cuts if 0 < c < rows.shape[0]), rows.shape[0]})
         return [functools.partial(_open_part, self.path, self.gpu_model, self.batch_rows,
-                                  (a, b)) for a, b in itertools.pairwise(bounds)]
+                                  (a, b), self.checks_order)
+                for a, b in itertools.pairwise(bounds)]
 
     def _groups(self) -> range:
         """The row groups this source reads (a Parquet file's footer)."""
@@ -382,7 +393,7 @@ class FileSource:
                              "writer, or pass --format csv/jsonl") from exc
         meta = read_metadata(pf)
         self.meta.update(decode_meta(meta))
-        own = schema.META_VERSION in meta and pf.schema_arrow.names == schema.SAMPLE_SCHEMA.names
+        own = schema.META_VERSION in meta and _recording_columns(pf.schema_arrow.names)
         self._own = own
         if own:
             self._interval_fixed = True  # a recording's interval is its metadata's, or None
@@ -420,7 +431,9 @@ class FileSource:
             groups = list(self._groups())
             first_row = sum(pf.metadata.row_group(i).num_rows
                             for i in range(self.row_groups[0]))
-        fill = _NullFill(names)
+        # an older recording lacks the columns added since (host_cpu_util_pct, ...): null
+        full = list(schema.SAMPLE_SCHEMA.names) if own else names
+        fill = _NullFill(full)
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = first_row
@@ -429,7 +442,7 @@ class FileSource:
                                                            row_groups=groups):
                 base = row
                 row += batch.num_rows
-                if read_cols is not None and len(read_cols) < len(names):
+                if batch.num_columns < len(full):
                     batch = fill(batch)
                 yield batch, _at_row(path, base)
 
@@ -457,7 +470,8 @@ class FileSource:
                 table = self._converter.convert(raw, locate)
             table = schema.validate(table, source=str(self.path), locate=locate,
                                     check_order=False)
-            order.check(table, locate)
+            if self.checks_order:
+                order.check(table, locate)
             total += table.num_rows
             if not self._interval_fixed:
                 self._infer_interval(table, locate)
@@ -481,6 +495,16 @@ class FileSource:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _recording_columns(names: Sequence[str]) -> bool:
+    """Whether a gpuaudit recording's columns are the sample table's, or an earlier version's
+    (the same columns in the same order, less some added since)."""
+    full = list(schema.SAMPLE_SCHEMA.names)
+    if names == full:
+        return True
+    return (set(names) <= set(full) and {"ts", "host", "gpu_uuid"} <= set(names)
+            and sorted(names, key=full.index) == list(names))
 
 
 def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
@@ -540,11 +564,13 @@ class _NullFill:
 
 
 def _open_part(path: Path, gpu_model: str | None, batch_rows: int,
-               row_groups: tuple[int, int]) -> FileSource:
+               row_groups: tuple[int, int], checks_order: bool = True) -> FileSource:
     """One row-group range of a gpuaudit Parquet recording (see :meth:`FileSource.split`)."""
-    return FileSource(path, fmt="parquet", mapping=None, fields=None, host=None,
-                      gpu_model=gpu_model, tz="UTC", batch_rows=batch_rows,
-                      row_groups=row_groups)
+    src = FileSource(path, fmt="parquet", mapping=None, fields=None, host=None,
+                     gpu_model=gpu_model, tz="UTC", batch_rows=batch_rows,
+                     row_groups=row_groups)
+    src.checks_order = checks_order
+    return src
 
 
 def infer_interval_s(table: pa.Table) -> float | None:
