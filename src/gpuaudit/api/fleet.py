@@ -190,7 +190,7 @@ def fleet_usage(
     if not raw:
         return _sharded_usage(
             [prometheus] if isinstance(prometheus, str) else list(prometheus),
-            start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s, by=by,
+            start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s, by=group_keys(by),
             mapping=mapping, matchers=matchers, client_kwargs=client_kwargs, chunk_s=chunk_s,
             shard_s=shard_s, concurrency=concurrency, allow_partial=allow_partial,
             dedupe=dedupe)
