@@ -111,3 +111,35 @@ def test_a_format_given_twice_is_an_error() -> None:
     p = _run("report", str(DEMO), "--price", "2", "--format", "json", "--format", "html")
     assert p.returncode == 2
     assert "given 2 times (json, html): give one" in p.stderr
+
+
+def _stderr_on_a_terminal(*args: str) -> str:
+    master, slave = pty.openpty()
+    p = subprocess.Popen([*GPUAUDIT, *args], stdout=subprocess.DEVNULL, stderr=slave,
+                         env={**os.environ, "COLUMNS": "120"})
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait(timeout=300)
+    os.close(master)
+    return b"".join(chunks).decode("utf-8", "replace")
+
+
+TRACE = Path(__file__).parents[1] / "data" / "traces" / "a100_1rank_ddp_nccl.json.gz"
+
+
+def test_long_steps_show_progress_on_a_terminal_only() -> None:
+    """trace (and bill, simulate, rightsize, report) draw a progress line on a terminal's
+    stderr; nothing when stderr is a pipe or with -q."""
+    assert "analysing 1 trace path" in _stderr_on_a_terminal("trace", str(TRACE), "--price",
+                                                              "2")
+    assert "analysing" not in _stderr_on_a_terminal("-q", "trace", str(TRACE), "--price", "2")
+    p = _run("trace", str(TRACE), "--price", "2")
+    assert p.returncode == 0 and "analysing" not in p.stderr

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 import pyarrow as pa
 
 from gpuaudit.classify import Usage, check_health, diagnose
-from gpuaudit.classify.diagnose import job_diagnoses
+from gpuaudit.classify.diagnose import group_diagnoses, job_diagnoses
 from gpuaudit.price import price_usage, resolve_rates
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding, recommend
@@ -104,11 +104,12 @@ def assemble(
     """
     finding_list = tuple(findings)
     cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
-    diagnoses = diagnose(usage.series, usage.patterns)
+    diagnoses = diagnose(usage.series, usage.patterns, usage.onset_lags)
     plan = recommend(usage, cost, diagnoses, finding_list)
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
                   health=check_health(usage.series), extra=dict(extra or {}),
-                  job_diagnoses=job_diagnoses(usage.series, diagnoses))
+                  job_diagnoses=job_diagnoses(usage.series, diagnoses),
+                  group_diagnoses=group_diagnoses(usage, diagnoses))
 
 
 def group_keys(by: str | Sequence[str] | None) -> tuple[str, ...]:

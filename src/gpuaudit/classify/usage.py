@@ -241,6 +241,21 @@ class SeriesSignals:
 
 
 @dataclass(frozen=True)
+class OnsetLag:
+    """How late one GPU starts its steps behind the other GPUs of its job
+    (:mod:`gpuaudit.classify.lag`): the median over ``steps`` of the median lag (seconds)
+    of its busy onsets behind its peers' nearest ones, the share of steps it started after
+    them, and its step period (the median time between its onsets)."""
+
+    gpu_uuid: str
+    job: str
+    steps: int
+    period_s: float
+    median_lag_s: float
+    late_share: float
+
+
+@dataclass(frozen=True)
 class RunPhase:
     """One stretch of a GPU's run: ``warm-up``, ``steady`` or ``cool-down`` (see
     :func:`gpuaudit.classify.patterns.split_run`), with its time-weighted means.
@@ -384,6 +399,9 @@ class Usage:
     timeline: Timeline | None = None
     #: one shape per job (see :func:`gpuaudit.classify.patterns.job_patterns`)
     job_patterns: tuple[JobPattern, ...] = ()
+    #: each GPU's busy-onset lag behind its job's peers, where the source could be re-read
+    #: (see :mod:`gpuaudit.classify.lag`); empty for fleet pushdowns and live streams
+    onset_lags: tuple[OnsetLag, ...] = ()
 
     @property
     def wall_s(self) -> float:

@@ -128,13 +128,16 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
             raise InputError(f"cannot read --host-alias {item!r}", fix="write HOST=RESOURCE_ID")
         aliases[h.strip()] = r.strip()
     groups = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
-    result = bill(bill_path, telemetry=telemetry, prometheus=prometheus,
-                  by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
-                  budgets=budgets, map_file=map_file, matchers=_matchers(match),
-                  step_s=step_s, host_aliases=aliases,
-                  catalog=catalog, workers=workers, sql_dir=sql_out,
-                  timeline=timeline if timeline is not None
-                  else out_fmt in ("terminal", "markdown", "html"))
+    from gpuaudit.report.progress import progress
+
+    with progress(f"splitting {bill_path.name} over the measured GPU time"):
+        result = bill(bill_path, telemetry=telemetry, prometheus=prometheus,
+                      by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
+                      budgets=budgets, map_file=map_file, matchers=_matchers(match),
+                      step_s=step_s, host_aliases=aliases,
+                      catalog=catalog, workers=workers, sql_dir=sql_out,
+                      timeline=timeline if timeline is not None
+                      else out_fmt in ("terminal", "markdown", "html"))
     emit_bill(result, out_fmt, output)
 
 

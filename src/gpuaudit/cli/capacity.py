@@ -110,12 +110,14 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None
                   output: Path | None, **kw: Any) -> None:
     """The cheapest GPU, provider and purchase option that meets the measured need."""
     from gpuaudit.api.rightsize import rightsize
+    from gpuaudit.report.progress import progress
 
-    _emit(rightsize(path, sla_p99_ms=sla_p99_ms, throughput=throughput, unit=unit,
-                    p99_ms_now=p99_ms_now, bench=bench, headroom=headroom,
-                    max_busy_pct=max_busy, duty=duty, flops_per_unit=flops_per_unit,
-                    trace=trace_path, step_s=step_s, plan=not no_plan, **_pricing(kw)),
-          fmt, output)
+    with progress(f"sizing {path.name}"):
+        report = rightsize(path, sla_p99_ms=sla_p99_ms, throughput=throughput, unit=unit,
+                           p99_ms_now=p99_ms_now, bench=bench, headroom=headroom,
+                           max_busy_pct=max_busy, duty=duty, flops_per_unit=flops_per_unit,
+                           trace=trace_path, step_s=step_s, plan=not no_plan, **_pricing(kw))
+    _emit(report, fmt, output)
 
 
 @click.command("simulate")
@@ -151,11 +153,15 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | Non
     s = e = None
     if prometheus is not None:
         s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
-    _emit(simulate(path, prometheus=prometheus, start_s=s, end_s=e,
-                   client_kwargs={"timeout_s": timeout_s,
-                                  "bearer_token_file": bearer_token_file},
-                   policy=policy, by=by, step_s=step_s, headroom=headroom, replicas=replicas,
-                   plan=not no_plan, **_pricing(kw)), fmt, output)
+    from gpuaudit.report.progress import progress
+
+    with progress(f"simulating {policy} on {path.name if path else prometheus}"):
+        report = simulate(path, prometheus=prometheus, start_s=s, end_s=e,
+                          client_kwargs={"timeout_s": timeout_s,
+                                         "bearer_token_file": bearer_token_file},
+                          policy=policy, by=by, step_s=step_s, headroom=headroom,
+                          replicas=replicas, plan=not no_plan, **_pricing(kw))
+    _emit(report, fmt, output)
 
 
 @click.command("queue")

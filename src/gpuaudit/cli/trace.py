@@ -43,6 +43,9 @@ def trace_cmd(paths: tuple[Path, ...], window_ms: float, hta_compat: bool,
         write_output(summary.render(fmt), output, f"{fmt} report")
         return
     from gpuaudit.api.trace import trace
+    from gpuaudit.report.progress import progress
 
-    emit(trace(plist, window_ms=window_ms, hta_compat=hta_compat,
-               include_last_step=include_last_step, **pricing), fmt, output)
+    with progress(f"analysing {len(plist)} trace path(s)"):
+        report = trace(plist, window_ms=window_ms, hta_compat=hta_compat,
+                       include_last_step=include_last_step, **pricing)
+    emit(report, fmt, output)

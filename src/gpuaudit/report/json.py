@@ -23,7 +23,7 @@ from gpuaudit.result import AuditResult
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "to_dict"]
 
 SCHEMA_ID = "gpuaudit.report"
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 def _usd(x: Decimal) -> str:
@@ -190,6 +190,10 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         "job_diagnoses": [{"job": j.job, "kind": j.kind, "gpu_uuids": list(j.gpu_uuids),
                            "gpus_with_kind": j.with_kind, "evidence": j.evidence,
                            "fixes": list(j.fixes)} for j in result.job_diagnoses],
+        "group_diagnoses": [{"key": dict(zip(c.group_keys, g.key)), "kind": g.kind,
+                             "gpu_time_share": g.share, "gpu_uuids": list(g.gpu_uuids),
+                             "evidence": g.evidence, "fixes": list(g.fixes)}
+                            for g in result.group_diagnoses],
         "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence,
                        "phase": d.phase, "top": d.top, "fixes": list(d.fixes),
                        "numbers": dict(d.numbers), "decides": d.decides}

@@ -158,6 +158,11 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
                 con.print(f"  job {jd.job}: {jd.kind} on {jd.with_kind} of "
                           f"{len(jd.gpu_uuids)} GPUs"
                           + (f"; fixes: {', '.join(jd.fixes)}" if jd.fixes else ""))
+        for gd in result.group_diagnoses[:MAX_ROWS]:
+            name = ", ".join(f"{k}={v}" for k, v in zip(u.by, gd.key))
+            con.print(f"  group {name}: {gd.kind} ({gd.share:.0%} of its GPU time, "
+                      f"{len(gd.gpu_uuids)} GPU(s))"
+                      + (f"; fixes: {', '.join(gd.fixes)}" if gd.fixes else ""))
         # one line per cause and stretch of the run, with the GPUs it names
         causes: dict[tuple[str, str, bool], list[str]] = {}
         for d in result.diagnoses:

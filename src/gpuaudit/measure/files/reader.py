@@ -86,6 +86,9 @@ def open_samples(
     most 131,072: bigger batches only cost memory and speed). Header problems raise here; bad rows raise while
     streaming, each as an :class:`~gpuaudit.errors.InputError` naming file:line and the fix.
     """
+    if fmt is None and Path(path).exists() and _is_exposition(Path(path)):
+        return _exposition_source(Path(path), mapping=mapping, fields=fields, host=host,
+                                  gpu_model=gpu_model, tz=tz, batch_rows=batch_rows)
     journal = journal_for(path)
     if journal is not None:  # a recording whose recorder was killed: read its journal
         out = Path(_scratch_dir()) / (Path(path).name.removesuffix(JOURNAL_SUFFIX)
@@ -681,6 +684,54 @@ def _sniff_format(path: Path) -> str:
     if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
         return "jsonl"
     return "csv"
+
+
+#: dcgm-exporter's default collect interval (``-c 30000`` ms): what one saved page stands for
+DCGM_EXPORTER_INTERVAL_S = 30.0
+_EXPOSITION = re.compile(rb"^(# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* |DCGM_FI_[A-Z0-9_]+[{ ])",
+                         re.M)
+
+
+def _is_exposition(path: Path) -> bool:
+    """A saved ``/metrics`` page (Prometheus text format): ``curl node:9400/metrics > f``."""
+    try:
+        head = _read_head(path).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except InputError:
+        return False
+    first = head.split(b"\n", 1)[0]
+    return bool(_EXPOSITION.match(first))
+
+
+def _exposition_source(path: Path, **kw: Any) -> FileSource:
+    """One saved dcgm-exporter page as a source: one sample per GPU (MIG instance, or GPU x
+    pod), at the page's own sample timestamps or else the file's modification time. A page
+    is a snapshot; ``gpuaudit scrape`` records a series of them."""
+    import os
+
+    from gpuaudit.measure.fleet.dcgm import parse_metrics_text
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _utf8_error(path, path.read_bytes()[: exc.start].count(b"\n") + 1,
+                          path.read_bytes()[exc.start]) from None
+    ts_ns = os.stat(path).st_mtime_ns
+    table, notes = parse_metrics_text(text, ts_ns=ts_ns, default_host=kw.get("host")
+                                      or path.stem, where=str(path))
+    out = Path(_scratch_dir()) / (path.name + ".parquet")
+    write_recording(Recording(table=table, source="dcgm-exporter page",
+                              origin=f"a saved dcgm-exporter page {path}",
+                              interval_s=DCGM_EXPORTER_INTERVAL_S,
+                              notes=tuple(notes)), out)
+    src = FileSource(out, fmt="parquet", mapping=None, fields=None, host=kw.get("host"),
+                     gpu_model=kw.get("gpu_model"), tz="UTC",
+                     batch_rows=kw.get("batch_rows", 1 << 20))
+    src.origin = f"a saved dcgm-exporter page {path} (one sample per GPU)"
+    src._book.add("one dcgm-exporter page is a snapshot: one sample per GPU, standing for one "
+                  f"sampling interval ({DCGM_EXPORTER_INTERVAL_S:g} s, dcgm-exporter's default "
+                  "collect interval; --interval to change); `gpuaudit scrape URL -o "
+                  "rec.parquet` records a series", table.num_rows, str(path))
+    return src
 
 
 def _refuse_profiler_trace(path: Path) -> None:
