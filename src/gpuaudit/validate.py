@@ -37,6 +37,7 @@ __all__ = [
     "ALERT_UNDERUTIL_PCT",
     "BUSY_PCT",
     "CAP_INTERVALS",
+    "CONCURRENCY",
     "DUTY",
     "ENERGY_USD_PER_KWH",
     "EPOCHS",
@@ -44,6 +45,7 @@ __all__ = [
     "EXPORTER_INTERVAL_S",
     "EXPORTER_REFRESH_S",
     "FLEET_CHUNK_S",
+    "FLEET_SHARD_S",
     "FLEET_SINCE_S",
     "FLEET_STEP_S",
     "FLUSH_S",
@@ -212,6 +214,10 @@ FLEET_STEP_S = Quantity("the scrape interval of the series", "seconds", 0.001, 8
                         example="15s")
 FLEET_CHUNK_S = Quantity("the time chunk per query batch", "seconds", 60.0, 366 * 86400.0,
                          example="1d")
+CONCURRENCY = Quantity("the requests in flight per store", "requests", 1.0, 64.0, whole=True,
+                       example="4")
+FLEET_SHARD_S = Quantity("the time shard (whole chunks fetched together)", "seconds", 60.0,
+                         3660 * 86400.0, example="7d")
 PROM_WINDOW_S = Quantity("a Prometheus duration", "seconds", 0.0, 366 * 86400.0,
                          low_open=True, example="15m")
 STEP_S = Quantity("the time step", "seconds", 0.001, 86400.0, example="1m")

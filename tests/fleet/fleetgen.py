@@ -66,7 +66,7 @@ class Fleet:
         k = (np.asarray(ts_s, dtype=np.int64) - self.start_s) // self.step_s
         return np.minimum(self.node_cpu[host] + 0.3 * (k % 2), 1.0)
 
-    def _node_metrics(self, f: object, t0: int, t1: int) -> int:
+    def _node_metrics(self, f: object, t0: int, t1: int, unit: str = "") -> int:
         """node_exporter's node_cpu_seconds_total (2 CPUs; user, system, idle, iowait) and
         node_uname_info, scraped at every step; instance 10.0.<node>.5:9100."""
         if not self.node_cpu:
@@ -87,7 +87,7 @@ class Fleet:
                     lab = (f'cpu="{cpu}",instance="10.0.{node}.5:9100",job="node-exporter",'
                            f'mode="{mode}"')
                     vs = np.char.mod("%.6f", total[keep])
-                    tt = ts[keep].astype(str)
+                    tt = np.char.add(ts[keep].astype(str), unit)
                     prefix = f"node_cpu_seconds_total{{{lab}}} "
                     write("".join(np.char.add(np.char.add(np.char.add(prefix, vs), " "),
                                               np.char.add(tt, "\n"))))
@@ -95,7 +95,7 @@ class Fleet:
         write("# TYPE node_uname_info gauge\n")
         for node, host in enumerate(sorted(self.node_cpu)):
             lab = f'instance="10.0.{node}.5:9100",job="node-exporter",nodename="{host}"'
-            write("".join(f"node_uname_info{{{lab}}} 1 {t}\n" for t in ts[keep]))
+            write("".join(f"node_uname_info{{{lab}}} 1 {t}{unit}\n" for t in ts[keep]))
             n += int(keep.sum())
         return n
 
@@ -138,13 +138,28 @@ class Fleet:
             "labels": pa.array(labels, type=pa.map_(pa.string(), pa.string())),
         })
 
+    def subset(self, hosts: set[str]) -> Fleet:
+        """The part of the fleet on ``hosts`` (one cluster's store): their series, and the
+        kube-state-metrics pod labels of the pods those series name."""
+        series = [s for s in self.series if s.host in hosts]
+        named = {(s.namespace, s.pod) for s in series if s.pod}
+        return Fleet(start_s=self.start_s, end_s=self.end_s, step_s=self.step_s,
+                     series=series, pods={k: v for k, v in self.pods.items() if k in named},
+                     node_cpu=None if self.node_cpu is None else
+                     {h: x for h, x in self.node_cpu.items() if h in hosts})
+
+    def hosts(self) -> list[str]:
+        return sorted({s.host for s in self.series})
+
     def write_openmetrics(self, path: Path, *, extra_metrics: bool = True,
-                          window: tuple[int, int] | None = None) -> int:
+                          window: tuple[int, int] | None = None, ms: bool = False) -> int:
         """OpenMetrics text for ``promtool tsdb create-blocks-from openmetrics``; returns the
         number of samples written. ``window`` = [t0, t1) in seconds keeps only the samples in
         it (one file per TSDB block: promtool re-reads its whole input once per 2-hour block,
-        so one big file costs blocks x file size)."""
+        so one big file costs blocks x file size). ``ms``: timestamps in milliseconds and no
+        ``# EOF`` (the Prometheus text format VictoriaMetrics' /api/v1/import/prometheus reads)."""
         n = 0
+        unit = "000" if ms else ""
         t0, t1 = window if window is not None else (-(1 << 62), 1 << 62)
         with open(path, "w", encoding="utf-8") as f:
             metrics = [("DCGM_FI_DEV_GPU_UTIL", "util"), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gr")]
@@ -174,7 +189,7 @@ class Fleet:
                     else:
                         vals = 23034.0 - np.where(u > 5, 18000.0, 0.0)
                     vs = np.char.mod("%.6g", vals)
-                    ts = s.ts_s[sl].astype(np.int64).astype(str)
+                    ts = np.char.add(s.ts_s[sl].astype(np.int64).astype(str), unit)
                     prefix = f"{metric}{{{lab}}} "
                     f.write("".join(np.char.add(np.char.add(np.char.add(prefix, vs), " "),
                                                 np.char.add(ts, "\n"))))
@@ -188,10 +203,11 @@ class Fleet:
                 lab = ",".join([f'namespace="{ns}"', f'pod="{pod}"',
                                 *(f'label_{k.replace("-", "_")}="{v}"'
                                   for k, v in sorted(kl.items()))])
-                f.write("".join(f"kube_pod_labels{{{lab}}} 1 {t}\n" for t in ts))
+                f.write("".join(f"kube_pod_labels{{{lab}}} 1 {t}{unit}\n" for t in ts))
                 n += ts.shape[0]
-            n += self._node_metrics(f, t0, t1)
-            f.write("# EOF\n")
+            n += self._node_metrics(f, t0, t1, unit)
+            if not ms:
+                f.write("# EOF\n")
         return n
 
 
@@ -384,10 +400,74 @@ def run_prometheus(data_dir: Path, *, extra_args: tuple[str, ...] = ()) -> Itera
         shutil.rmtree(cfg_dir, ignore_errors=True)
 
 
+def import_victoria_metrics(fleet: Fleet, url: str, work: Path, *,
+                            extra_metrics: bool = True) -> int:
+    """Load ``fleet`` into a running VictoriaMetrics through /api/v1/import/prometheus (text
+    format with millisecond timestamps), one 2-hour window per request, then flush so every
+    sample is searchable. Returns the number of samples sent."""
+    work.mkdir(parents=True, exist_ok=True)
+    first = fleet.start_s // BLOCK_S * BLOCK_S
+    total = 0
+    with httpx.Client(timeout=600) as client:
+        for t0 in range(first, fleet.end_s + 1, BLOCK_S):
+            path = work / f"vm-{t0}.prom"
+            total += fleet.write_openmetrics(path, extra_metrics=extra_metrics,
+                                             window=(t0, t0 + BLOCK_S), ms=True)
+            with open(path, "rb") as f:
+                r = client.post(f"{url}/api/v1/import/prometheus", content=f.read())
+            r.raise_for_status()
+            path.unlink()
+        client.get(f"{url}/internal/force_flush").raise_for_status()
+    return total
+
+
+@contextlib.contextmanager
+def run_victoria_metrics(data_dir: Path) -> Iterator[str]:
+    """Start single-node VictoriaMetrics (Debian's ``victoria-metrics``) on 127.0.0.1 (free
+    port) over ``data_dir``; yield its URL; stop it. Caches off, no latency offset, so a
+    query sees every imported sample at once."""
+    if shutil.which("victoria-metrics") is None:
+        raise RuntimeError("victoria-metrics is not installed (scripts/test installs it)")
+    port = free_port()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log = open(data_dir.parent / f"{data_dir.name}.vm.log", "wb")
+    proc = subprocess.Popen(
+        ["victoria-metrics", f"-storageDataPath={data_dir}",
+         f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=100y",
+         "-search.disableCache", "-search.latencyOffset=0s", "-selfScrapeInterval=0"],
+        stdout=subprocess.DEVNULL, stderr=log)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError("victoria-metrics exited: " + (
+                    data_dir.parent / f"{data_dir.name}.vm.log").read_text(
+                        errors="replace")[-2000:])
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("victoria-metrics did not become ready in 60 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
 def peak_rss_mib() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-__all__ = ["Fleet", "backfill", "make_fleet", "os", "peak_rss_mib", "run_prometheus"]
+__all__ = ["Fleet", "backfill", "import_victoria_metrics", "make_fleet", "os", "peak_rss_mib",
+           "run_prometheus", "run_victoria_metrics"]

@@ -49,7 +49,7 @@ def _fleet_advice(usage: Usage, rates: Mapping[str | None, Rate], keys: Sequence
 
 def audit_fleet(
     *,
-    prometheus: str | None = None,
+    prometheus: str | Sequence[str] | None = None,
     recording: str | Path | None = None,
     start_s: float | None = None,
     end_s: float | None = None,
@@ -64,12 +64,18 @@ def audit_fleet(
     pricing: Mapping[str, Any] | None = None,
     advice_groups: int = 10,
     findings: Iterable[Finding] = (),
+    shard_s: float | None = None,
+    concurrency: int = 4,
+    allow_partial: bool = False,
+    dedupe: bool = False,
 ) -> Report:
     """Audit a fleet and return a :class:`Report` whose ``extra["fleet"]`` holds the
     showback, KPIs and histograms (see report/fleet.py): the fleet's usage from Prometheus
     (:func:`fleet_usage`, pushdown or raw) or a ``gpuaudit scrape`` recording, attributed to
     teams, rolled up by ``by``, then :func:`assemble`, plus the recommender run on each of the
-    ``advice_groups`` costliest groups alone."""
+    ``advice_groups`` costliest groups alone. ``prometheus`` may list several stores
+    (``URL`` or ``NAME=URL``); ``shard_s``, ``concurrency``, ``allow_partial`` and ``dedupe``
+    are :func:`fleet_usage`'s."""
     from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
     from gpuaudit.price.attribution import (
         Attributor,
@@ -120,7 +126,8 @@ def audit_fleet(
         usage_fine, daily, util_window, transfer = fleet_usage(
             prometheus, start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
             by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
-            client_kwargs=client_kwargs, chunk_s=chunk_s)
+            client_kwargs=client_kwargs, chunk_s=chunk_s, shard_s=shard_s,
+            concurrency=concurrency, allow_partial=allow_partial, dedupe=dedupe)
     usage = coarse_usage(usage_fine, user_keys)
     # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
     # no series has are noted
@@ -139,7 +146,7 @@ def audit_fleet(
 
 
 def fleet_usage(
-    prometheus: str,
+    prometheus: str | Sequence[str],
     *,
     start_s: float | None = None,
     end_s: float | None = None,
@@ -151,6 +158,10 @@ def fleet_usage(
     raw: bool = False,
     client_kwargs: Mapping[str, Any] | None = None,
     chunk_s: float = 86400.0,
+    shard_s: float | None = None,
+    concurrency: int = 4,
+    allow_partial: bool = False,
+    dedupe: bool = False,
 ) -> tuple[Usage, pa.Table | None, dict[str, float | None], dict[str, Any]]:
     """Measured GPU time of a fleet in a Prometheus-compatible store: the classification
     pushed down as PromQL (``raw``: samples pulled and classified here), attributed by pod
@@ -160,11 +171,32 @@ def fleet_usage(
     per chunk of ``chunk_s`` (column ``day_start``: the chunk's start), the fleet's mean
     utilization over the last 1 h and 24 h, and what crossed the wire. ``gpuaudit fleet`` and
     ``gpuaudit bill --prometheus`` (hourly chunks) both read the fleet so.
+
+    ``prometheus``: one URL, or several stores (``URL`` or ``NAME=URL``: shards by cluster
+    or region; :func:`gpuaudit.measure.fleet.shards.parse_stores`). The pushdown cuts the
+    range into time shards of ``shard_s`` (whole chunks; default one chunk), fetches every
+    store x shard concurrently with at most ``concurrency`` requests in flight per store,
+    and merges the answers exactly (:func:`gpuaudit.classify.pushdown.merge_pushdown`: the
+    same figures as one store holding everything). A shard that fails after its retries is
+    an error naming it; with ``allow_partial`` it is left out and listed in
+    ``transfer["missing_shards"]`` and the notes. ``dedupe``: a GPU two stores both hold
+    is counted once (the store with the most points per chunk), not refused.
     """
+    if not isinstance(prometheus, str) and len(prometheus) == 1:
+        prometheus = prometheus[0]
+    if raw and not isinstance(prometheus, str):
+        raise InputError("--raw reads one store",
+                         fix="leave out --raw to audit several stores (PromQL pushdown)")
+    if not raw:
+        return _sharded_usage(
+            [prometheus] if isinstance(prometheus, str) else list(prometheus),
+            start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s, by=group_keys(by),
+            mapping=mapping, matchers=matchers, client_kwargs=client_kwargs, chunk_s=chunk_s,
+            shard_s=shard_s, concurrency=concurrency, allow_partial=allow_partial,
+            dedupe=dedupe)
+    assert isinstance(prometheus, str)  # the raw pull: one store, one range
     import time
 
-    from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
-    from gpuaudit.measure.fleet.dcgm import series_id
     from gpuaudit.measure.fleet.prometheus import (
         PromClient,
         PrometheusSource,
@@ -200,34 +232,169 @@ def fleet_usage(
         end = (end // step) * step
         kube = pod_labels(client, start_s=start, end_s=end)
         attributor = Attributor(mapping, kube)
-        if raw:
-            src = PrometheusSource(client, start_s=start, end_s=end, step_s=step,
-                                   matchers=matchers)
-            batches = list(src.batches())
-            from gpuaudit.schema import SAMPLE_SCHEMA, Recording
+        src = PrometheusSource(client, start_s=start, end_s=end, step_s=step,
+                               matchers=matchers)
+        batches = list(src.batches())
+        from gpuaudit.schema import SAMPLE_SCHEMA, Recording
 
-            table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
-            table = attribute_table(table, attributor)
-            rec = Recording(table=table, source="prometheus", origin=src.origin,
-                            interval_s=step, notes=src.notes)
-            usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
-            daily, util_window = local_kpis(table, fine_keys, step, start_s=start,
-                                             chunk_s=chunk_s)
-        else:
-            data = pull_aggregates(client, identify=series_id, start_s=start, end_s=end,
-                                   step_s=step, matchers=matchers, chunk_s=chunk_s)
-            usage_fine, daily = usage_from_pushdown(
-                data, by=fine_keys,
-                labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
-                                                          dict(sid.labels)))
-            util_window = dict(data.fleet_util_pct)
-        transfer = {"mode": "raw query_range" if raw else "PromQL pushdown",
+        table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
+        table = attribute_table(table, attributor)
+        rec = Recording(table=table, source="prometheus", origin=src.origin,
+                        interval_s=step, notes=src.notes)
+        usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
+        daily, util_window = local_kpis(table, fine_keys, step, start_s=start,
+                                         chunk_s=chunk_s)
+        transfer = {"mode": "raw query_range",
                     "url": client.url, "requests": client.requests,
                     "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
                     "step_s": step, "start": _iso(start), "end": _iso(end),
                     "kube_pod_labels": len(kube)}
     finally:
         client.close()
+    return usage_fine, daily, util_window, transfer
+
+
+#: the default time shard: a week of chunks (a 30-day audit is 5 shards per store)
+DEFAULT_SHARD_S = 7 * 86400.0
+
+
+def _sharded_usage(
+    urls: Sequence[str], *, start_s: float | None, end_s: float | None, since_s: float,
+    step_s: float | None, by: Sequence[str], mapping: Any,
+    matchers: Mapping[str, str] | None, client_kwargs: Mapping[str, Any] | None,
+    chunk_s: float, shard_s: float | None, concurrency: int, allow_partial: bool,
+    dedupe: bool,
+) -> tuple[Usage, pa.Table | None, dict[str, float | None], dict[str, Any]]:
+    """The pushdown over stores x time shards, merged exactly (see :func:`fleet_usage`)."""
+    import time
+
+    from gpuaudit.classify.pushdown import (
+        PushdownData,
+        chunk_grid,
+        merge_pushdown,
+        pull_aggregates,
+        usage_from_pushdown,
+    )
+    from gpuaudit.measure.fleet.dcgm import series_id
+    from gpuaudit.measure.fleet.prometheus import PromClient, detect_interval_s, pod_labels
+    from gpuaudit.measure.fleet.shards import Shard, Store, fan_out, parse_stores, plan_shards
+    from gpuaudit.price.attribution import Attributor
+    from gpuaudit.schema import ImportNote
+    from gpuaudit.validate import (
+        CONCURRENCY,
+        EPOCH_S,
+        FLEET_CHUNK_S,
+        FLEET_SHARD_S,
+        FLEET_SINCE_S,
+        FLEET_STEP_S,
+    )
+
+    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
+    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
+    since_s = FLEET_SINCE_S.check(since_s, "since_s")
+    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
+    step_s = None if step_s is None else FLEET_STEP_S.check(step_s, "step_s")
+    shard_s = DEFAULT_SHARD_S if shard_s is None else FLEET_SHARD_S.check(shard_s, "shard_s")
+    concurrency = int(CONCURRENCY.check(concurrency, "concurrency"))
+    stores = parse_stores(urls)
+    kw = dict(client_kwargs or {})
+    kw["max_in_flight"] = concurrency
+    clients = {st.name: PromClient(st.url, **kw) for st in stores}
+    missing: list[dict[str, str]] = []
+    try:
+        end = end_s if end_s is not None else time.time()
+        start = start_s if start_s is not None else end - since_s
+
+        def where(st: Store) -> Store:
+            return st
+
+        def name(st: Store) -> str:
+            return f"{st.name} (scrape interval, kube_pod_labels)"
+
+        if end <= start:
+            raise InputError("the range is empty (--end is not after --start)",
+                             fix="give --since, or --start before --end")
+        # each store's scrape interval and kube-state-metrics pod labels (one store down:
+        # an error naming it, or with allow_partial the store left out and listed)
+        def preamble(st: Store) -> tuple[float | None, dict[tuple[str, str], dict[str, str]]]:
+            c = clients[st.name]
+            found = step_s or detect_interval_s(c, end_s=end, start_s=start, matchers=matchers)
+            return found, pod_labels(c, start_s=start, end_s=end)
+
+        got, failed = fan_out(stores, preamble, describe=where, label=name,
+                              workers=len(stores), allow_partial=allow_partial)
+        for st, text in failed:
+            missing.append({"store": st.name, "url": st.url, "start": _iso(start),
+                            "end": _iso(end), "error": text})
+        live = [st for st, _ in got]
+        steps = {st.name: found for st, (found, _k) in got if found is not None}
+        if not steps:
+            raise InputError(
+                "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
+                f"{_iso(end)}", where=", ".join(st.url for st in live),
+                fix="check --start/--end/--since and --match")
+        if len(set(steps.values())) > 1:
+            raise InputError(
+                "the stores scrape at different intervals: " + ", ".join(
+                    f"{n} {x:g} s" for n, x in steps.items()),
+                fix=f"give --step {max(steps.values()):g}s (the longest) so every store is "
+                "read on one grid")
+        step = float(next(iter(steps.values())))
+        start = (start // step + 1) * step
+        end = (end // step) * step
+        kube: dict[tuple[str, str], dict[str, str]] = {}
+        for _st, (_found, k) in got:
+            for key, labels in k.items():
+                kube.setdefault(key, {}).update(labels)
+        attributor = Attributor(mapping, kube)
+        chunks = chunk_grid(start, end, step, chunk_s)
+        shards = plan_shards(live, chunks, max(1, round(shard_s / chunk_s)))
+        last = chunks[-1]
+
+        def fetch(sh: Shard) -> PushdownData:
+            return pull_aggregates(
+                clients[sh.store.name], identify=series_id, start_s=sh.start_s,
+                end_s=sh.end_s, step_s=step, matchers=matchers, chunk_s=chunk_s,
+                chunks=sh.chunks, fleet=sh.chunks[-1] == last, fleet_start_s=start,
+                workers=concurrency)
+
+        answers, lost = fan_out(shards, fetch, describe=lambda sh: sh.store,
+                                label=lambda sh: sh.label,
+                                workers=max(1, min(len(shards), 2 * len(live))),
+                                allow_partial=allow_partial)
+        for sh, text in lost:
+            missing.append({"store": sh.store.name, "url": sh.store.url,
+                            "start": _iso(sh.start_s), "end": _iso(sh.end_s + step),
+                            "error": text})
+        data = merge_pushdown([(sh.store.name, d) for sh, d in answers], dedupe=dedupe)
+        for m in missing:
+            data.notes.append(ImportNote(
+                reason=f"shard missing (--allow-partial): store {m['store']} from {m['start']} "
+                f"to {m['end']} is not in this audit: {m['error']}", count=1,
+                where=m["url"]))
+        usage_fine, daily = usage_from_pushdown(
+            data, by=tuple(by),
+            labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
+                                                      dict(sid.labels)))
+        util_window = dict(data.fleet_util_pct)
+        per_store: list[dict[str, Any]] = [{"name": st.name, "url": clients[st.name].url,
+                      "requests": clients[st.name].requests,
+                      "wire_bytes": clients[st.name].wire_bytes,
+                      "body_bytes": clients[st.name].body_bytes} for st in stores]
+        transfer: dict[str, Any] = {
+            "mode": "PromQL pushdown",
+            "url": ", ".join(x["url"] for x in per_store),
+            "requests": sum(int(x["requests"]) for x in per_store),
+            "wire_bytes": sum(int(x["wire_bytes"]) for x in per_store),
+            "body_bytes": sum(int(x["body_bytes"]) for x in per_store),
+            "step_s": step, "start": _iso(start), "end": _iso(end),
+            "kube_pod_labels": len(kube), "stores": per_store,
+            "time_shards": len({sh.index for sh in shards}),
+            "missing_shards": missing}
+    finally:
+        for c in clients.values():
+            c.close()
     return usage_fine, daily, util_window, transfer
 
 

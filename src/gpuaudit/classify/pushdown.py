@@ -39,7 +39,8 @@ from gpuaudit.errors import InputError
 from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
 
-__all__ = ["PushdownData", "QueryClient", "pull_aggregates", "usage_from_pushdown"]
+__all__ = ["PushdownData", "QueryClient", "chunk_grid", "merge_pushdown", "pull_aggregates",
+           "usage_from_pushdown"]
 
 
 _T = TypeVar("_T")
@@ -62,6 +63,9 @@ class PushdownData:
     origin: str
     notes: list[ImportNote] = field(default_factory=list)
     fleet_util_pct: dict[str, float | None] = field(default_factory=dict)
+    #: the fleet windows' raw utilization sum and point count ("1h", "24h"): what
+    #: :func:`merge_pushdown` adds across stores; ``fleet_util_pct`` is their ratio
+    fleet_util_sums: dict[str, tuple[float, float]] = field(default_factory=dict)
     queries: int = 0
     has_sm: bool = False
     shared: bool = False
@@ -83,6 +87,19 @@ class QueryClient(Protocol):
 Identify = Callable[..., SeriesId]
 
 
+def chunk_grid(start_s: float, end_s: float, step_s: float,
+               chunk_s: float = 86_400.0) -> list[tuple[float, float]]:
+    """The step-aligned chunks of [start, end] that :func:`pull_aggregates` asks: the first
+    step at or after ``start_s`` to the last at or before ``end_s``, ``chunk_s`` long each
+    (inclusive (first step, last step) pairs). A time shard is a run of these chunks, so
+    shards answer exactly what one pull over the whole range answers."""
+    if step_s <= 0:
+        raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
+    a = float(np.ceil(start_s / step_s) * step_s)
+    b = float(np.floor(end_s / step_s) * step_s)
+    return time_chunks(a, b, step_s, max(1, round(chunk_s / step_s)))
+
+
 def pull_aggregates(
     client: QueryClient,
     *,
@@ -94,6 +111,9 @@ def pull_aggregates(
     chunk_s: float = 86_400.0,
     workers: int = 4,
     narrow: bool = True,
+    chunks: Sequence[tuple[float, float]] | None = None,
+    fleet: bool = True,
+    fleet_start_s: float | None = None,
 ) -> PushdownData:
     """Run the pushdown queries chunk by chunk (step-aligned, ``chunk_s`` long, ``workers``
     queries at a time) and collect the decoded answers; then the threshold queries
@@ -101,14 +121,22 @@ def pull_aggregates(
     with ``narrow=False``: the same answers, more work); then the share weight of GPUs whose
     series overlap in a chunk (time-sliced), on those GPUs only. ``identify`` decodes a
     series' labels (``identify(labels, default_host=..., where=...)``): the caller passes
-    :func:`gpuaudit.measure.fleet.dcgm.series_id`, so measure fetches and classify decides."""
+    :func:`gpuaudit.measure.fleet.dcgm.series_id`, so measure fetches and classify decides.
+
+    ``chunks`` (a run of :func:`chunk_grid`'s chunks: a time shard) replaces the grid of
+    [start, end]; ``fleet`` asks the fleet's 1 h / 24 h utilization windows at the last
+    chunk's end, reaching back no further than ``fleet_start_s`` (default: the first chunk's
+    start); the time shard holding the audit's end asks them, the others do not."""
     if step_s <= 0:
         raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
     sel = selector(matchers)
-    start_s = np.ceil(start_s / step_s) * step_s
-    end_s = np.floor(end_s / step_s) * step_s
-    points = max(1, round(chunk_s / step_s))
-    chunks = time_chunks(float(start_s), float(end_s), step_s, points)
+    if chunks is None:
+        chunks = chunk_grid(start_s, end_s, step_s, chunk_s)
+    chunks = [(float(a), float(b)) for a, b in chunks]
+    if not chunks:
+        raise InputError("the range holds no step", fix="give a range longer than --step")
+    start_s, end_s = chunks[0][0], chunks[-1][1]
+    span_start_s = start_s if fleet_start_s is None else fleet_start_s
     mig_sel = with_matcher(sel, 'GPU_I_ID!=""')
     # which series families exist: index lookups, no samples read
     probes = [client.label_names(m, float(start_s), float(end_s))
@@ -130,8 +158,8 @@ def pull_aggregates(
                      if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)]
     # fleet mean utilization over the last hour and day: raw sums, run with the rest
     fleet_jobs: list[tuple[int, str, str]] = []
-    for label, secs in (("1h", 3600.0), ("24h", 86400.0)):
-        rng = duration(min(secs, end_s - start_s + step_s))
+    for label, secs in (("1h", 3600.0), ("24h", 86400.0)) if fleet else ():
+        rng = duration(min(secs, end_s - span_start_s + step_s))
         for fam in families:
             metric, scale = (f"{_GR}{mig_sel}", "100 * ") if fam == "mig" else \
                 (f"{_UTIL}{sel}", "")
@@ -141,11 +169,12 @@ def pull_aggregates(
     # the costliest first (subqueries, then raw range functions), so that the last queries
     # in flight are short ones and the server's cores stay busy to the end
     jobs.sort(key=lambda j: _SUBQUERY.search(j[2]) is None)
-    fleet = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
-                 end_s=float(end_s))
-    for label in ("1h", "24h"):
-        total = sum(fleet.get(f"{label} sum {fam}", 0.0) for fam in families)
-        count = sum(fleet.get(f"{label} count {fam}", 0.0) for fam in families)
+    fleet_answers = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
+                         end_s=float(end_s))
+    for label in ("1h", "24h") if fleet else ():
+        total = sum(fleet_answers.get(f"{label} sum {fam}", 0.0) for fam in families)
+        count = sum(fleet_answers.get(f"{label} count {fam}", 0.0) for fam in families)
+        data.fleet_util_sums[label] = (total, count)
         data.fleet_util_pct[label] = total / count if count > 0 else None
     # second pass: each SECOND_PASS query only for the series that need it, and the
     # several-samples-per-step forms for series with more samples than points; selected by
@@ -157,7 +186,10 @@ def pull_aggregates(
             if j != i:
                 continue
             names = [nm for nm in SECOND_PASS if narrow and needs(v, nm)]
-            if "n" in v and v.get("raw_n", v["n"]) != v["n"]:  # the window forms do not hold
+            # the window forms do not hold: more raw samples than points, or none seen raw
+            # (VictoriaMetrics' per-day index misses a series whose only sample in a
+            # window is at the UTC midnight the query is evaluated at)
+            if "n" in v and v.get("raw_n") != v["n"]:
                 names = [nm for nm in names if nm not in _WINDOW_FORMS] + list(MULTI_SAMPLE)
             (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
             for nm in names:
@@ -290,6 +322,103 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
 
 def _batches(items: list[_T], size: int) -> list[list[_T]]:
     return [items[k:k + size] for k in range(0, len(items), size)]
+
+
+def _sid_key(sid: SeriesId) -> tuple[Any, ...]:
+    """A total order of series identities (None before any text), so merged answers are
+    laid out the same however the fleet was split."""
+    def t(x: str | None) -> tuple[bool, str]:
+        return (x is not None, x or "")
+
+    return (sid.gpu_uuid, sid.host, t(sid.pod), t(sid.namespace), t(sid.container),
+            t(sid.mig_profile), t(sid.gpu_model),
+            (sid.gpu_index is not None, sid.gpu_index or 0), sid.labels)
+
+
+def merge_pushdown(parts: Sequence[tuple[str, PushdownData]], *,
+                   dedupe: bool = False) -> PushdownData:
+    """The answers of several stores and time shards (``(name, data)`` pairs, each from
+    :func:`pull_aggregates` on chunks of one :func:`chunk_grid`) as one store holding
+    everything would give them: every figure is a per-series, per-chunk sum computed wholly
+    inside one store, so merging moves answers, never re-adds a series' numbers. Series are
+    laid out in one canonical order (one part in, the same order out), so the
+    :class:`Usage` built from the merge is the same to the last bit whichever way the fleet
+    was split.
+
+    A GPU answered by two parts for the same chunk (HA replicas, or stores that both scrape
+    a node) would be counted twice: an :class:`InputError` naming the GPU, the chunk and both
+    stores; with ``dedupe`` the part with the most points for that GPU and chunk is kept
+    (ties: the first part given), as Thanos' querier keeps one replica, and a note counts
+    what was dropped."""
+    if not parts:
+        raise InputError("no store answered", fix="give at least one --prometheus URL")
+    steps = {d.step_s for _, d in parts}
+    if len(steps) > 1:
+        raise InputError(
+            "the stores were read at different steps: "
+            + ", ".join(f"{n} {d.step_s:g} s" for n, d in parts),
+            fix="give --step (the longest scrape interval) so every store is read alike")
+    step_s = parts[0][1].step_s
+    grid = sorted({c for _, d in parts for c in d.chunks})
+    chunk_of = {c: i for i, c in enumerate(grid)}
+    # who answers for each (GPU, chunk): points per part
+    owners: dict[tuple[str, int], dict[int, float]] = {}
+    for p, (_name, d) in enumerate(parts):
+        for (code, i), v in d.values.items():
+            key = (d.ids[code].gpu_uuid, chunk_of[d.chunks[i]])
+            per = owners.setdefault(key, {})
+            per[p] = per.get(p, 0.0) + v.get("n", 0.0) + v.get("sm_n", 0.0)
+    keep: dict[tuple[str, int], int] = {}
+    dropped = 0
+    for key, per in owners.items():
+        if len(per) > 1:
+            if not dedupe:
+                gpu, i = key
+                names = [parts[p][0] for p in sorted(per)]
+                raise InputError(
+                    f"GPU {gpu} is in {len(per)} stores ({', '.join(names)}) for the chunk "
+                    f"starting {_iso(grid[i][0])}: counting both would bill it twice",
+                    where=", ".join(names),
+                    fix="if the stores are HA replicas give one of them (or a Thanos / "
+                    "Mimir querier that deduplicates), or pass --dedupe to keep the store "
+                    "with the most points per GPU and chunk")
+            dropped += len(per) - 1
+        keep[key] = max(sorted(per), key=lambda p: per[p])  # max keeps the first of ties
+    ids = sorted({sid for _, d in parts for sid in d.ids}, key=_sid_key)
+    code_of = {sid: c for c, sid in enumerate(ids)}
+    items: list[tuple[tuple[int, int], dict[str, float]]] = []
+    for p, (_name, d) in enumerate(parts):
+        for (code, i), v in d.values.items():
+            sid = d.ids[code]
+            j = chunk_of[d.chunks[i]]
+            if keep[(sid.gpu_uuid, j)] == p:
+                items.append(((code_of[sid], j), dict(v)))
+    items.sort(key=lambda kv: kv[0])
+    out = PushdownData(
+        ids=ids, chunks=grid, step_s=step_s, values=dict(items),
+        origin=parts[0][1].origin if len(parts) == 1 else
+        f"{len({n for n, _ in parts})} Prometheus-compatible stores (PromQL pushdown, step "
+        f"{step_s:g} s): " + ", ".join(dict.fromkeys(d.origin.split(" (")[0]
+                                                   for _, d in parts)),
+        notes=[n for _, d in parts for n in d.notes],
+        queries=sum(d.queries for _, d in parts),
+        has_sm=any(d.has_sm for _, d in parts), shared=any(d.shared for _, d in parts))
+    for label in ("1h", "24h"):
+        sums = [d.fleet_util_sums[label] for _, d in parts if label in d.fleet_util_sums]
+        if sums:
+            total, count = sum(x for x, _ in sums), sum(c for _, c in sums)
+            out.fleet_util_sums[label] = (total, count)
+            out.fleet_util_pct[label] = total / count if count > 0 else None
+    if dropped:
+        out.notes.append(ImportNote(
+            where="--dedupe", column="gpu_uuid", count=dropped,
+            reason=f"{dropped} GPU-chunk(s) answered by more than one store: the store with "
+            "the most points kept, the others' copies dropped (replicas)"))
+    return out
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
 
 
 

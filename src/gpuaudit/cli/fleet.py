@@ -27,7 +27,9 @@ from gpuaudit.cli.output import write_output
 from gpuaudit.cli.params import Duration, Number, Time
 from gpuaudit.errors import InputError
 from gpuaudit.validate import (
+    CONCURRENCY,
     FLEET_CHUNK_S,
+    FLEET_SHARD_S,
     FLEET_SINCE_S,
     FLEET_STEP_S,
     RETRIES,
@@ -56,8 +58,9 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
 
 
 @click.command("fleet")
-@click.option("--prometheus", "prometheus", metavar="URL", default=None,
-              help="Prometheus-compatible base URL (Prometheus, Thanos, Mimir, VictoriaMetrics).")
+@click.option("--prometheus", "prometheus", metavar="[NAME=]URL", multiple=True,
+              help="Prometheus-compatible base URL (Prometheus, Thanos, Mimir, VictoriaMetrics); "
+              "repeat for stores sharded by cluster or region (eu=http://...).")
 @click.option("--recording", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="Audit a recording from `gpuaudit scrape` instead.")
 @click.option("--since", "since_s", type=Duration(FLEET_SINCE_S), default="7d",
@@ -78,6 +81,17 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
 @click.option("--raw", is_flag=True, help="Pull raw samples (query_range) instead of pushdown.")
 @click.option("--chunk", "chunk_s", type=Duration(FLEET_CHUNK_S), default="1d",
               show_default=True, help="Time chunk per query batch.")
+@click.option("--time-shard", "shard_s", type=Duration(FLEET_SHARD_S), default="7d",
+              show_default=True, help="Time shard: whole chunks fetched together, shards "
+              "concurrently.")
+@click.option("--concurrency", type=Number(CONCURRENCY), default=4, show_default=True,
+              help="Requests in flight per store.")
+@click.option("--allow-partial", is_flag=True,
+              help="A shard failing after its retries is left out and listed in the report, "
+              "instead of an error.")
+@click.option("--dedupe", is_flag=True,
+              help="A GPU several stores hold (HA replicas) counts once: the store with the "
+              "most points per chunk.")
 @click.option("--bearer-token-file", type=click.Path(path_type=Path), default=None,
               help="File holding a bearer token (re-read per request).")
 @click.option("--bearer-token-env", default=None, metavar="VAR",
@@ -94,10 +108,12 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
               help="Progress bars on stderr (default: when stderr is a terminal).")
 @pricing_options
 @output_options
-def fleet_cmd(prometheus: str | None, recording: Path | None, since_s: float,
+def fleet_cmd(prometheus: tuple[str, ...], recording: Path | None, since_s: float,
               start_s: float | None, end_s: float | None, step_s: float | None,
               by: tuple[str, ...], map_file: Path | None,
-              match: tuple[str, ...], raw: bool, chunk_s: float, bearer_token_file: Path | None,
+              match: tuple[str, ...], raw: bool, chunk_s: float, shard_s: float,
+              concurrency: int, allow_partial: bool, dedupe: bool,
+              bearer_token_file: Path | None,
               bearer_token_env: str | None, basic_auth: str | None, ca_file: Path | None,
               timeout_s: float, retries: int, progress: bool | None, fmt: str,
               output: Path | None, **kw: Any) -> None:
@@ -129,10 +145,12 @@ def fleet_cmd(prometheus: str | None, recording: Path | None, since_s: float,
         from gpuaudit.api import audit_fleet
 
         result = audit_fleet(
-            prometheus=prometheus, recording=recording,
+            prometheus=list(prometheus) or None, recording=recording,
             start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
             by=groups or ("team",), map_file=map_file, matchers=_matchers(match), raw=raw,
-            client_kwargs=client_kwargs, chunk_s=chunk_s, pricing=pricing)
+            client_kwargs=client_kwargs, chunk_s=chunk_s, pricing=pricing,
+            shard_s=shard_s, concurrency=concurrency, allow_partial=allow_partial,
+            dedupe=dedupe)
     finally:
         if stop is not None:
             stop()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -147,6 +148,8 @@ class PromClient:
     wire_bytes: int = 0
     body_bytes: int = 0
     requests: int = 0
+    #: requests in flight at most (threads share the client: time shards, query workers)
+    max_in_flight: int = 8
     _client: httpx.Client | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -160,6 +163,8 @@ class PromClient:
         if userinfo is not None and self.basic_auth is None:
             self.basic_auth = userinfo
         self._token_checked = False
+        self._lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max(1, self.max_in_flight))
         verify: Any = True
         if self.ca_file is not None:
             if not Path(self.ca_file).is_file():
@@ -169,8 +174,10 @@ class PromClient:
 
             verify = ssl.create_default_context(cafile=str(self.ca_file))
         auth = httpx.BasicAuth(*self.basic_auth) if self.basic_auth else None
+        limits = httpx.Limits(max_connections=max(1, self.max_in_flight),
+                              max_keepalive_connections=max(1, self.max_in_flight))
         self._client = httpx.Client(timeout=self.timeout_s, verify=verify, auth=auth,
-                                    transport=self.transport)
+                                    transport=self.transport, limits=limits)
 
     def close(self) -> None:
         if self._client is not None:
@@ -205,7 +212,8 @@ class PromClient:
                 self.sleep(min(delay, self.max_backoff_s))
                 delay *= 2
             try:
-                resp = self._client.post(where, data=dict(data), headers=self._headers())
+                with self._slots:
+                    resp = self._client.post(where, data=dict(data), headers=self._headers())
             except httpx.TimeoutException as exc:
                 last = f"timed out after {self.timeout_s:g} s ({exc.__class__.__name__})"
                 continue
@@ -218,9 +226,10 @@ class PromClient:
             except httpx.HTTPError as exc:
                 last = f"{exc.__class__.__name__}: {exc}"
                 continue
-            self.requests += 1
-            self.wire_bytes += resp.num_bytes_downloaded
-            self.body_bytes += len(resp.content)
+            with self._lock:
+                self.requests += 1
+                self.wire_bytes += resp.num_bytes_downloaded
+                self.body_bytes += len(resp.content)
             if resp.status_code == 429 or resp.status_code >= 500:
                 text = _error_text(resp)
                 if any(m in text for m in _TOO_LARGE):

@@ -1,0 +1,147 @@
+"""A fleet past one Prometheus, at scale: GPUs x days of dcgm-exporter history split by node
+across 4 local stores (2 Prometheus, backfilled with promtool; 2 VictoriaMetrics, imported
+with timestamps), audited by one ``audit_fleet(prometheus=[4 stores])`` in a fresh process.
+
+    .venv/bin/python benchmarks/bench_fleet_shards.py --gpus 10000 --days 7   # the goal
+    .venv/bin/python benchmarks/bench_fleet_shards.py --gpus 250 --days 7 \
+        --keep benchmarks/_work/shards_250x7d   # build once, audit again later from it
+
+Reports: build time per store kind, the audit's wall time, peak RSS and CPU seconds of the
+audit process, CPU seconds of the 4 servers during the audit, requests and bytes on the wire
+(gzip, as downloaded) and decoded, per store and in all; GPU-hours, idle hours and cost; the
+1-minute load average before and after (the machine may be shared). Goal: 10,000 GPUs x 7 d
+at 15 s in <= 60 s and <= 4 GiB on 2 cores. Needs `prometheus`, `promtool` and
+`victoria-metrics`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "fleet"))
+
+from fleetgen import (  # noqa: E402
+    backfill,
+    import_victoria_metrics,
+    make_fleet,
+    run_prometheus,
+    run_victoria_metrics,
+)
+
+CHILD = r"""
+import json, resource, sys, time
+from gpuaudit.api import audit_fleet
+stores, start, end, step = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+t = time.perf_counter()
+r = audit_fleet(prometheus=stores, start_s=start, end_s=end, step_s=step, by=("team",),
+                pricing={"price": "1.00"})
+wall = time.perf_counter() - t
+f = r.extra["fleet"]
+ru = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": wall, "rss_mib": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
+                  "transfer": f["transfer"], "gpu_hours": f["total"]["gpu_hours"],
+                  "idle_h": f["total"]["phase_hours"]["idle"], "cost_usd": f["total"]["cost_usd"]}))
+"""
+
+KINDS = ("prometheus", "prometheus", "victoria-metrics", "victoria-metrics")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_pid(port: str) -> int:
+    """The pid of the server listening on 127.0.0.1:``port`` (its command line names it)."""
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            with contextlib.suppress(OSError):
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+                if f"127.0.0.1:{port}".encode() in cmd:
+                    return int(pid)
+    raise RuntimeError(f"no server on port {port}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, default=10_000)
+    ap.add_argument("--days", type=float, default=7.0)
+    ap.add_argument("--step", type=int, default=15)
+    ap.add_argument("--keep", type=Path, default=None, help="directory to keep / reuse")
+    ap.add_argument("--jobs", type=int, default=2, help="promtool runs at a time")
+    args = ap.parse_args()
+    fleet = make_fleet(nodes=max(4, args.gpus // 4), gpus_per_node=4, hours=args.days * 24,
+                       step_s=args.step, seed=3, segment_hours=12.0)
+    hosts = fleet.hosts()
+    parts = [fleet.subset(set(hosts[i::4])) for i in range(4)]
+    tmp = args.keep or Path(tempfile.mkdtemp(prefix="gpuaudit-shards-"))
+    stamp = tmp / "built.json"
+    want = {"gpus": args.gpus, "days": args.days, "step": args.step}
+    built = stamp.exists() and json.loads(stamp.read_text()).get("spec") == want
+    info: dict[str, object] = json.loads(stamp.read_text()) if built else {"spec": want}
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for i, (kind, part) in enumerate(zip(KINDS, parts)):
+            data = tmp / f"store{i}"
+            if kind == "prometheus":
+                if not built:
+                    shutil.rmtree(data, ignore_errors=True)
+                    t0 = time.perf_counter()
+                    n = backfill(part, data, jobs=args.jobs)
+                    info[f"store{i}"] = {"kind": kind, "samples": n,
+                                         "build_s": time.perf_counter() - t0}
+                url = stack.enter_context(run_prometheus(data))
+            else:
+                if not built:
+                    shutil.rmtree(data, ignore_errors=True)
+                url = stack.enter_context(run_victoria_metrics(data))
+                if not built:
+                    t0 = time.perf_counter()
+                    n = import_victoria_metrics(part, url, tmp / f"import{i}")
+                    info[f"store{i}"] = {"kind": kind, "samples": n,
+                                         "build_s": time.perf_counter() - t0}
+            urls.append(f"s{i}={url}")
+            print(f"store s{i} ({kind}): {info[f'store{i}']}", flush=True)
+        if not built:
+            stamp.write_text(json.dumps(info))
+        du = subprocess.run(["du", "-sh", *(str(tmp / f"store{i}") for i in range(4))],
+                            capture_output=True, text=True)
+        print("on disk:", " ".join(line.split()[0] for line in du.stdout.splitlines()))
+        pids = [server_pid(u.rsplit(":", 1)[1]) for u in urls]
+        cpu0 = [cpu_s(p) for p in pids]
+        load = os.getloadavg()[0]
+        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(urls),
+                              str(fleet.start_s), str(fleet.end_s), str(args.step)],
+                             capture_output=True, text=True, timeout=7200)
+        if out.returncode:
+            sys.exit(out.stderr[-3000:])
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        server = [cpu_s(p) - c for p, c in zip(pids, cpu0)]
+    tr = res["transfer"]
+    print(f"{args.gpus} GPUs x {args.days:g} d at {args.step} s over 4 stores: wall "
+          f"{res['wall_s']:.1f} s, peak RSS {res['rss_mib']:.0f} MiB, CPU client "
+          f"{res['cpu_s']:.1f} s, servers {sum(server):.1f} s "
+          f"({', '.join(f'{x:.1f}' for x in server)}), requests {tr['requests']}, wire "
+          f"{tr['wire_bytes']:,} B, decoded {tr['body_bytes']:,} B; GPU-h "
+          f"{res['gpu_hours']:.1f}, idle-h {res['idle_h']:.1f}, cost {res['cost_usd']} USD "
+          f"(load before {load:.2f}, after {os.getloadavg()[0]:.2f})")
+    for s in tr["stores"]:
+        print(f"  {s['name']}: {s['requests']} requests, wire {s['wire_bytes']:,} B, "
+              f"decoded {s['body_bytes']:,} B")
+    if args.keep is None:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
