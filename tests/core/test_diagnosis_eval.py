@@ -43,6 +43,8 @@ class Case:
     subject: str
     expected: str
     fix: str
+    #: fixes whose premise the case's data refute: never counted in its plan
+    never: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class Outcome:
 
 def cases() -> list[Case]:
     raw = tomllib.loads((DATA / "manifest.toml").read_text("utf-8"))
-    return [Case(**c) for c in raw["case"]]
+    return [Case(**{**c, "never": tuple(c.get("never", ()))}) for c in raw["case"]]
 
 
 @cache
@@ -144,21 +146,46 @@ def test_every_cause_has_a_case() -> None:
     assert covered == set(KINDS), set(KINDS) - covered
 
 
-def test_confusion_table_top1_at_least_90_percent(outcomes: list[Outcome]) -> None:
-    table = confusion_table(outcomes)
-    print("\n" + table + "\n\n" + case_table(outcomes))
-    n = len(outcomes)
+@pytest.mark.parametrize("origin", ["real", "scenario"])
+def test_confusion_table_top1_at_least_90_percent(outcomes: list[Outcome], origin: str
+                                                  ) -> None:
+    """Real recordings and scenario recordings are scored apart: each must reach 90%."""
+    mine = [o for o in outcomes if o.case.origin == origin]
+    table = confusion_table(mine)
+    print("\n" + table + "\n\n" + case_table(mine))
+    n = len(mine)
     wrong = [f"{o.case.name}: expected {o.case.expected}/{o.case.fix}, found "
-             f"{o.found}/{o.found_fix} ({o.evidence})" for o in outcomes
+             f"{o.found}/{o.found_fix} ({o.evidence})" for o in mine
              if not (o.right and o.right_fix)]
-    assert sum(o.right for o in outcomes) / n >= MIN_ACCURACY, "\n".join(wrong)
-    assert sum(o.right_fix for o in outcomes) / n >= MIN_ACCURACY, "\n".join(wrong)
+    assert sum(o.right for o in mine) / n >= MIN_ACCURACY, "\n".join(wrong)
+    assert sum(o.right_fix for o in mine) / n >= MIN_ACCURACY, "\n".join(wrong)
+
+
+def test_no_contradicted_fix_is_counted() -> None:
+    """A fix whose premise the data refute (AMP beside tensor pipes already busy, DataLoader
+    workers for a host step's regular gaps, NCCL tuning for GPUs idle 81%) is never counted;
+    every counted efficiency fix with a premise names the premise that held."""
+    checked = 0
+    for c in cases():
+        plan = audit_file(c.file).plan
+        counted = {r.id: r for r in plan.recommendations if r.counted}
+        for rid in c.never:
+            checked += 1
+            assert rid not in counted, (c.name, rid, counted[rid].evidence)
+        for r in plan.recommendations:
+            if r.status == "ruled_out":
+                assert not r.counted and r.why_not_counted, (c.name, r.id)
+            if r.counted and r.remediation.premise:
+                assert r.premise_held, (c.name, r.id)
+    assert checked >= 5
 
 
 def test_a_found_cause_with_high_waste_never_saves_zero() -> None:
     """Issue 16: efficiency savings 0.0% beside 85% waste. Over every case: where at least
     half the cost is waste and a cause was found, the efficiency saving is above 0, never
-    above the waste, and each fix of the cause is in the plan with its evidence."""
+    above the waste, and each fix of the cause is in the plan with its evidence. A 0 is
+    allowed only where every fix of the cause is listed as unverified and names the field
+    or sampling that would decide it (issue 21: no fix counted on an unchecked premise)."""
     checked = 0
     for c in cases():
         report = audit_file(c.file)
@@ -168,6 +195,12 @@ def test_a_found_cause_with_high_waste_never_saves_zero() -> None:
         if plan.waste_fraction < Decimal("0.5") or all(d.kind == "undetermined" for d in tops):
             continue
         checked += 1
+        if plan.efficiency_fraction == 0:
+            fixes = [r for r in plan.recommendations
+                     if any(r.id in d.fixes for d in tops)]
+            assert fixes and all(r.status == "unverified" and r.decided_by for r in fixes), \
+                c.name
+            continue
         assert plan.efficiency_fraction > 0, c.name
         recs = {r.id for r in plan.recommendations}
         for d in tops:
@@ -179,8 +212,10 @@ def test_docs_show_the_current_table(outcomes: list[Outcome]) -> None:
     """docs/diagnosis.md carries the table this scorer prints today (re-run this file
     directly and paste its output when the diagnosis changes)."""
     doc = (Path(__file__).parents[2] / "docs" / "diagnosis.md").read_text("utf-8")
-    assert confusion_table(outcomes) in doc
-    assert case_table(outcomes) in doc
+    for origin in ("real", "scenario"):
+        mine = [o for o in outcomes if o.case.origin == origin]
+        assert confusion_table(mine) in doc, origin
+        assert case_table(mine) in doc, origin
 
 
 def test_scorer_counts_a_wrong_answer_as_wrong() -> None:
@@ -194,4 +229,7 @@ def test_scorer_counts_a_wrong_answer_as_wrong() -> None:
 
 if __name__ == "__main__":
     results = [run_case(c) for c in cases()]
-    sys.stdout.write(confusion_table(results) + "\n\n" + case_table(results) + "\n")
+    for origin in ("real", "scenario"):
+        mine = [o for o in results if o.case.origin == origin]
+        sys.stdout.write(f"### {origin}\n\n" + confusion_table(mine) + "\n\n"
+                         + case_table(mine) + "\n\n")

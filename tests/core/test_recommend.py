@@ -50,7 +50,11 @@ def test_compute_bound_real_slice_names_two_real_remediations(nanogpt: Recording
 
 def test_same_mean_different_shape_different_advice():
     n = 720
-    bursty = [0.0 if (i // 2) % 2 == 0 else 100.0 for i in range(n)]
+    # an input-starved loop: 3 s of compute, then waits that scatter (3-14 s) batch to batch
+    bursty: list[float] = []
+    for k in range(200):
+        bursty += [100.0] * 3 + [0.0] * [3, 9, 4, 14, 5, 7][k % 6]
+    bursty = [*bursty[:n], 100.0]
     steady = [50.0 + (i % 5) for i in range(n)]
     rb = audit(recording(series_table({"g": bursty})), gpu_model="A100", provider="aws")
     rs = audit(recording(series_table({"g": [s - 2 for s in steady]})), gpu_model="A100",
@@ -58,6 +62,19 @@ def test_same_mean_different_shape_different_advice():
     eb, es = set(_ids(rb, True)), set(_ids(rs, True))
     assert "dataloader" in eb and "dataloader" not in es
     assert "larger_batch" in es and "larger_batch" not in eb
+
+
+def test_unresolvable_gaps_leave_input_fixes_unverified_with_the_field():
+    """At 1 Hz a 1-2 s wait is one or two samples: its spread cannot show whether it is an
+    input pipeline or a host step, so DataLoader advice is listed, not counted, and says
+    what would decide."""
+    n = 720
+    bursty = [0.0 if (i // 2) % 2 == 0 else 100.0 for i in range(n)]
+    r = audit(recording(series_table({"g": bursty})), gpu_model="A100", provider="aws")
+    rec = next(x for x in r.plan.recommendations if x.id == "dataloader")
+    assert rec.status == "unverified" and not rec.counted
+    assert rec.decided_by is not None and "10 Hz" in rec.decided_by
+    assert "unverified" in (rec.why_not_counted or "")
 
 
 def test_trace_finding_drives_input_advice():

@@ -18,10 +18,16 @@ The tree, first match is the GPU's top diagnosis (docs/diagnosis.md draws it):
 
 1. idle nearly all the judged time: ``host_bound`` if PCIe is busy (loading / offload),
    else ``held_idle`` if memory is held (notebook, stuck job), else ``idle``;
-2. ``communication_bound``: a multi-GPU job, NVLink busy while SMs wait (on GPUs without
-   NVLink: PCIe busy during busy time while SMs wait and utilization is at least 50%);
-3. ``host_bound``: PCIe busy while SMs wait (CPU / NVMe offload or the input pipeline);
-4. ``input_bound``: bursty (short idle gaps between busy runs) or a power sawtooth;
+2. ``communication_bound``: a multi-GPU job, NVLink busy while the SMs wait *while busy*
+   (on GPUs without NVLink: PCIe busy during busy time while SMs wait and utilization is at
+   least 50%), on a GPU that is busy most of the time: collectives run as kernels, so they
+   show as busy time with idle SMs, never as idle time;
+3. ``host_bound`` (host transfer): PCIe busy while SMs wait (CPU / NVMe offload traffic,
+   unpinned copies);
+4. ``host_compute``: idle gaps at a steady cadence with a quiet link: the host computes
+   between steps (a CPU optimizer step, offloaded parameters updated on the CPU);
+5. ``input_bound``: bursty (short idle gaps between busy runs) or a power sawtooth, with
+   gaps that scatter (an input pipeline's waits vary batch to batch);
 5. with SM activity: ``small_kernels`` (busy but SMs mostly empty), ``memory_bound`` (DRAM
    the busier pipe), ``no_tensor_cores`` (SMs busy, tensor pipes idle on a tensor-core GPU),
    ``compute_bound``, else part-busy with nothing feeding it: ``small_kernels`` (launch-bound
@@ -81,18 +87,34 @@ POWER_SAWTOOTH_CV = 0.3
 #: Straggler: in a job of at least 3 GPUs, a GPU this many points busier than the median of
 #: its peers (whose median is at least 20%) holds them up at every synchronisation.
 STRAGGLER_GAP_PCT = 25.0
+#: Collectives are kernels: waiting on them is busy time with idle SMs. A GPU idle at least
+#: this share of the time waits on something else (the host, the input), whatever its link
+#: carries while busy (FSDP's all-gathers overlap its compute at ~50 GB/s).
+COMM_MAX_IDLE_SHARE = 0.5
+#: Idle gaps "at a steady cadence": their quartile coefficient of dispersion,
+#: (Q3 - Q1) / (Q3 + Q1), at or below this. A host step (optimizer on the CPU, offloaded
+#: parameters) takes the same time every step (dispersion ~0.05-0.15); an input pipeline's
+#: waits vary with each batch's decode and the workers' scheduling (0.3 and up).
+REGULAR_GAP_DISPERSION = 0.2
+#: At least this many closed gaps before their cadence is trusted.
+MIN_GAPS = 8
+#: ... and a median gap of at least this many sample intervals: a gap of one or two samples
+#: cannot show its spread (1 Hz sampling quantises a 0.5-1.5 s wait to one sample).
+MIN_GAP_INTERVALS = 3.0
 
 #: The causes, in the order the tree tries them.
 KINDS: tuple[str, ...] = (
-    "straggler", "idle", "held_idle", "communication_bound", "host_bound", "input_bound",
-    "small_kernels", "memory_bound", "no_tensor_cores", "compute_bound", "undetermined",
+    "straggler", "idle", "held_idle", "communication_bound", "host_bound", "host_compute",
+    "input_bound", "small_kernels", "memory_bound", "no_tensor_cores", "compute_bound",
+    "undetermined",
 )
 
 #: Each cause's fixes, best first: remediation ids in recommend/remediations.toml.
 FIXES: dict[str, tuple[str, ...]] = {
     "idle": ("idle_shutdown",),
     "held_idle": ("idle_shutdown",),
-    "host_bound": ("offload_less", "larger_batch", "overlap_transfers", "dataloader"),
+    "host_bound": ("offload_less", "overlap_transfers", "larger_batch"),
+    "host_compute": ("offload_less", "larger_batch"),
     "input_bound": ("dataloader", "dali"),
     "communication_bound": ("nccl_tuning",),
     "small_kernels": ("torch_compile", "larger_batch"),
@@ -141,6 +163,10 @@ class _View:
     nvlink_busy: float | None
     mem_mib: float | None
     power_cv: float | None
+    gaps: int = 0
+    gap_median_s: float | None = None
+    gap_dispersion: float | None = None
+    interval_s: float = 1.0
 
 
 def _spec(model: str | None) -> GpuSpec | None:
@@ -162,7 +188,10 @@ def _whole_view(s: SeriesSignals) -> _View:
         busy_share=s.busy_high_s / obs, sm=s.mean_sm_active, tensor=s.mean_tensor_active,
         dram=s.mean_dram_active, pcie=s.mean_pcie_bytes_per_s,
         nvlink=s.mean_nvlink_bytes_per_s, pcie_idle=s.mean_pcie_idle_bytes_per_s,
-        nvlink_busy=s.mean_nvlink_busy_bytes_per_s, mem_mib=s.mem_used_max_mib, power_cv=cv)
+        nvlink_busy=s.mean_nvlink_busy_bytes_per_s, mem_mib=s.mem_used_max_mib, power_cv=cv,
+        gaps=s.idle_gaps, gap_median_s=s.idle_gap_median_s,
+        gap_dispersion=s.idle_gap_dispersion,
+        interval_s=s.observed_s / s.samples if s.samples else 1.0)
 
 
 def _phase_view(p: RunPhase, whole: _View) -> _View:
@@ -174,7 +203,9 @@ def _phase_view(p: RunPhase, whole: _View) -> _View:
         nvlink=p.signal("nvlink_bytes_per_s"), pcie_idle=p.signal("pcie_idle_bytes_per_s"),
         nvlink_busy=p.signal("nvlink_busy_bytes_per_s"),
         mem_mib=p.signal("mem_used_mib") if p.signal("mem_used_mib") is not None
-        else whole.mem_mib, power_cv=whole.power_cv)
+        else whole.mem_mib, power_cv=whole.power_cv, gaps=whole.gaps,
+        gap_median_s=whole.gap_median_s, gap_dispersion=whole.gap_dispersion,
+        interval_s=whole.interval_s)
 
 
 def _pct(x: float) -> str:
@@ -249,8 +280,11 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                      "forgotten notebook or a stuck job")
         return d("idle", f"idle {v.idle_share:.0%} of the time with nothing held "
                  f"({(v.mem_mib or 0):.0f} MiB): shut it down or give it back")
-    if multi and nv_share is not None and nv_share >= NVLINK_BUSY_SHARE and (
-            v.sm is None or v.sm < SM_BUSY):
+    # SM activity while busy: the stretch's mean counts idle time as SMs at rest
+    sm_busy = v.sm / max(1.0 - v.idle_share, 1e-9) if v.sm is not None else None
+    mostly_busy = v.idle_share < COMM_MAX_IDLE_SHARE
+    if multi and mostly_busy and nv_share is not None and nv_share >= NVLINK_BUSY_SHARE and (
+            sm_busy is None or sm_busy < SM_BUSY):
         assert nvlink is not None
         return d("communication_bound", f"{_link(nvlink, nv_bps, 'NVLink')}{nv_when} while "
                  f"{sm_txt}: waiting on collectives")
@@ -260,7 +294,8 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
         pcie_busy = max(0.0, (v.pcie - v.pcie_idle * v.idle_share) / (1.0 - v.idle_share))
     elif v.pcie is not None and v.idle_share < 0.1:
         pcie_busy = v.pcie
-    if (multi and spec is not None and spec.nvlink_gb_per_s_per_direction is None
+    if (multi and mostly_busy and spec is not None
+            and spec.nvlink_gb_per_s_per_direction is None
             and pcie_busy is not None and host_bps
             and pcie_busy / host_bps >= HOST_LINK_BUSY_SHARE
             and v.sm is not None and v.sm < SM_BUSY and v.util_pct >= 50):
@@ -270,12 +305,33 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
     if host_busy and waiting and pcie is not None:
         return d("host_bound", f"{held_txt}{_link(pcie, host_bps, 'PCIe')}{pcie_when or ' sustained'} while "
                  f"{sm_txt}: {host_txt}")
+    gaps_txt = ""
+    resolved = (v.gaps >= MIN_GAPS and v.gap_median_s is not None
+                and v.gap_dispersion is not None
+                and v.gap_median_s >= MIN_GAP_INTERVALS * v.interval_s)
+    if resolved:
+        assert v.gap_median_s is not None and v.gap_dispersion is not None
+        gaps_txt = (f"{v.gaps} idle gaps, median {v.gap_median_s:.1f} s, dispersion "
+                    f"{v.gap_dispersion:.2f}")
+    if v.idle_share >= 0.1 and resolved and v.gap_dispersion is not None \
+            and v.gap_dispersion <= REGULAR_GAP_DISPERSION:
+        link = (f"{_link(pcie, host_bps, 'PCIe')}{pcie_when}: the link is quiet"
+                if pcie is not None else "PCIe not measured")
+        return d("host_compute", f"idle {v.idle_share:.0%} in {gaps_txt} (a steady cadence) "
+                 f"while {sm_txt}; {link}: the host computes between steps (a CPU optimizer "
+                 "step, offloaded parameters updated on the CPU), not an input pipeline, "
+                 "whose waits vary",
+                 decides=None if pcie is not None else
+                 "PCIe bytes (DCGM_FI_PROF_PCIE_TX_BYTES / _RX_BYTES, NVML PCIe throughput) "
+                 "to tell a host step from host transfers")
     bursty = pattern is not None and pattern.kind == "bursty"
     sawtooth = (v.power_cv is not None and v.power_cv >= POWER_SAWTOOTH_CV
                 and v.idle_share >= 0.1 and v.busy_share >= 0.1)
     if bursty or sawtooth:
         why = f"utilization bounces idle/busy ({pattern.evidence})" if bursty and pattern \
             else f"power sawtooth (spread {v.power_cv:.0%} of its mean)"
+        if gaps_txt:
+            why += f"; {gaps_txt}: the waits scatter"
         if pcie is not None:
             why += f"; {_link(pcie, host_bps, 'PCIe')}{pcie_when}"
         return d("input_bound", f"{why}: the input pipeline starves it between batches")

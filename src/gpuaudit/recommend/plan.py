@@ -31,6 +31,8 @@ class Remediation:
     source: str
     preconditions: tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
+    #: the premise the data must show for the fix to count (recommend/premises.py), or None
+    premise: str | None = None
 
 
 @lru_cache(maxsize=1)
@@ -39,13 +41,14 @@ def remediation_catalog() -> dict[str, Remediation]:
     data = tomllib.loads(text)
     out = {}
     known = {"title", "vocabulary", "lever", "group", "acts_on", "savings_range", "source",
-             "preconditions"}
+             "preconditions", "premise"}
     for rid, row in data.items():
         out[rid] = Remediation(
             id=rid, title=row["title"], vocabulary=tuple(row["vocabulary"]), lever=row["lever"],
             group=row["group"], acts_on=row["acts_on"], savings_range=row["savings_range"],
             source=row["source"], preconditions=tuple(row["preconditions"]),
             params={k: v for k, v in row.items() if k not in known},
+            premise=row.get("premise"),
         )
     return out
 
@@ -90,10 +93,23 @@ class Recommendation:
     scope: tuple[str, ...]
     monthly_usd: Decimal
     why_not_counted: str | None = None
+    #: the premise's verdict: the numbers that showed it held (counted fixes with a premise),
+    #: or, where it could not be checked, the field that would decide
+    premise_held: str | None = None
+    decided_by: str | None = None
+    ruled_out: bool = False
 
     @property
     def id(self) -> str:
         return self.remediation.id
+
+    @property
+    def status(self) -> str:
+        """``counted``; ``ruled_out`` (the data refute its premise); ``unverified`` (a
+        precondition the data cannot show)."""
+        if self.counted:
+            return "counted"
+        return "ruled_out" if self.ruled_out else "unverified"
 
 
 @dataclass(frozen=True)
@@ -125,4 +141,9 @@ class Plan:
 
     @property
     def monthly_after_usd(self) -> Decimal:
-        return self.monthly_cost_usd - self.monthly_savings_usd
+        """The cost after the counted fixes, as shown: the shown cost minus the shown
+        savings, each to the cent, so the three figures add up on the page (rounding the
+        exact difference could leave them a cent apart)."""
+        from gpuaudit.price.money import cents
+
+        return cents(self.monthly_cost_usd) - cents(self.monthly_savings_usd)

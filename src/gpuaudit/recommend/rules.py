@@ -23,14 +23,16 @@ it acts on. :mod:`gpuaudit.recommend.savings` combines them.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from decimal import Decimal
 
-from gpuaudit.classify.diagnose import Diagnosis
+from gpuaudit.classify.diagnose import TENSOR_IDLE, Diagnosis
 from gpuaudit.classify.usage import Pattern, SeriesSignals, Usage
 from gpuaudit.hardware import gpu_family, spec_for
 from gpuaudit.price.catalog import Rate, embedded_catalog
 from gpuaudit.price.cost import CostLine, CostReport
 from gpuaudit.recommend.plan import Finding, Recommendation, Remediation, remediation_catalog
+from gpuaudit.recommend.premises import judge
 from gpuaudit.units import duration
 
 __all__ = ["candidate_recommendations"]
@@ -129,7 +131,36 @@ def candidate_recommendations(
     out = _one_sku_move(out, _achieved_flops(ctx, cat))
     out = _capacity(ctx, cat, out)
     out += _scheduling(ctx, cat)
+    out = _check_premises(ctx, out)
     return [r for r in out if r.fraction > 0 or not r.counted]
+
+
+def _check_premises(ctx: _Context, recs: list[Recommendation]) -> list[Recommendation]:
+    """Every recommendation against its remediation's premise (recommend/premises.py) on
+    the GPUs it acts on: refuted -> ruled out (listed with the numbers, never counted);
+    not decidable from the fields present -> unverified with the field named, not counted;
+    held -> kept, with the numbers that showed it."""
+    out = []
+    for r in recs:
+        premise = r.remediation.premise
+        if premise is None:
+            out.append(r)
+            continue
+        uuids = list(ctx.series) if "all" in r.scope else [u for u in r.scope
+                                                            if u in ctx.series]
+        status, reason, field = judge(premise, [ctx.series[u] for u in uuids], ctx.findings)
+        if status == "holds":
+            out.append(replace(r, premise_held=reason))
+        elif status == "refuted":
+            out.append(replace(r, counted=False, ruled_out=True,
+                               why_not_counted=f"ruled out: {reason}"))
+        elif r.counted:
+            out.append(replace(r, counted=False, decided_by=field,
+                               why_not_counted=f"unverified: {reason}"
+                               + (f"; {field} would decide" if field else "")))
+        else:
+            out.append(replace(r, decided_by=field))
+    return out
 
 
 #: Top diagnoses whose idle time is waiting on something (not shut-down-able idle).
@@ -507,7 +538,8 @@ def _compute(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]
               in fp8_fams]
     if hopper:
         tensors = [ctx.series[u].mean_tensor_active for u in hopper]
-        on_tc = all(t is not None and t >= 0.2 for t in tensors)
+        # on tensor cores already (bf16/fp16): the same bound the premises use
+        on_tc = all(t is not None and t >= TENSOR_IDLE for t in tensors)
         ev = base_ev + "; FP8-capable GPU"
         fp8_f = busy_share * _speedup_fraction(cat["fp8"].params["default_speedup"])
         if on_tc:

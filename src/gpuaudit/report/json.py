@@ -23,7 +23,7 @@ from gpuaudit.result import AuditResult
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "to_dict"]
 
 SCHEMA_ID = "gpuaudit.report"
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 
 
 def _usd(x: Decimal) -> str:
@@ -103,6 +103,12 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
             "mig_profile": s.mig_profile if s else None,
             "pods": list(s.pods) if s else [],
             "pattern": None if pat is None else {"kind": pat.kind, "evidence": pat.evidence},
+            "idle_gaps": None if s is None else {
+                "count": s.idle_gaps,
+                "quartiles_s": None if s.idle_gap_quartiles_s is None
+                else [round(q, 3) for q in s.idle_gap_quartiles_s],
+                "dispersion": None if s.idle_gap_dispersion is None
+                else round(s.idle_gap_dispersion, 3)},
             "phases": phases_dict(ln.time),
             "cost": cost_line_dict(ln),
         })
@@ -187,6 +193,8 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                 "id": r.id, "title": r.remediation.title, "lever": r.remediation.lever,
                 "group": r.remediation.group, "vocabulary": list(r.remediation.vocabulary),
                 "counted": r.counted, "why_not_counted": r.why_not_counted,
+                "status": r.status, "premise": r.remediation.premise,
+                "premise_held": r.premise_held, "decided_by": r.decided_by,
                 "fraction": _frac(r.fraction), "cap_fraction": _frac(r.cap),
                 "monthly_usd": _usd(r.monthly_usd), "evidence": r.evidence,
                 "scope": list(r.scope), "acts_on": r.remediation.acts_on,

@@ -55,6 +55,21 @@ def cycle(n: int, period: int, busy: int, phase: int = 0) -> np.ndarray:
     return ((np.arange(n) + phase) % period) < busy
 
 
+def waits(n: int, busy_mean: float, gap_median: float, sigma: float,
+          rng: np.random.Generator) -> np.ndarray:
+    """True in busy stretches of ~``busy_mean`` samples (10% spread) separated by idle gaps
+    drawn log-normal (median ``gap_median`` samples, log-sd ``sigma``). ``sigma`` ~0.6: an
+    input pipeline, whose waits vary with each batch's decode and the workers' scheduling
+    (gap dispersion ~0.38); ~0.04: a host step of fixed length (dispersion ~0.03)."""
+    out = np.zeros(n, dtype=bool)
+    i = 0
+    while i < n:
+        b = max(1, round(rng.normal(busy_mean, busy_mean * 0.1)))
+        out[i:i + b] = True
+        i += b + max(1, round(gap_median * float(np.exp(rng.normal(0.0, sigma)))))
+    return out
+
+
 def write(name: str, interval_s: float, host: str, gpus: list[tuple[str, str, Gpu]]) -> None:
     cols: dict[str, list[np.ndarray]] = {}
     for uuid, model, g in gpus:
@@ -149,11 +164,12 @@ def offload_2xa100_pcie_1hz(rng: np.random.Generator) -> None:
 
 def input_bursty_a100_10hz(rng: np.random.Generator) -> None:
     """An image classifier on one A100 with too few DataLoader workers, DCGM at 10 Hz: each
-    batch computes for 0.5 s, then the GPU waits 0.5 s for the next; power follows."""
+    batch computes for 0.5 s, then the GPU waits for the next, 0.5 s at the median and
+    scattered (log-normal, log-sd 0.6: each batch's decode differs); power follows."""
     n = 6000
     g = Gpu(n, rng)
     a = slice(0, n)
-    busy = cycle(n, 10, 5)
+    busy = waits(n, 5, 5, 0.6, rng)
     g.set("util_gpu_pct", a, np.where(busy, 98.0, 0.0), 1.0, hi=100)
     g.set("sm_active", a, np.where(busy, 0.8, 0.0), 0.02, hi=1)
     g.set("tensor_active", a, np.where(busy, 0.4, 0.0), 0.02, hi=1)
@@ -345,11 +361,12 @@ def input_pcie_heavy_a100_10hz(rng: np.random.Generator) -> None:
     """A video model whose DataLoader ships raw uint8 frames: 0.5 s of compute, 0.5 s waiting
     for the next batch, and the copies (~0.9 GB/s over idle time, 3% of PCIe 4) look like a
     host feeding the GPU. A boundary case: PCIe is over the host threshold, but the SMs are
-    38% active on average (busy half the time), not waiting, so the bursty shape decides."""
+    38% active on average (busy half the time), not waiting, so the bursty shape decides.
+    The waits scatter as an input pipeline's do (log-normal, log-sd 0.6)."""
     n = 6000
     g = Gpu(n, rng)
     a = slice(0, n)
-    busy = cycle(n, 10, 5)
+    busy = waits(n, 5, 5, 0.6, rng)
     g.set("util_gpu_pct", a, np.where(busy, 97.0, 0.0), 1.0, hi=100)
     g.set("sm_active", a, np.where(busy, 0.75, 0.0), 0.02, hi=1)
     g.set("tensor_active", a, np.where(busy, 0.35, 0.0), 0.02, hi=1)
@@ -360,6 +377,34 @@ def input_pcie_heavy_a100_10hz(rng: np.random.Generator) -> None:
     g.set("mem_total_mib", a, 81920.0)
     g.set("power_w", a, np.where(busy, 350.0, 90.0), 8)
     write("input_pcie_heavy_a100_10hz", 0.1, "video-0", [(uuid("inputpcie", 0), A100, g)])
+
+
+def fsdp_offload_8xh100_10hz(rng: np.random.Generator) -> None:
+    """FSDP with CPU offload on 8x H100, built from the statistics of the real 10 Hz DCGM
+    capture issue 21 describes: utilization 14%, SM active 9%, ~32 GiB held, idle 81% in
+    ~2.8 s gaps at a steady cadence (the CPU optimizer step), PCIe only ~0.13 GB/s while the
+    GPUs idle, NVLink ~50 GB/s while busy (FSDP's all-gathers and reduce-scatters overlap the
+    compute). Busy stretches ~0.66 s (2.8 s / 0.81 - 2.8 s), at 74% utilization and 47% SM
+    active while busy (14% and 9% over the whole time)."""
+    hz, n = 10, 6000
+    out = []
+    for i in range(8):
+        g = Gpu(n, rng)
+        a = slice(0, n)
+        busy = waits(n, 6.6, 28, 0.04, rng)
+        g.set("util_gpu_pct", a, np.where(busy, 74.0, 0.0), 3.0, hi=100)
+        g.set("sm_active", a, np.where(busy, 0.47, 0.0), 0.02, hi=1)
+        g.set("tensor_active", a, np.where(busy, 0.25, 0.0), 0.02, hi=1)
+        g.set("dram_active", a, np.where(busy, 0.2, 0.005), 0.01, hi=1)
+        g.set("pcie_tx_bytes_per_s", a, np.where(busy, 0.1e9, 0.065e9), 0.01e9)
+        g.set("pcie_rx_bytes_per_s", a, np.where(busy, 0.1e9, 0.065e9), 0.01e9)
+        g.set("nvlink_tx_bytes_per_s", a, np.where(busy, 25e9, 0.02e9), 1e9)
+        g.set("nvlink_rx_bytes_per_s", a, np.where(busy, 25e9, 0.02e9), 1e9)
+        g.set("mem_used_mib", a, 32 * GIB, 50)
+        g.set("mem_total_mib", a, 81559.0)
+        g.set("power_w", a, np.where(busy, 480.0, 140.0), 10)
+        out.append((uuid("fsdp", i), H100, g))
+    write("fsdp_offload_8xh100_10hz", 1 / hz, "fsdp-node-0", out)
 
 
 CASES: list[Callable[[np.random.Generator], None]] = [
@@ -409,13 +454,26 @@ CASES: list[Callable[[np.random.Generator], None]] = [
            util_gpu_pct=88, sm_active=0.32, tensor_active=0.12, dram_active=0.15,
            pcie_tx_bytes_per_s=2.0e9, pcie_rx_bytes_per_s=2.0e9, power_w=240),
     input_pcie_heavy_a100_10hz,
+    fsdp_offload_8xh100_10hz,
+    # issue 21: bf16 pre-training (3.37B) with the tensor pipes 58% busy, and a 136M bf16
+    # model using 12 of 80 GiB: the statistics of the real 10 Hz captures it describes
+    steady("bf16_pretrain_8xh100", H100, "pretrain-0", 8, 0.1, 3000, 61, 81559.0,
+           util_gpu_pct=99, sm_active=0.88, tensor_active=0.58, dram_active=0.35,
+           nvlink_tx_bytes_per_s=8e9, nvlink_rx_bytes_per_s=8e9, power_w=640),
+    steady("small_bf16_136m_h100", H100, "small-0", 1, 0.1, 3000, 12, 81559.0,
+           util_gpu_pct=97, sm_active=0.64, tensor_active=0.19, dram_active=0.30,
+           power_w=420),
 ]
 
 
-def main() -> None:
+def main(only: set[str] | None = None) -> None:
     for i, make in enumerate(CASES):
-        make(np.random.default_rng(1600 + i))
+        name = getattr(make, "__name__", "") if make.__doc__ != make.__name__ else make.__doc__
+        if only is None or (make.__doc__ or "") in only or name in only:
+            make(np.random.default_rng(1600 + i))
 
 
 if __name__ == "__main__":
-    main()
+    import sys
+
+    main(set(sys.argv[1:]) or None)  # names: regenerate only those cases
