@@ -9,8 +9,8 @@ currency, line and phase, in whole cents) and the summary dict the report shows
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -25,15 +25,15 @@ from gpuaudit.errors import InputError
 from gpuaudit.price.billing.gpu_lines import match_skus
 from gpuaudit.price.billing.join import METHODS, PHASE_COLS, UNITS_PER_USD
 from gpuaudit.price.billing.readers import Bill
-from gpuaudit.price.billing.sql.engines import load_results, run_duckdb, run_spark, spark_session
-from gpuaudit.price.billing.sql.join import INPUTS
-from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.billing.reconcile import (
     UNITS_PER_CENT,
     cents_of_units,
     reconcile_cents,
     split_cents,
 )
+from gpuaudit.price.billing.sql.engines import load_results, run_duckdb, run_spark, spark_session
+from gpuaudit.price.billing.sql.join import INPUTS
+from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
 from gpuaudit.validate import check_output_dir
 
@@ -185,12 +185,12 @@ def allocate(
         with tempfile.TemporaryDirectory(prefix="gpuaudit-bill-") as tmp:
             inputs: dict[str, str | Path | pa.Table] = {}
             for rel in INPUTS:
-                dest = Path(tmp) / rel
+                where = Path(tmp) / rel
                 part = ", PARTITION_BY (currency)" if rel == "bill_lines" else ""
                 con.execute(f"COPY (SELECT * FROM {rel}) TO "
-                            f"'{str(dest).replace(chr(39), chr(39) * 2)}' "
+                            f"'{str(where).replace(chr(39), chr(39) * 2)}' "
                             f"(FORMAT parquet{part})")
-                inputs[rel] = dest
+                inputs[rel] = where
             results = run_spark(spark if spark is not None else spark_session(), inputs,
                                 len(keys), method, cost, win)
         load_results(con, results)

@@ -37,9 +37,9 @@ def run_duckdb(con: Any, n_keys: int, method: str, cost: str,
 
 
 def spark_session(master: str = "local[2]", *, shuffle_partitions: int = 4,
-                  driver_memory: str = "2g") -> Any:
+                  driver_memory: str = "2g", conf: Mapping[str, str] | None = None) -> Any:
     """A Spark session for the join: the active one if there is one, else a local one (UTC,
-    no UI, few shuffle partitions)."""
+    no UI, few shuffle partitions, ANSI overflow errors; ``conf`` added)."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -49,13 +49,16 @@ def spark_session(master: str = "local[2]", *, shuffle_partitions: int = 4,
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    return (SparkSession.builder.master(master).appName("gpuaudit-bill")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-            .config("spark.driver.memory", driver_memory)
-            .config("spark.ui.enabled", "false")
-            .config("spark.sql.ansi.enabled", "true")
-            .getOrCreate())
+    b = (SparkSession.builder.master(master).appName("gpuaudit-bill")
+         .config("spark.sql.session.timeZone", "UTC")
+         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+         .config("spark.driver.memory", driver_memory)
+         .config("spark.ui.enabled", "false")
+         .config("spark.ui.showConsoleProgress", "false")
+         .config("spark.sql.ansi.enabled", "true"))
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
+    return b.getOrCreate()
 
 
 def _to_arrow(df: Any) -> pa.Table:
