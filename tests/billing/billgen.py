@@ -58,6 +58,8 @@ class Line:
     effective: Decimal
     listed: Decimal
     currency: str = "USD"
+    charge_class: str | None = None  # FOCUS ChargeClass: Correction
+    commitment_id: str | None = None  # FOCUS CommitmentDiscountId
 
 
 @dataclass
@@ -215,13 +217,14 @@ FOCUS_COLUMNS = ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", 
 def focus_rows(sc: Scenario, style: str = "iso") -> list[dict[str, str]]:
     out = []
     for ln in sc.lines:
-        cat = {"Credit": "Credit", "Purchase": "Purchase", "Tax": "Tax"}.get(
-            ln.charge_category, "Usage")
+        cat = {"Credit": "Credit", "Purchase": "Purchase", "Tax": "Tax",
+               "Adjustment": "Adjustment"}.get(ln.charge_category, "Usage")
         out.append({
             "BillingPeriodStart": _ts(datetime(2026, 10, 1, tzinfo=timezone.utc), style),
             "BillingPeriodEnd": _ts(datetime(2026, 11, 1, tzinfo=timezone.utc), style),
             "ChargePeriodStart": _ts(ln.start, style), "ChargePeriodEnd": _ts(ln.end, style),
-            "ChargeCategory": cat, "ChargeClass": "NULL" if style == "plain" else "",
+            "ChargeCategory": cat,
+            "ChargeClass": ln.charge_class or ("NULL" if style == "plain" else ""),
             "ChargeDescription": ln.description,
             "PricingCategory": ln.pricing_category or ("NULL" if style == "plain" else ""),
             "ProviderName": "Microsoft" if ln.currency == "EUR" else "AWS",

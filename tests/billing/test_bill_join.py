@@ -93,7 +93,8 @@ def test_report_object_and_rates(files: dict[str, Path]) -> None:
     # the H100's rate is the bill's effective rate per GPU-hour, not the catalog's
     h100 = next(rt for m, rt in r.cost.rates.items() if m and "H100" in m)
     assert "your bill" in h100.source
-    assert h100.usd_per_gpu_hour == Decimal("6.5229")  # (6 x 55.04 - 20) / 48 GPU-h + hour 7
+    # 7 h x 55.04 / 56 GPU-h: the $20 refund is split like its hour's lines, never a rate
+    assert h100.usd_per_gpu_hour == Decimal("6.88")
 
 
 def test_period_outside_telemetry_allocates_nothing(files: dict[str, Path], sc: Any,

@@ -322,3 +322,24 @@ def test_coding_absorb_keeps_first_timestamps_and_codes_of_new_series():
     assert a.first_ts[z] == 200 and a.first_ts[0] == 100 and a.first_ts[1] == 150
     codes = a.series_codes(batch([1, 2]), np.array([300, 310]))
     assert list(codes) == [1, 2] and a.n_series == 3 and a.series_index["GPU-z"] == 2
+
+
+def test_classify_leaves_the_order_check_to_its_engine(tmp_path, monkeypatch):
+    """The reader's per-batch order check is skipped when classify reads (its engine groups
+    and checks every row anyway), and a violation is still named at its file row."""
+    from gpuaudit import schema
+
+    calls = []
+    real = schema.OrderCheck.check
+    monkeypatch.setattr(schema.OrderCheck, "check",
+                        lambda self, *a, **k: (calls.append(1), real(self, *a, **k))[1])
+    path = write(_ramp_table(), tmp_path / "r.parquet", 100)
+    src = open_samples(path)  # opening reads (and checks) the first batch
+    opened = len(calls)
+    usage = classify(src, workers=1)
+    assert usage.series and len(calls) == opened <= 1  # none of the 9 row groups again
+    assert src.checks_order  # left as it was given
+    bad = write(_backwards(_ramp_table(), 500), tmp_path / "bad.parquet", 100)
+    with pytest.raises(SampleTableError) as e:
+        classify(open_samples(bad), workers=1)
+    assert e.value.where is not None and "bad.parquet" in e.value.where and calls

@@ -144,6 +144,9 @@ def bill(
         summary["budgets"] = budget_status(load_budgets(budgets), alloc.showback, names,
                                            today=today)
     rep = assemble(usage, rates, extra={"bill": summary})
+    from gpuaudit.price.billing.explain import explain_audit
+
+    summary["audit_reconciliation"] = explain_audit(summary, rep.cost, usage)
     from dataclasses import fields
 
     return BillReport(**{f.name: getattr(rep, f.name) for f in fields(rep)},

@@ -8,10 +8,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow as pa
 
 from gpuaudit.api.compose import Report, assemble, rates_for
 from gpuaudit.classify import Usage, classify
+from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding
 
@@ -69,7 +71,6 @@ def audit_fleet(
     teams, rolled up by ``by``, then :func:`assemble`, plus the recommender run on each of the
     ``advice_groups`` costliest groups alone."""
     from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
-    from gpuaudit.errors import InputError
     from gpuaudit.price.attribution import (
         Attributor,
         attribute_table,
@@ -107,6 +108,8 @@ def audit_fleet(
         from gpuaudit.measure.files import read_samples
 
         rec = read_samples(recording)
+        if start_s is not None or end_s is not None:
+            rec = dc_replace(rec, table=_time_window(rec.table, start_s, end_s, recording))
         table = attribute_table(rec.table, Attributor(mapping, {}))
         usage_fine = classify(dc_replace(rec, table=table), by=fine_keys)
         daily, util_window = local_kpis(table, fine_keys, usage_fine.interval_s)
@@ -160,7 +163,6 @@ def fleet_usage(
     import time
 
     from gpuaudit.classify.pushdown import pull_aggregates, usage_from_pushdown
-    from gpuaudit.errors import InputError
     from gpuaudit.measure.fleet.dcgm import series_id
     from gpuaudit.measure.fleet.prometheus import (
         PromClient,
@@ -269,5 +271,27 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     return daily, out
 
 
+def _time_window(table: pa.Table, start_s: float | None, end_s: float | None,
+                 where: str | Path) -> pa.Table:
+    """The rows of a recording in [start, end) (``--start``/``--end`` of ``fleet --recording``;
+    ``--since`` counts back from now and is for Prometheus). An empty window is an error that
+    says what the recording spans."""
+    import pyarrow.compute as pc
 
+    ts = table.column("ts").cast(pa.int64())
+    t = ts.to_numpy()
+    keep = np.ones(t.shape[0], dtype=bool)
+    if start_s is not None:
+        keep &= t >= int(start_s * 1e9)
+    if end_s is not None:
+        keep &= t < int(end_s * 1e9)
+    out = table.filter(pa.array(keep))
+    if out.num_rows == 0:
+        lo, hi = pc.min(ts).as_py(), pc.max(ts).as_py()
+        span = ("no samples at all" if lo is None else
+                f"it spans {_iso(lo / 1e9)} to {_iso(hi / 1e9)}")
+        raise InputError(f"no samples in the range given by --start/--end: {span}",
+                         where=str(where), fix="choose a range inside the recording, or "
+                         "leave --start/--end out to audit all of it")
+    return out
 

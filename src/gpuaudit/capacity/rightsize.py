@@ -103,9 +103,17 @@ def load_bench(path: str | Path) -> tuple[BenchRow, ...]:
         except ValueError:
             raise InputError("throughput_per_s / p99_ms is not a number", where=where,
                              fix="write plain numbers") from None
+        if not math.isfinite(tp) or (p99 is not None and not math.isfinite(p99)):
+            raise InputError(f"throughput_per_s {row['throughput_per_s']!r} / p99_ms "
+                             f"{row.get('p99_ms')!r} must be finite numbers", where=where,
+                             fix="write the measured values; leave p99_ms empty if unknown")
         if tp <= 0:
             raise InputError(f"throughput_per_s {tp} must be above 0", where=where,
                              fix="write the measured throughput of one GPU")
+        if p99 is not None and p99 <= 0:
+            raise InputError(f"p99_ms {p99} must be above 0", where=where,
+                             fix="write the measured p99 latency in milliseconds, or leave it "
+                             "empty")
         out.append(BenchRow(row["gpu_model"].strip(), tp, p99, line))
     if not out:
         raise InputError("benchmark table has no rows", where=str(p), fix="add one row per GPU")

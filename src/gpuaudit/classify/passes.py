@@ -38,6 +38,7 @@ from gpuaudit.classify.phases import (
 )
 from gpuaudit.classify.timeline import Grid, timeline_for, timeline_grid
 from gpuaudit.classify.usage import Usage
+from gpuaudit.errors import SampleTableError
 from gpuaudit.schema import Recording, SampleSource
 from gpuaudit.validate import CAP_INTERVALS, INTERVAL_S, WORKERS
 
@@ -74,6 +75,28 @@ def classify(
     if workers is not None:
         workers = int(WORKERS.check(workers, "workers"))
     keys = group_key_names(by)
+    findings = tuple(findings)
+    # the engine checks each GPU's time order in the pass it makes anyway: a file source
+    # need not check it too; a violation is read again with the source's own check, which
+    # names the file line
+    defer = getattr(samples, "defer_order_check", None)
+    if callable(defer) and getattr(samples, "rereadable", False) \
+            and getattr(samples, "checks_order", False):
+        defer()
+        try:
+            return _classify(samples, keys, interval_s, cap_intervals, findings, workers,
+                             timeline)
+        except SampleTableError as exc:
+            if exc.column != "ts":
+                raise
+        finally:
+            samples.checks_order = True  # type: ignore[union-attr]
+    return _classify(samples, keys, interval_s, cap_intervals, findings, workers, timeline)
+
+
+def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
+              interval_s: float | None, cap_intervals: float, findings: tuple[object, ...],
+              workers: int | None, timeline: bool) -> Usage:
     interval = interval_s if interval_s is not None else samples.interval_s
     rows = getattr(samples, "num_rows", None)
     if isinstance(rows, int) and rows >= _LARGE_ROWS:

@@ -24,7 +24,56 @@ INPUT_FORMATS = ("focus", "cur", "gcp")
 OUTPUT_FORMATS = ("terminal", "json", "markdown", "html", "csv", "parquet")
 
 
-@click.command("bill")
+class _BillCommand(click.Command):
+    """``gpuaudit bill FILE ...`` as always; ``gpuaudit bill compare LAST THIS`` runs
+    :data:`compare_cmd` (a first argument ``compare`` that is not a file in the folder)."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        if args and args[0] == "compare" and not Path("compare").exists():
+            return compare_cmd.make_context(f"{info_name} compare", list(args[1:]),
+                                            parent=parent, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        if ctx.command is not self:
+            return ctx.command.invoke(ctx)
+        return super().invoke(ctx)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        formatter.write_paragraph()
+        formatter.write_text("Realised savings: gpuaudit bill compare LAST.json THIS.json "
+                             "(two reports of gpuaudit bill --format json).")
+
+
+@click.command("compare")
+@click.argument("last", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("this", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
+              default="terminal", show_default=True, help="Report format.")
+@click.option("-o", "--output", type=OutputFile(), default=None,
+              help="Write the comparison here instead of stdout.")
+def compare_cmd(last: Path, this: Path, fmt: str, output: Path | None) -> None:
+    """Realised savings: per team and per remediation, what last month's bill report
+    projected and what this month's bill shows."""
+    import json
+
+    from gpuaudit.price.billing.compare import compare_reports
+    from gpuaudit.report.bill import render_compare
+
+    docs = []
+    for p in (last, this):
+        try:
+            docs.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"cannot read the JSON report: {exc}", where=str(p),
+                             fix="give reports written by gpuaudit bill --format json") from None
+    cmp = compare_reports(docs[0], docs[1], last_name=last.name, this_name=this.name)
+    text = json.dumps(cmp, indent=2) + "\n" if fmt == "json" else render_compare(cmp, fmt)
+    write_output(text, output, f"{fmt} comparison")
+
+
+@click.command("bill", cls=_BillCommand)
 @click.argument("bill_path", metavar="FILE|DIR",
                 type=click.Path(exists=True, path_type=Path))
 @click.option("--telemetry", type=click.Path(exists=True, path_type=Path), default=None,

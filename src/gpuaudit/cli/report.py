@@ -91,6 +91,17 @@ class _Counting:
     def ts_range_ns(self) -> tuple[int, int] | None:
         return self._source.ts_range_ns  # type: ignore[no-any-return]
 
+    @property
+    def checks_order(self) -> bool:
+        return bool(self._source.checks_order)
+
+    @checks_order.setter
+    def checks_order(self, value: bool) -> None:
+        self._source.checks_order = value
+
+    def defer_order_check(self) -> None:
+        self._source.defer_order_check()
+
     def split(self, parts: int, **kw: Any) -> list[Any] | None:
         recipes: list[Any] | None = self._source.split(parts, **kw)
         if recipes:

@@ -154,8 +154,23 @@ def _decimal(text: str, where: str, what: str) -> Decimal | None:
     except InvalidOperation:
         raise InputError(f"{what} {text!r} is not a number", where=where,
                          fix="write prices as plain decimals, e.g. 3.99") from None
+    if not value.is_finite():
+        raise InputError(f"{what} {text!r} is not a finite number", where=where,
+                         fix="write prices as plain decimals, e.g. 3.99")
     if value < 0:
         raise InputError(f"{what} {value} is negative", where=where, fix="prices are >= 0")
+    return value
+
+
+def _gpu_hour_price(raw: object, where: str, what: str) -> Decimal | None:
+    """A user's price of one GPU-hour: a finite decimal in the range every --price is held to
+    (:data:`gpuaudit.validate.PRICE_USD_PER_GPU_HOUR`)."""
+    from gpuaudit.validate import PRICE_USD_PER_GPU_HOUR as Q
+
+    value = _decimal(str(raw), where, what)
+    if value is not None and Q.high is not None and value > Decimal(str(Q.high)):
+        raise InputError(f"{what} {value} is above {Q.high:g} {Q.unit}", where=where,
+                         fix=Q.above_hint or f"give {Q.what} in {Q.unit}")
     return value
 
 
@@ -236,14 +251,15 @@ def load_user_catalog(path: str | Path) -> tuple[CatalogEntry, ...]:
         if missing:
             raise InputError(f"missing {missing}", where=where,
                              fix="each [[price]] needs gpu_model and usd_per_gpu_hour")
-        od = _decimal(str(row["usd_per_gpu_hour"]), where, "usd_per_gpu_hour")
+        od = _gpu_hour_price(row["usd_per_gpu_hour"], where, "usd_per_gpu_hour")
         assert od is not None
         spot = row.get("spot_usd_per_gpu_hour")
         out.append(CatalogEntry(
             provider=str(row.get("provider", "custom")).lower(),
             instance=str(row.get("instance", "")), gpu_model=str(row["gpu_model"]),
             gpus_per_instance=1, on_demand_usd_per_gpu_hour=od,
-            spot_usd_per_gpu_hour=None if spot is None else _decimal(str(spot), where, "spot"),
+            spot_usd_per_gpu_hour=None if spot is None else _gpu_hour_price(
+                spot, where, "spot_usd_per_gpu_hour"),
             source=str(row.get("source", f"user catalog {p.name}")),
             as_of=str(row.get("as_of", "unknown")), line=i,
             purchase_kind=_purchase_kind(row.get("purchase_kind"), where),

@@ -586,10 +586,78 @@ def _evidence_or_unverified(
 
 
 def _rates(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
+    """Spot and commitment, per GPU model and purchase kind: each lever reaches only the
+    cost of the models bought on demand that have a cheaper spot (committed) price, so its
+    fraction is the cost-weighted discount over those models and its cap their share of the
+    cost. A model already on spot or committed gets neither."""
     out: list[Recommendation] = []
-    rates = [r for r in ctx.cost.rates.values() if r.provider is not None]
-    if not rates:
+    rates = ctx.cost.rates
+    if not any(r.provider is not None for r in rates.values()):
         return out
+    cost: dict[str | None, Decimal] = {}
+    uuids: dict[str | None, list[str]] = {}
+    for u, ln in ctx.lines.items():
+        sig = ctx.series.get(u)
+        m = sig.gpu_model if sig is not None and sig.gpu_model in rates else None
+        if m not in rates:
+            continue
+        cost[m] = cost.get(m, ZERO) + ln.observed_cost
+        uuids.setdefault(m, []).append(u)
+
+    def lever(alt: str) -> list[tuple[str | None, Rate, Decimal]]:
+        got = []
+        for m in sorted(cost, key=lambda x: -cost[x]):
+            r = rates[m]
+            od = r.on_demand_usd_per_gpu_hour
+            price = r.spot_usd_per_gpu_hour if alt == "spot" else r.committed_usd_per_gpu_hour
+            if r.provider is None or r.purchase != "on-demand" or not od or price is None:
+                continue
+            if alt == "spot":
+                rho = Decimal(str(cat["spot"].params.get("rework_overhead", 0.1)))
+                d = ONE - (price / od) * (ONE + rho)
+            else:
+                d = ONE - price / od
+            if d > 0 and cost[m] > 0:
+                got.append((m, r, d))
+        return got
+
+    def combine(got: list[tuple[str | None, Rate, Decimal]]) -> tuple[Decimal, Decimal,
+                                                                          list[str]]:
+        reach = sum((cost[m] for m, _r, _d in got), ZERO)
+        saved = sum((cost[m] * d for m, _r, d in got), ZERO)
+        scope = [u for m, _r, _d in got for u in uuids[m]]
+        return ctx.share(saved), ctx.share(reach), scope
+
+    spot = lever("spot")
+    if spot:
+        f, cap, scope = combine(spot)
+        rho = Decimal(str(cat["spot"].params.get("rework_overhead", 0.1)))
+        ev = "; ".join(
+            f"{r.provider} spot ${r.spot_usd_per_gpu_hour:.2f} vs on-demand "
+            f"${r.on_demand_usd_per_gpu_hour:.2f}/GPU-h for {r.gpu_model}"
+            for _m, r, _d in spot) + (f"; {rho:.0%} allowed for rework after interruptions; "
+                                      f"reaches the {cap:.0%} of cost bought on demand")
+        out.append(ctx.rec(cat["spot"], f, cap, ev, scope))
+    com = lever("commitment")
+    if com:
+        f, cap, scope = combine(com)
+        d = f / cap if cap > 0 else ZERO
+        busy = ONE - ctx.share(ctx.cost.total.phase_cost["idle"])
+        hours = ctx.cost.wall_hours
+        srcs = "; ".join(dict.fromkeys(r.committed_source or "" for _m, r, _d in com))
+        ev = (f"{srcs}; the GPUs were in use {busy:.0%} of "
+              f"{duration(float(hours) * 3600)} observed (breakeven {ONE - d:.0%}); reaches "
+              f"the {cap:.0%} of cost bought on demand")
+        why_not = None
+        if hours < MIN_COMMITMENT_EVIDENCE_HOURS:
+            why_not = (f"{duration(float(hours) * 3600)} of data cannot show a steady "
+                       "baseline; audit at least "
+                       f"{MIN_COMMITMENT_EVIDENCE_HOURS} h before committing")
+        elif busy < ONE - d:
+            why_not = "use below the breakeven: commit only to the steady baseline"
+        out.append(ctx.rec(cat["commitment"], f, cap, ev, scope, counted=why_not is None,
+                           why_not=why_not))
+    return out
     rate: Rate = max(rates, key=lambda r: r.usd_per_gpu_hour)
     od = rate.on_demand_usd_per_gpu_hour
     if rate.purchase == "on-demand" and od and rate.spot_usd_per_gpu_hour is not None:

@@ -18,10 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 
+from gpuaudit.price.billing.currency import digits
 from gpuaudit.report.text_table import markdown_table, plain_table
 from gpuaudit.validate import check_output_path
 
-__all__ = ["bill_html", "render_bill", "showback_csv", "write_showback_parquet"]
+__all__ = ["bill_html", "render_bill", "render_compare", "showback_csv", "write_showback_parquet"]
 
 PHASES = ("idle", "underutilized", "productive", "compute_bound", "unobserved")
 PHASE_COLORS = {"idle": "#d62728", "underutilized": "#ff7f0e", "productive": "#2ca02c",
@@ -34,7 +35,9 @@ def _m(s: str | None, ccy: str) -> str:
     v = Decimal(s)
     sign = "-" if v < 0 else ""
     sym = "$" if ccy == "USD" else f"{ccy} "
-    return f"{sign}{sym}{abs(v):,.2f}"
+    # to the minor unit of its currency (JPY 0, USD 2, BHD 3)
+    q = Decimal(1).scaleb(-digits(ccy))
+    return f"{sign}{sym}{abs(v).quantize(q):,f}"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], md: bool) -> list[str]:
@@ -81,6 +84,17 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
                    f"{_m(r['billed'], ccy)} (difference {_m(r['difference'], ccy)}; exact "
                    f"{r['exact_billed']}); {r['periods']} charge period(s), each exact to "
                    f"the cent: {'yes' if r['every_period_exact'] else 'NO'}")
+        bk = c.get("buckets")
+        if bk:
+            out.append("")
+            out.append(f"every line in one bucket ({bk['lines']} lines, {bk['gpu_lines']} of "
+                       f"them GPU lines split over the first three; cost: {bk['cost_basis']}):")
+            brows = [[name.replace("_", "-"), _m(v["amount"], ccy),
+                      "" if v["lines"] is None else str(v["lines"]),
+                      v.get("reason") or ""] for name, v in bk["buckets"].items()]
+            brows.append(["= invoice", _m(bk["invoice_total"], ccy), str(bk["lines"]),
+                          f"sum of buckets {_m(bk['sum_of_buckets'], ccy)}"])
+            out += _table(["bucket", "amount", "lines", "note"], brows, md)
         if c["rates"]:
             out.append("")
             rrows = [[x["instance"], x["pricing_category"], f"{x['gpu_hours']:,.1f}",
@@ -94,6 +108,22 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
             nrows = [[f"{x['service']} ({x['charge_category']})", str(x["lines"]),
                       _m(x["billed"], ccy)] for x in c["non_gpu"]["by_service"][:12]]
             out += _table(["non-GPU service", "lines", "billed"], nrows, md)
+    ex = bill.get("audit_reconciliation")
+    if ex:
+        ccy = ex["currency"]
+        out.append(h(f"Bill split vs audit ({ccy}): {_m(ex['bill_total'], ccy)} vs "
+                     f"{_m(ex['audit_total'], ccy)}, difference {_m(ex['difference'], ccy)}"))
+        out.append(ex["note"])
+        xrows = [[x["gpu_model"], x["rate_source"],
+                  "-" if x["rate_per_gpu_hour"] is None else _m(x["rate_per_gpu_hour"], ccy),
+                  f"{x['bill_gpu_hours']:,.1f}", _m(x["bill_cost"], ccy),
+                  f"{x['audit_gpu_hours']:,.1f}", _m(x["audit_cost"], ccy),
+                  _m(x["difference"], ccy), x["why"]] for x in ex["rows"]]
+        xrows.append(["total", "", "", "", _m(ex["bill_total"], ccy), "",
+                      _m(ex["audit_total"], ccy), _m(ex["difference"], ccy), ""])
+        out += _table(["GPU model", "rate from", "rate/GPU-h", "bill GPU-h",
+                       f"bill ({ex['cost_basis']})", "audit GPU-h", "audit", "difference",
+                       "why"], xrows, md)
     miss = bill.get("bill_without_telemetry", [])
     if miss:
         out.append(h("Billed GPU nodes with no telemetry (unallocated)"))
@@ -117,6 +147,29 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
                        for x in b["teams"]], md)
         for a in b.get("alerts", []):
             out.append(f"ALERT: {a}")
+    return "\n".join(out) + "\n"
+
+
+def render_compare(cmp: Mapping[str, Any], fmt: str = "terminal") -> str:
+    """``gpuaudit bill compare``: per team and per remediation, last vs this month."""
+    md = fmt == "markdown"
+    out = [f"Realised savings: {cmp['last']['name']} ({cmp['last']['hours']:,.1f} h) -> "
+           f"{cmp['this']['name']} ({cmp['this']['hours']:,.1f} h), per month of 720 h", ""]
+    out += _table(["line", "last/month", "this/month", "realised", "idle last", "idle this",
+                   "idle realised"],
+                  [[x["line"], _m(x["last_monthly"], x["currency"]),
+                    _m(x["this_monthly"], x["currency"]),
+                    _m(x["realised_monthly"], x["currency"]),
+                    _m(x["idle_last_monthly"], x["currency"]),
+                    _m(x["idle_this_monthly"], x["currency"]),
+                    _m(x["idle_realised_monthly"], x["currency"])] for x in cmp["teams"]], md)
+    out.append("")
+    out += _table(["remediation", "projected then", "still projected", "taken", "status"],
+                  [[x["id"], _m(x["projected_last_monthly"], "USD"),
+                    _m(x["projected_this_monthly"], "USD"), _m(x["taken_monthly"], "USD"),
+                    x["status"]] for x in cmp["remediations"]], md)
+    out.append("")
+    out.append(cmp["note"])
     return "\n".join(out) + "\n"
 
 
@@ -166,6 +219,17 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                      f'billed {_e(_m(r["billed"], ccy))} (difference '
                      f'{_e(_m(r["difference"], ccy))}); {r["periods"]} charge periods, each '
                      f'exact to the cent: {"yes" if r["every_period_exact"] else "NO"}.</p>')
+        bk = c.get("buckets")
+        if bk:
+            br = "".join(f"<tr><td>{_e(k.replace('_', '-'))}</td><td class=num>"
+                         f"{_e(_m(v['amount'], ccy))}</td><td class=num>"
+                         f"{'' if v['lines'] is None else v['lines']}</td></tr>"
+                         for k, v in bk["buckets"].items())
+            parts.append('<div class="scroll"><table class="bill-buckets"><thead><tr><th>'
+                         "bucket</th><th>amount</th><th>lines</th></tr></thead><tbody>"
+                         f"{br}<tr><th>invoice</th><th class=num>"
+                         f"{_e(_m(bk['invoice_total'], ccy))}</th><th class=num>"
+                         f"{bk['lines']}</th></tr></tbody></table></div>")
         if c["rates"]:
             rr = "".join(
                 f"<tr><td>{_e(x['instance'])}</td><td>{_e(x['pricing_category'])}</td>"
@@ -179,6 +243,21 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                          "</th><th>GPU-h</th><th>billed</th><th>effective</th><th>list</th>"
                          f"<th>effective/GPU-h</th></tr></thead><tbody>{rr}</tbody></table>"
                          "</div>")
+    ex = bill.get("audit_reconciliation")
+    if ex:
+        xr = "".join(f"<tr><td>{_e(x['gpu_model'])}</td><td>{_e(x['rate_source'])}</td>"
+                     f"<td class=num>{x['bill_gpu_hours']:,.1f}</td><td class=num>"
+                     f"{_e(_m(x['bill_cost'], ex['currency']))}</td><td class=num>"
+                     f"{x['audit_gpu_hours']:,.1f}</td><td class=num>"
+                     f"{_e(_m(x['audit_cost'], ex['currency']))}</td><td class=num>"
+                     f"{_e(_m(x['difference'], ex['currency']))}</td><td>{_e(x['why'])}</td>"
+                     "</tr>" for x in ex["rows"])
+        parts.append(f"<h3>Bill split vs audit: {_e(_m(ex['bill_total'], ex['currency']))} vs "
+                     f"{_e(_m(ex['audit_total'], ex['currency']))}</h3><p>{_e(ex['note'])}</p>"
+                     '<div class="scroll"><table class="bill-vs-audit"><thead><tr><th>GPU '
+                     "model</th><th>rate from</th><th>bill GPU-h</th><th>bill</th><th>audit "
+                     "GPU-h</th><th>audit</th><th>difference</th><th>why</th></tr></thead>"
+                     f"<tbody>{xr}</tbody></table></div>")
     b = bill.get("budgets")
     if b:
         br = "".join(f"<tr><td>{_e(x['team'])}</td><td class=num>"
@@ -201,13 +280,14 @@ def showback_csv(table: pa.Table) -> str:
     w.writerow(names)
     cols = [table.column(n).to_pylist() for n in names]
     amt = names.index("amount")
+    minor = cols[names.index("minor_units")] if "minor_units" in names else None
     for i in range(table.num_rows):
         row: list[Any] = []
         for j, col in enumerate(cols):
             v = col[i]
             if j == amt:
-                c = int(v)
-                v = f"{'-' if c < 0 else ''}{abs(c) // 100}.{abs(c) % 100:02d}"
+                d = 2 if minor is None else int(minor[i])
+                v = str(Decimal(int(v)).scaleb(-d).quantize(Decimal(1).scaleb(-d)))
             elif hasattr(v, "isoformat"):
                 v = v.isoformat().replace("+00:00", "Z")
             elif isinstance(v, float):
@@ -218,12 +298,17 @@ def showback_csv(table: pa.Table) -> str:
 
 
 def write_showback_parquet(table: pa.Table, path: Path) -> None:
-    """The showback table as Parquet, ``amount`` as decimal(18, 2)."""
+    """The showback table as Parquet, ``amount`` as decimal(18, 2) (decimal(18, s) with s the
+    largest minor unit of its currencies where one has more than 2 digits, e.g. BHD 3)."""
     import pyarrow.parquet as pq
 
     i = table.column_names.index("amount")
-    amounts = pa.array([None if c is None else Decimal(int(c)).scaleb(-2)
-                        for c in table.column("amount").to_pylist()], pa.decimal128(18, 2))
+    minor = (table.column("minor_units").to_pylist() if "minor_units" in table.column_names
+             else [2] * table.num_rows)
+    scale = max([2, *(int(d) for d in minor)])
+    amounts = pa.array([None if c is None else Decimal(int(c)).scaleb(-int(d))
+                        for c, d in zip(table.column("amount").to_pylist(), minor)],
+                       pa.decimal128(18, scale))
     out = table.set_column(i, "amount", amounts)
     check_output_path(path, "--output")
     pq.write_table(out, path)

@@ -314,6 +314,7 @@ class BatchConverter:
         self.notes = notes
         self.where = where
         self._time_fmt: smi.TimeFormat | None = None
+        self._ts_state: dict[str, int] = {}  # local times across a DST change
         self._auto_scale: dict[str, str] = {}
         self._null_cache: dict[pa.DataType, pa.Array] = {}
         for note in plan.static_notes:
@@ -348,7 +349,8 @@ class BatchConverter:
             if fmt.assumed_tz:
                 self.notes.add(f"timestamps carry no time zone; assumed {fmt.assumed_tz} "
                                "(pass --tz to change)", 1, fmt.example_where, sc.name)
-        out = smi.parse_timestamp(arr, self._time_fmt, column=sc.name, locate=locate)
+        out = smi.parse_timestamp(arr, self._time_fmt, column=sc.name, locate=locate,
+                                  state=self._ts_state)
         if out.null_count:
             row = _first_null(out)
             raise InputError(f"column {sc.name!r} has an empty timestamp", where=locate(row),

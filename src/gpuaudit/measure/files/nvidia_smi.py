@@ -330,16 +330,56 @@ def detect_time_format(arr: pa.Array, tz: str, explicit_unit: str | None) -> Tim
                       example_row=row)
 
 
-def parse_timestamp(arr: pa.Array, fmt: TimeFormat, *, column: str, locate: Locate) -> pa.Array:
+def _assume_local(naive: pa.Array, tz: str, state: dict[str, int] | None) -> pa.Array:
+    """Local wall-clock times in ``tz`` -> UTC, through a daylight-saving change.
+
+    When the clock falls back, an hour of local times repeats: a log written in order shows
+    them twice, first in summer time, then (after the wall clock goes back) in standard
+    time. Each ambiguous time is read as the earlier instant until the log's local time has
+    gone back, then as the later one. ``state`` carries the latest local time seen across
+    batches. A time that does not exist (the hour skipped in spring) cannot come from a
+    clock that was running, and stays an error."""
+    if isinstance(naive, pa.ChunkedArray):
+        naive = naive.combine_chunks()
+    ints = pc.cast(naive, pa.int64()).to_numpy(zero_copy_only=False)
+    ints = np.where(np.isnan(ints), np.iinfo(np.int64).min, ints).astype(np.int64) \
+        if ints.dtype.kind == "f" else ints
+    before = np.maximum.accumulate(ints)
+    prev = state.get("max_local_ns") if state is not None else None
+    seen = np.empty_like(before)
+    seen[0] = prev if prev is not None else np.iinfo(np.int64).min
+    seen[1:] = before[:-1]
+    if prev is not None:
+        np.maximum(seen, prev, out=seen)
+    if state is not None and ints.shape[0]:
+        state["max_local_ns"] = int(max(before[-1], prev if prev is not None else before[-1]))
+    try:
+        return pc.cast(pc.assume_timezone(naive, timezone=tz), TS_UTC)
+    except pa.ArrowInvalid as exc:
+        if "ambiguous" not in str(exc):
+            raise
+    early = pc.cast(pc.assume_timezone(naive, timezone=tz, ambiguous="earliest"),
+                    pa.int64()).to_numpy(zero_copy_only=False)
+    late = pc.cast(pc.assume_timezone(naive, timezone=tz, ambiguous="latest"),
+                   pa.int64()).to_numpy(zero_copy_only=False)
+    second_pass = ints < seen  # the wall clock went back: the repeated hour's second time
+    out = np.where(second_pass & (early != late), late, early)
+    return pa.array(out.astype(np.int64), pa.int64(), mask=~np.asarray(
+        pc.is_valid(naive).to_numpy(zero_copy_only=False))).cast(TS_UTC)
+
+
+def parse_timestamp(arr: pa.Array, fmt: TimeFormat, *, column: str, locate: Locate,
+                    state: dict[str, int] | None = None) -> pa.Array:
     """Timestamps as nvidia-smi (``2025/10/15 15:57:04.086``, local), ISO 8601 (with or
-    without a zone), epoch numbers, or Arrow timestamps -> ``timestamp[ns, UTC]``."""
+    without a zone), epoch numbers, or Arrow timestamps -> ``timestamp[ns, UTC]``.
+    ``state``: carried between the batches of one file (local times through a DST change)."""
 
     def convert(a: pa.Array) -> pa.Array:
         if fmt.kind == "timestamp":
             if a.type.tz is None:
                 naive = pc.cast(a, pa.timestamp("ns"))
                 if fmt.assumed_tz and fmt.assumed_tz != "UTC":
-                    return pc.cast(pc.assume_timezone(naive, timezone=fmt.assumed_tz), TS_UTC)
+                    return _assume_local(naive, fmt.assumed_tz, state)
                 return pc.cast(naive, TS_UTC)
             return pc.cast(a, TS_UTC)
         if fmt.kind == "epoch":
@@ -353,7 +393,7 @@ def parse_timestamp(arr: pa.Array, fmt: TimeFormat, *, column: str, locate: Loca
             return pc.cast(s, TS_UTC)
         naive = pc.cast(s, pa.timestamp("ns"))
         if fmt.assumed_tz and fmt.assumed_tz != "UTC":
-            return pc.cast(pc.assume_timezone(naive, timezone=fmt.assumed_tz), TS_UTC)
+            return _assume_local(naive, fmt.assumed_tz, state)
         return pc.cast(naive, TS_UTC)
 
     try:

@@ -179,6 +179,8 @@ class FileSource:
         self.batch_rows = batch_rows
         self._chunk = min(batch_rows, _CHUNK_ROWS)
         self.row_groups = row_groups
+        #: check each GPU's time order while streaming (see :meth:`defer_order_check`)
+        self.checks_order = True
         self.interval_s = None
         self.meta: dict[str, str] = {"path": str(path), "format": self.fmt}
         self._events: tuple[str, ...] = ()
@@ -239,6 +241,14 @@ class FileSource:
             hi = b if hi is None else max(hi, b)
         return None if lo is None or hi is None else (lo, hi)
 
+    def defer_order_check(self) -> None:
+        """Leave each GPU's time order to the consumer: classify's engine groups every row by
+        GPU and checks the order in the pass it makes anyway, so the same work here is
+        paid twice (about a tenth of a large report). A violation then surfaces from the
+        consumer without a file line; it reads again with :attr:`checks_order` on to name
+        it."""
+        self.checks_order = False
+
     def split(self, parts: int, *, min_rows_per_part: int = 1
               ) -> list[Callable[[], FileSource]] | None:
         """Recipes for ``parts`` sources over consecutive row-group ranges of this file.
@@ -264,7 +274,8 @@ class FileSource:
         cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
         bounds = sorted({0, *(int(c) for c in cuts if 0 < c < rows.shape[0]), rows.shape[0]})
         return [functools.partial(_open_part, self.path, self.gpu_model, self.batch_rows,
-                                  (a, b)) for a, b in itertools.pairwise(bounds)]
+                                  (a, b), self.checks_order)
+                for a, b in itertools.pairwise(bounds)]
 
     def _groups(self) -> range:
         """The row groups this source reads (a Parquet file's footer)."""
@@ -457,7 +468,8 @@ class FileSource:
                 table = self._converter.convert(raw, locate)
             table = schema.validate(table, source=str(self.path), locate=locate,
                                     check_order=False)
-            order.check(table, locate)
+            if self.checks_order:
+                order.check(table, locate)
             total += table.num_rows
             if not self._interval_fixed:
                 self._infer_interval(table, locate)
@@ -540,11 +552,13 @@ class _NullFill:
 
 
 def _open_part(path: Path, gpu_model: str | None, batch_rows: int,
-               row_groups: tuple[int, int]) -> FileSource:
+               row_groups: tuple[int, int], checks_order: bool = True) -> FileSource:
     """One row-group range of a gpuaudit Parquet recording (see :meth:`FileSource.split`)."""
-    return FileSource(path, fmt="parquet", mapping=None, fields=None, host=None,
-                      gpu_model=gpu_model, tz="UTC", batch_rows=batch_rows,
-                      row_groups=row_groups)
+    src = FileSource(path, fmt="parquet", mapping=None, fields=None, host=None,
+                     gpu_model=gpu_model, tz="UTC", batch_rows=batch_rows,
+                     row_groups=row_groups)
+    src.checks_order = checks_order
+    return src
 
 
 def infer_interval_s(table: pa.Table) -> float | None:

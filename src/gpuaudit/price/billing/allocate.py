@@ -22,9 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit.errors import InputError
+from gpuaudit.price.billing.currency import digits, units_per_minor
 from gpuaudit.price.billing.gpu_lines import match_skus
-from gpuaudit.price.billing.join import METHODS, PHASE_COLS, UNITS_PER_USD
-from gpuaudit.price.billing.readers import Bill
+from gpuaudit.price.billing.join import COST_COLUMNS, METHODS, PHASE_COLS, UNITS_PER_USD
+from gpuaudit.price.billing.readers import CANONICAL, Bill
 from gpuaudit.price.billing.reconcile import (
     UNITS_PER_CENT,
     cents_of_units,
@@ -85,14 +86,14 @@ class BillAllocation:
     summary: dict[str, Any]
 
 
-def _usd(cents: int) -> str:
-    sign = "-" if cents < 0 else ""
-    c = abs(int(cents))
-    return f"{sign}{c // 100}.{c % 100:02d}"
+def _usd(cents: int, ccy: str = "USD") -> str:
+    """Whole minor units of ``ccy`` as text: 12345 -> '123.45' (USD), '12345' (JPY)."""
+    d = digits(ccy)
+    return str(Decimal(int(cents)).scaleb(-d).quantize(Decimal(1).scaleb(-d)))
 
 
-def _dec_usd(x: Decimal | None) -> str | None:
-    return None if x is None else str(x.quantize(Decimal("0.01")))
+def _dec_usd(x: Decimal | None, ccy: str = "USD") -> str | None:
+    return None if x is None else str(x.quantize(Decimal(1).scaleb(-digits(ccy))))
 
 
 def _iso(t: Any) -> str:
@@ -216,15 +217,22 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
     for ccy in {p[0] for p in periods}:
         idx = [i for i, p in enumerate(periods) if p[0] == ccy]
         units = [int(periods[i][3]) for i in idx]
-        for i, c in zip(idx, split_cents(units, cents_of_units(sum(units)))):
+        per = units_per_minor(ccy)
+        for i, c in zip(idx, split_cents(units, cents_of_units(sum(units), per), per)):
             targets[i] = c
     g_sel = "".join(f"{g}, " for g in gk)
-    floor = (f"(CASE WHEN units >= 0 THEN units // {UNITS_PER_CENT} "
-             f"ELSE -((-units + {UNITS_PER_CENT - 1}) // {UNITS_PER_CENT}) END)")
+    # one minor unit of each currency in 1e-12 units (a cent, a yen, a fils)
+    whens = "".join(f"WHEN '{c}' THEN CAST({units_per_minor(c)} AS HUGEINT) "
+                    for c in sorted({p[0] for p in periods})
+                    if units_per_minor(c) != UNITS_PER_CENT and "'" not in c)
+    per_sql = (f"CASE currency {whens}ELSE CAST({UNITS_PER_CENT} AS HUGEINT) END" if whens
+               else f"CAST({UNITS_PER_CENT} AS HUGEINT)")
+    floor = (f"(CASE WHEN units >= 0 THEN units // ({per_sql}) "
+             f"ELSE -((-units + ({per_sql}) - 1) // ({per_sql})) END)")
     rows = con.sql(
         f"SELECT currency, charge_start, charge_end, kind, reason, {g_sel}phase, "
         f"CAST({floor} AS BIGINT) AS fl, "
-        f"CAST(units - {floor} * {UNITS_PER_CENT} AS BIGINT) AS rem, "
+        f"CAST(units - {floor} * ({per_sql}) AS BIGINT) AS rem, "
         "gpu_ms FROM alloc ORDER BY currency, charge_start, charge_end, kind, reason, "
         f"{g_sel}phase").to_arrow_table()
     rem_units = rows.column("rem").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -250,6 +258,8 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
         "method": pa.array([method] * rows.num_rows, pa.string()),
         "amount": pa.array(cents, pa.int64()),
         "gpu_hours": gpu_h,
+        # digits of ``amount``'s minor unit (ISO 4217: USD 2, JPY 0, BHD 3)
+        "minor_units": pa.array([digits(c) for c in cur], pa.int8()),
     })
     summary = _summary_dict(bill, keys, method, cost, window, periods, targets, showback,
                             pairs, hosts, fl, rem_units)
@@ -308,7 +318,7 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                 "line": sb_line[i], "kind": sb_kind[i], "reason": sb_reason[i],
                 "group": group if sb_kind[i] != "unallocated" else {},
                 "units": 0, "gpu_hours": 0.0, "phase_units": {}})
-            u = int(floor_cents[i]) * UNITS_PER_CENT + int(rem_units[i])
+            u = int(floor_cents[i]) * units_per_minor(ccy) + int(rem_units[i])
             ln["units"] += u
             ln["gpu_hours"] += sb_h[i]
             ln["phase_units"][sb_phase[i]] = ln["phase_units"].get(sb_phase[i], 0) + u
@@ -320,10 +330,12 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         billed_cents = sum(t for _p, t in c_periods)
         # each line rounds once from its exact amount; the lines sum to the billed total
         vals = list(lines.values())
-        for ln, c in zip(vals, split_cents([ln["units"] for ln in vals], billed_cents)):
+        per = units_per_minor(ccy)
+        for ln, c in zip(vals, split_cents([ln["units"] for ln in vals], billed_cents, per)):
             ln["cents"] = c
             ph = list(ln["phase_units"])
-            ln["phase_cents"] = dict(zip(ph, split_cents([ln["phase_units"][p] for p in ph], c)))
+            ln["phase_cents"] = dict(zip(ph, split_cents([ln["phase_units"][p] for p in ph], c,
+                                                         per)))
         line_list = sorted(vals, key=lambda d: (kind_order[d["kind"]], -d["cents"], d["line"]))
         period_rows: list[dict[str, Any]] = []
         all_exact = True
@@ -331,9 +343,10 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
             pp = per_period.get((p[1], p[2]), {"team": 0, "idle": 0, "unallocated": 0})
             s = pp["team"] + pp["idle"] + pp["unallocated"]
             all_exact = all_exact and s == t
-            period_rows.append({"start": _iso(p[1]), "end": _iso(p[2]), "billed": _usd(t),
-                                "teams": _usd(pp["team"]), "idle": _usd(pp["idle"]),
-                                "unallocated": _usd(pp["unallocated"]),
+            period_rows.append({"start": _iso(p[1]), "end": _iso(p[2]),
+                                "billed": _usd(t, ccy),
+                                "teams": _usd(pp["team"], ccy), "idle": _usd(pp["idle"], ccy),
+                                "unallocated": _usd(pp["unallocated"], ccy),
                                 "billed_gpu_hours": round(int(p[4] or 0) / 3_600_000, 4)})
         exact_units = sum(int(p[3]) for p, _t in c_periods)
         sum_lines = sum(ln["cents"] for ln in line_list)
@@ -361,45 +374,59 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                 f"{len(outside)} of {len(period_rows)} {ccy} charge periods have no measured GPU "
                 f"time (telemetry covers {_iso(window[0])} .. {_iso(window[1])}): "
                 f"{amount:,.2f} {ccy} of GPU cost in them is unallocated, not guessed")
+        buckets = _buckets(con, ccy, cost, line_list, billed_cents)
+        model_rates = _model_rates(con, ccy)
         out["currencies"][ccy] = {
-            "bill_total": _dec_usd(all_total[0] or Decimal(0)),
+            "bill_total": _dec_usd(all_total[0] or Decimal(0), ccy),
             "bill_lines": int(all_total[1]),
-            "gpu": {"billed": _dec_usd(gpu[0] or Decimal(0)),
-                    "effective": _dec_usd(gpu[1] or Decimal(0)),
-                    "list": _dec_usd(gpu[2] or Decimal(0)),
+            "gpu": {"billed": _dec_usd(gpu[0] or Decimal(0), ccy),
+                    "effective": _dec_usd(gpu[1] or Decimal(0), ccy),
+                    "list": _dec_usd(gpu[2] or Decimal(0), ccy),
                     "gpu_hours": round(int(gpu[3] or 0) / 3_600_000, 4)},
             "non_gpu": {
                 "billed": _dec_usd(sum((r[2] for r in non_gpu), Decimal(0))),
                 "lines": sum(int(r[5]) for r in non_gpu),
                 "by_service": [{"service": r[0], "charge_category": r[1],
-                                "billed": _dec_usd(r[2]), "effective": _dec_usd(r[3]),
-                                "list": _dec_usd(r[4]), "lines": int(r[5])}
+                                "billed": _dec_usd(r[2], ccy),
+                                "effective": _dec_usd(r[3], ccy),
+                                "list": _dec_usd(r[4], ccy), "lines": int(r[5])}
                                for r in non_gpu]},
             "lines": [{"line": ln["line"], "kind": ln["kind"], "reason": ln["reason"],
-                       "group": ln["group"], "amount": _usd(ln["cents"]),
+                       "group": ln["group"], "amount": _usd(ln["cents"], ccy),
                        "gpu_hours": round(ln["gpu_hours"], 4),
-                       "phases": {p: _usd(ln["phase_cents"].get(p, 0))
+                       "phases": {p: _usd(ln["phase_cents"].get(p, 0), ccy)
                                   for p in (*PHASE_COLS, "unobserved")
                                   if p in ln["phase_cents"]}}
                       for ln in line_list],
             "reconciliation": {
                 "periods": len(c_periods),
                 "every_period_exact": all_exact,
-                "billed": _usd(billed_cents),
-                "sum_of_lines": _usd(sum_lines),
-                "difference": _usd(sum_lines - billed_cents),
+                "billed": _usd(billed_cents, ccy),
+                "sum_of_lines": _usd(sum_lines, ccy),
+                "difference": _usd(sum_lines - billed_cents, ccy),
                 "exact_billed": str(Decimal(exact_units).scaleb(-12)),
             },
             "periods": period_rows,
             "rates": [_rate_row(r) for r in rates],
+            "buckets": buckets,
+            "model_rates": model_rates,
         }
     unmatched = con.execute(
         "SELECT resource_id, any_value(instance), currency, sum(billed_cost), "
         "sum(billed_gpu_ms) FROM gpu_lines WHERE no_data_reason = 'no telemetry for this node' "
         "GROUP BY resource_id, currency ORDER BY 4 DESC").fetchall()
     out["bill_without_telemetry"] = [
-        {"resource_id": r[0], "instance": r[1], "currency": r[2], "billed": _dec_usd(r[3]),
+        {"resource_id": r[0], "instance": r[1], "currency": r[2],
+         "billed": _dec_usd(r[3], r[2]),
          "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]
+    out["duplicates"] = _duplicates(con)
+    if out["duplicates"]["lines"]:
+        d = out["duplicates"]
+        out["notes"].append(
+            f"{d['lines']} duplicate line(s) repeat another line exactly (same resource, SKU, period, "
+            "category and cost): " + ", ".join(f"{v} {k}" for k, v in d["amount"].items())
+            + "; kept and split as billed (a bill may repeat a line), check the export "
+            "for a file read twice")
     billed_hosts = set(pairs.values())
     out["telemetry_without_bill"] = [h for h in hosts if h not in billed_hosts]
     return out
@@ -419,6 +446,90 @@ def _rate_row(r: tuple[Any, ...]) -> dict[str, Any]:
             "billed_per_gpu_hour": per_h(r[4]),
             "effective_per_gpu_hour": per_h(r[5]),
             "list_per_gpu_hour": per_h(r[6])}
+
+
+_HOURS = (
+    "CASE WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') "
+    "THEN b.quantity WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', "
+    "'s') THEN b.quantity / 3600.0 WHEN b.charge_class = 'Correction' THEN 0 "
+    "ELSE epoch(b.charge_end) / 3600.0 - epoch(b.charge_start) / 3600.0 END")
+
+#: The lines a rate is read from: usage, with its corrections (ChargeClass Correction, a
+#: negative ConsumedQuantity with its negative cost); never a credit, a refund (a negative
+#: usage line that is no correction), a tax or a purchase.
+RATE_LINES = ("b.charge_category = 'Usage' AND (b.charge_class = 'Correction' OR "
+              "(b.billed_cost >= 0 AND b.effective_cost >= 0))")
+
+
+def _model_rates(con: Any, ccy: str) -> list[dict[str, Any]]:
+    """Per catalog GPU model, instance and pricing category: the usage lines' GPU-hours and
+    costs net of their corrections (the one input of the rate rule, ``rates.py``)."""
+    rows = con.execute(
+        f"SELECT s.gpu_model, s.instance, COALESCE(b.pricing_category, 'Standard'), "
+        f"sum(({_HOURS}) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)), "
+        "sum(b.billed_cost), sum(b.effective_cost), sum(b.list_cost), count(*), "
+        "count(*) FILTER (WHERE b.charge_class = 'Correction') "
+        f"FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text "
+        f"WHERE b.currency = ? AND {RATE_LINES} GROUP BY ALL ORDER BY 1, 2, 3",
+        [ccy]).fetchall()
+    return [{"gpu_model": r[0], "instance": r[1], "pricing_category": r[2],
+             "gpu_hours": round(float(r[3] or 0), 6), "billed": str(r[4]),
+             "effective": str(r[5]), "list": str(r[6]), "lines": int(r[7]),
+             "corrections": int(r[8])} for r in rows]
+
+
+def _duplicates(con: Any) -> dict[str, Any]:
+    """Lines repeating another exactly (every canonical column but the file and row)."""
+    cols = [c for c, _t in CANONICAL if c not in ("src_file", "src_row")]
+    rows = con.execute(
+        f"SELECT currency, sum(n - 1), sum((n - 1) * billed_cost), count(*) FROM ("
+        f"SELECT {', '.join(cols)}, count(*) AS n FROM bill_lines GROUP BY ALL "
+        "HAVING count(*) > 1) GROUP BY currency ORDER BY currency").fetchall()
+    return {"lines": int(sum(int(r[1]) for r in rows)), "groups": int(sum(r[3] for r in rows)),
+            "amount": {str(r[0]): _dec_usd(r[2], str(r[0])) for r in rows}}
+
+
+def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
+             gpu_cents: int) -> dict[str, Any]:
+    """Every line of one currency in exactly one bucket; the buckets sum to the invoice
+    (the sum of the cost basis over all lines, rounded once) to the cent.
+
+    GPU lines are split (team, idle, unallocated; a credit or refund on a GPU line is split
+    like that line); the other lines go whole to ``tax``, ``credit`` (credits and negative
+    non-GPU amounts), ``non_gpu`` (usage, purchases, adjustments of other services) or
+    ``rejected`` (a line with no cost, with its reason)."""
+    col = COST_COLUMNS[cost]
+    kinds = con.execute(
+        f"SELECT CASE WHEN b.{col} IS NULL THEN 'rejected' "
+        "WHEN b.charge_category = 'Tax' THEN 'tax' "
+        "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
+        f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
+        "FROM bill_lines b WHERE b.currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
+        "WHERE s.sku_text = b.sku_text) GROUP BY 1", [ccy]).fetchall()
+    gpu = con.execute(
+        f"SELECT count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
+        "FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text WHERE b.currency = ?",
+        [ccy]).fetchone()
+    other = {k: (int(n), int(u)) for k, n, u in kinds}
+    names = ["non_gpu", "tax", "credit", "rejected"]
+    total_units = int(gpu[1]) + sum(u for _n, u in other.values())
+    per = units_per_minor(ccy)
+    total = cents_of_units(total_units, per)
+    rest = split_cents([other.get(k, (0, 0))[1] for k in names], total - gpu_cents, per)
+    split = {"team": 0, "idle": 0, "unallocated": 0}
+    for ln in lines:
+        split[ln["kind"]] += int(ln["cents"])
+    out: dict[str, Any] = {k: {"amount": _usd(v, ccy), "lines": None}
+                           for k, v in split.items()}
+    for k, c in zip(names, rest):
+        out[k] = {"amount": _usd(c, ccy), "lines": other.get(k, (0, 0))[0]}
+    out["rejected"]["reason"] = "no amount in the cost column" if out["rejected"]["lines"] \
+        else None
+    n_lines = int(gpu[0]) + sum(n for n, _u in other.values())
+    return {"buckets": out, "gpu_lines": int(gpu[0]), "lines": n_lines,
+            "invoice_total": _usd(total, ccy),
+            "sum_of_buckets": _usd(sum(split.values()) + sum(rest), ccy),
+            "cost_basis": cost}
 
 
 def units_to_decimal(units: int) -> Decimal:

@@ -137,10 +137,12 @@ def budget_status(budgets: Budgets, showback: pa.Table, keys: Sequence[str],
     last: datetime | None = None
     months = set()
     for i in range(showback.num_rows):
-        if rows["currency"][i] != budgets.currency or rows["kind"][i] != "team":
-            continue
+        # the bill's month: its last charge period in any currency and line (a budget in
+        # EUR on a bill whose EUR lines are all unallocated still means the bill's month)
         start: datetime = rows["period_start"][i]
         months.add(start.strftime("%Y-%m"))
+        if rows["currency"][i] != budgets.currency or rows["kind"][i] != "team":
+            continue
         end: datetime = rows["period_end"][i]
         last = end if last is None or end > last else last
     month = budgets.month or (max(months) if months else
@@ -166,10 +168,13 @@ def budget_status(budgets: Budgets, showback: pa.Table, keys: Sequence[str],
     else:
         as_of = first
     days = max(1, min((as_of - first).days + 1, n_days))
+    from gpuaudit.price.billing.currency import digits
+
+    d_ccy = digits(budgets.currency)  # the showback's amounts are in its minor units
     teams = []
     alerts = []
     for team, budget in sorted(budgets.monthly.items()):
-        daily = [Decimal(spend.get((team, first + timedelta(days=j)), 0)) / 100
+        daily = [Decimal(spend.get((team, first + timedelta(days=j)), 0)).scaleb(-d_ccy)
                  for j in range(days)]
         mtd, fc, lo, hi = forecast(daily, n_days)
         status = _status(budget, mtd, fc, lo, hi)

@@ -54,6 +54,9 @@ CANONICAL: tuple[tuple[str, str], ...] = (
     ("effective_cost", MONEY),
     ("list_cost", MONEY),
     ("currency", "VARCHAR"),
+    ("charge_class", "VARCHAR"),
+    ("commitment_id", "VARCHAR"),
+    ("pricing_currency", "VARCHAR"),
 )
 
 _NULLS = ("NULL", "null", "Null", "")
@@ -98,6 +101,9 @@ _FOCUS = (
     _f("effective_cost", "money", "EffectiveCost"),
     _f("list_cost", "money", "ListCost"),
     _f("currency", "text", "BillingCurrency"),
+    _f("charge_class", "text", "ChargeClass"),
+    _f("commitment_id", "text", "CommitmentDiscountId"),
+    _f("pricing_currency", "text", "PricingCurrency"),
 )
 
 _CUR_LEGACY = (
@@ -248,6 +254,8 @@ def detect_format(columns: Sequence[str]) -> tuple[str, str] | None:
 
 
 def _focus_version(cols: set[str]) -> str:
+    if {"AllocatedMethodId", "AllocatedResourceId", "ContractApplied"} & cols:
+        return "1.3"
     if {"ServiceProviderName", "InvoiceId", "PricingCurrency"} & cols:
         return "1.2"
     if {"CapacityReservationId", "ServiceSubcategory", "SkuMeter"} & cols:
@@ -311,7 +319,54 @@ def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None
     spec = _FIELDS[dialect.split(" 1.")[0] if dialect.startswith("FOCUS") else dialect]
     _check_types(bill, spec, types)
     _build_view(bill, spec, columns, kind)
+    _check_lines(bill)
     return bill
+
+
+def _check_lines(bill: Bill) -> None:
+    """What no bill may hold, found before the join: no lines at all, a charge period
+    that ends before it starts, a currency that is not an ISO 4217 code in use."""
+    from gpuaudit.price.billing.currency import known_currency
+
+    con = bill.con
+    n = con.execute("SELECT count(*) FROM bill_lines").fetchone()[0]
+    if not n:
+        raise InputError("the bill has no lines (a header only)", where=bill.origin,
+                         fix="give a bill export with its lines; an empty month has nothing "
+                         "to split")
+    bad = con.execute(
+        "SELECT src_file, src_row, charge_start, charge_end FROM bill_lines "
+        "WHERE charge_end < charge_start ORDER BY src_file, src_row LIMIT 1").fetchone()
+    if bad is not None:
+        raise InputError(
+            f"charge period ends before it starts ({bad[3]} < {bad[2]})",
+            where=f"{bad[0]}, row {bad[1]}, column ChargePeriodEnd",
+            fix="swap ChargePeriodStart and ChargePeriodEnd, or export the bill again")
+    for col in ("currency", "pricing_currency"):
+        for code, f, r in con.execute(
+                f"SELECT {col}, any_value(src_file), min(src_row) FROM bill_lines "
+                f"WHERE {col} IS NOT NULL GROUP BY 1 ORDER BY 1").fetchall():
+            if not known_currency(code):
+                name = "BillingCurrency" if col == "currency" else "PricingCurrency"
+                raise InputError(
+                    f"currency {code!r} is not an ISO 4217 code in use",
+                    where=f"{f}, row {r}, column {name}",
+                    fix="bills carry three-letter ISO 4217 codes (USD, EUR, JPY)")
+    if "AllocatedResourceId" in bill.columns:
+        k = con.execute(f"SELECT count(*) FROM bill_raw WHERE {_q('AllocatedResourceId')} "
+                        "IS NOT NULL").fetchone()[0]
+        if k:
+            bill.notes.append(
+                f"{k} line(s) carry the provider's own split (FOCUS 1.3 Allocated* columns): "
+                "each is joined by its ResourceId and split by the measured time like any "
+                "line; the sum per resource is unchanged")
+    for billed, priced, k in con.execute(
+            "SELECT currency, pricing_currency, count(*) FROM bill_lines WHERE "
+            "pricing_currency IS NOT NULL AND pricing_currency <> currency GROUP BY ALL "
+            "ORDER BY 1, 2").fetchall():
+        bill.notes.append(f"{k} line(s) priced in {priced} and billed in {billed}: amounts are "
+                          f"read in the billing currency {billed} (BilledCost, EffectiveCost, "
+                          "ListCost); the PricingCurrency* columns are not summed")
 
 
 def _flat_columns(types: dict[str, str]) -> dict[str, str]:
@@ -413,6 +468,8 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
             f"CASE lower({exprs['charge_category']}) WHEN 'tax' THEN 'Tax' "
             f"WHEN 'adjustment' THEN 'Adjustment' WHEN 'rounding_error' THEN 'Adjustment' "
             f"ELSE 'Usage' END")
+    for name in ("charge_class", "commitment_id", "pricing_currency"):
+        exprs.setdefault(name, "NULL")
     row = "file_row_number + 1" if kind == "parquet" else \
         "row_number() OVER (PARTITION BY filename)"
     select = ",\n  ".join(
@@ -474,7 +531,11 @@ def _check_values(bill: Bill, checks: Sequence[tuple[str, str, str]], row: str) 
     conds = []
     for _name, expr, kind in checks:
         typed = _typed(expr, kind)
-        conds.append(f"({expr} IS NOT NULL AND {typed} IS NULL)")
+        if kind == "time":  # DuckDB reads a US date 4/1/25 as the year 4: ISO dates only
+            conds.append(f"({expr} IS NOT NULL AND ({typed} IS NULL OR NOT regexp_matches("
+                         f"CAST({expr} AS VARCHAR), '^\\s*\\d{{4}}-\\d{{2}}-\\d{{2}}')))")
+        else:
+            conds.append(f"({expr} IS NOT NULL AND {typed} IS NULL)")
     counts = con.execute("SELECT " + ", ".join(f"count(*) FILTER (WHERE {c})" for c in conds)
                          + " FROM bill_raw").fetchone()
     for (name, expr, kind), cond, n in zip(checks, conds, counts):

@@ -21,9 +21,10 @@ __all__ = ["UNITS_PER_CENT", "cents_of_units", "reconcile_cents"]
 UNITS_PER_CENT = 10_000_000_000  # 1e-12 USD units per cent
 
 
-def cents_of_units(units: int) -> int:
-    """An exact amount in 1e-12 units rounded half-even to whole cents."""
-    return int((Decimal(units) / UNITS_PER_CENT).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
+def cents_of_units(units: int, per: int = UNITS_PER_CENT) -> int:
+    """An exact amount in 1e-12 units rounded half-even to whole cents (whole minor units
+    of ``per`` units each: 1e12 for JPY, 1e9 for BHD)."""
+    return int((Decimal(units) / per).quantize(Decimal(1), rounding=ROUND_HALF_EVEN))
 
 
 def reconcile_cents(period: np.ndarray, floor_cents: np.ndarray, rem_units: np.ndarray,
@@ -57,13 +58,13 @@ def reconcile_cents(period: np.ndarray, floor_cents: np.ndarray, rem_units: np.n
     return out
 
 
-def split_cents(units: Sequence[int], target: int) -> list[int]:
+def split_cents(units: Sequence[int], target: int, per: int = UNITS_PER_CENT) -> list[int]:
     """Whole cents for exact amounts ``units`` (1e-12 USD) summing to ``target`` cents:
     floor each, then the missing cents by largest remainder (ties: first)."""
     if not units:
         return []
-    floors = [u // UNITS_PER_CENT for u in units]
-    rems = [u - f * UNITS_PER_CENT for u, f in zip(units, floors)]
+    floors = [u // per for u in units]
+    rems = [u - f * per for u, f in zip(units, floors)]
     missing = target - sum(floors)
     q, r = divmod(missing, len(units))
     order = sorted(range(len(units)), key=lambda i: (-rems[i], i))
