@@ -59,7 +59,8 @@ def test_generated_bill_equals_duckdb(files: dict[str, Path], spark: Any) -> Non
 
 
 def _inputs(files: dict[str, Path], tmp: Path, scale: Decimal) -> dict[str, Any]:
-    """The join's four inputs as DuckDB made them (bill costs times ``scale``)."""
+    """The join's four inputs as DuckDB made them (bill costs times ``scale``; quantities
+    with twelve significant digits, so the billed GPU-ms round from exact products)."""
     out = tmp / "sql"
     r = bill(files["focus_csv"], telemetry=files["telemetry"], by=["team", "project"],
              sql_dir=out)
@@ -70,6 +71,10 @@ def _inputs(files: dict[str, Path], tmp: Path, scale: Decimal) -> dict[str, Any]
         t = t.set_column(i, c, pa.array([None if v is None else v * scale
                                          for v in t.column(c).to_pylist()],
                                         pa.decimal128(38, 12)))
+    i = t.schema.get_field_index("quantity")
+    t = t.set_column(i, "quantity", pa.array([None if v is None else v * 0.987654321987
+                                              for v in t.column("quantity").to_pylist()],
+                                             pa.float64()))
     return {"bill_lines": t, **{n: pq.read_table(out / f"{n}.parquet")
                                 for n in ("gpu_skus", "host_map", "usage_hours")}}
 
@@ -140,3 +145,21 @@ def test_random_bills_equal_duckdb(case: Any, method: str, tmp_path: Path,
                  engine="spark", spark=spark)
     assert d.summary == s.summary
     assert d.showback.equals(s.showback)
+
+
+def test_cli_engine_spark_same_json(files: dict[str, Path], tmp_path: Path, spark: Any,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``gpuaudit bill --engine spark`` (on the active session) writes the same bill section
+    of the JSON report as DuckDB."""
+    import json
+
+    from gpuaudit.cli import main
+
+    args = ["bill", str(files["focus_parquet"]), "--telemetry", str(files["telemetry"]),
+            "--by", "team", "--format", "json", "-o"]
+    assert main([*args, str(tmp_path / "d.json")]) == 0, capsys.readouterr().err
+    assert main([*args, str(tmp_path / "s.json"), "--engine", "spark"]) == 0, \
+        capsys.readouterr().err
+    d, s = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ds")
+    assert d["extra"]["bill"] == s["extra"]["bill"]
+    assert d["extra"]["bill"]["currencies"]["USD"]["lines"]

@@ -21,7 +21,9 @@ class Dialect:
     name: str
     units: str  # exact integer units (38 digits)
     money: str  # DECIMAL(38,12)
-    qty: str  # quantities (hours, seconds): exact decimal
+    qty: str  # quantities (hours, seconds): exact decimal, narrow enough that a product
+    # with a 12-digit integer keeps all 12 places (Spark cuts a product past 38 digits to 6)
+    factor: str  # a whole-number factor (GPUs x ms per unit): DECIMAL(12,0)
     string: str
     bigint: str
     boolean: str
@@ -63,15 +65,15 @@ class Dialect:
 
 DIALECTS: dict[str, Dialect] = {
     "duckdb": Dialect("duckdb", units="HUGEINT", money="DECIMAL(38,12)",
-                      qty="DECIMAL(38,12)", string="VARCHAR", bigint="BIGINT",
+                      qty="DECIMAL(26,12)", factor="DECIMAL(12,0)", string="VARCHAR", bigint="BIGINT",
                       boolean="BOOLEAN", timestamp="TIMESTAMPTZ"),
     "spark": Dialect("spark", units="DECIMAL(38,0)", money="DECIMAL(38,12)",
-                     qty="DECIMAL(38,12)", string="STRING", bigint="BIGINT",
+                     qty="DECIMAL(26,12)", factor="DECIMAL(12,0)", string="STRING", bigint="BIGINT",
                      boolean="BOOLEAN", timestamp="TIMESTAMP"),
     "trino": Dialect("trino", units="DECIMAL(38,0)", money="DECIMAL(38,12)",
-                     qty="DECIMAL(38,12)", string="VARCHAR", bigint="BIGINT",
+                     qty="DECIMAL(26,12)", factor="DECIMAL(12,0)", string="VARCHAR", bigint="BIGINT",
                      boolean="BOOLEAN", timestamp="TIMESTAMP(6) WITH TIME ZONE"),
     "bigquery": Dialect("bigquery", units="BIGNUMERIC", money="BIGNUMERIC",
-                        qty="BIGNUMERIC", string="STRING", bigint="INT64",
+                        qty="BIGNUMERIC", factor="BIGNUMERIC", string="STRING", bigint="INT64",
                         boolean="BOOL", timestamp="TIMESTAMP"),
 }

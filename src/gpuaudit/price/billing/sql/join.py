@@ -87,14 +87,20 @@ def _billed_gpu_ms(d: Dialect) -> str:
     # GPU-ms a usage line covers: its quantity when the unit is hours (or seconds), else the
     # charge period's length, times the GPUs it prices. Credits and refunds cover no time
     # (their cost still splits). Exact decimal, rounded half away from zero to whole ms.
+    # the integer factor as DECIMAL(12,0): quantity (26,12) x (12,0) = (38,12), exact in
+    # every engine (no scale cut before the rounding to whole ms)
     gpus = "(CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)"
     q = f"CAST(b.quantity AS {d.qty})"
+
+    def per(ms: int) -> str:
+        return f"CAST({gpus} * {ms} AS {d.factor})"
+
     return (
         "CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 "
         "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') "
-        f"THEN CAST(round({q} * {gpus} * 3600000) AS {d.bigint}) "
+        f"THEN CAST(round({q} * {per(3600000)}) AS {d.bigint}) "
         "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') "
-        f"THEN CAST(round({q} * {gpus} * 1000) AS {d.bigint}) "
+        f"THEN CAST(round({q} * {per(1000)}) AS {d.bigint}) "
         f"ELSE {d.ms_between('b.charge_start', 'b.charge_end')} * {gpus} END")
 
 
