@@ -217,7 +217,9 @@ if engine == "duckdb":
     for n in inputs:
         con.execute(f"CREATE VIEW {n} AS SELECT * FROM read_parquet('{d}/{n}.parquet')")
     run_duckdb(con, 1, "allocation", "billed", w)
-    con.execute(f"COPY (SELECT * FROM alloc) TO '{out}' (FORMAT parquet)")
+    # Parquet has no 128-bit integer (DuckDB would write HUGEINT as DOUBLE): exact types
+    con.execute(f"COPY (SELECT * REPLACE (CAST(units AS DECIMAL(38,0)) AS units, "
+                f"CAST(gpu_ms AS BIGINT) AS gpu_ms) FROM alloc) TO '{out}' (FORMAT parquet)")
 else:
     import pyarrow.parquet as pq
     from gpuaudit.price.billing.sql.engines import run_spark, spark_session
@@ -340,8 +342,7 @@ def engines_main(instances: int) -> None:
     a = a.sort_by([(k, "ascending") for k in keys])
     b = b.sort_by([(k, "ascending") for k in keys])
     same = a.num_rows == b.num_rows and all(
-        [str(x) for x in a.column(c).to_pylist()] == [str(x) for x in b.column(c).to_pylist()]
-        for c in (*keys, "units", "gpu_ms"))
+        a.column(c).to_pylist() == b.column(c).to_pylist() for c in (*keys, "units", "gpu_ms"))
     print(f"alloc rows {a.num_rows:,} / {b.num_rows:,}; identical to the unit: {same}")
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
