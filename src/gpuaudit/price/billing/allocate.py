@@ -9,7 +9,6 @@ currency, line and phase, in whole cents) and the summary dict the report shows
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -32,7 +31,7 @@ from gpuaudit.price.billing.reconcile import (
     reconcile_cents,
     split_cents,
 )
-from gpuaudit.price.billing.sql.engines import load_results, run_duckdb, run_spark, spark_session
+from gpuaudit.price.billing.sql.engines import run_join
 from gpuaudit.price.billing.sql.join import INPUTS
 from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
@@ -182,23 +181,7 @@ def allocate(
             dest = str(out / f"{rel}.parquet").replace("'", "''")
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
         write_sql_dir(out, len(keys), method, cost, win, sql_dialect)
-    if engine == "spark":
-        with tempfile.TemporaryDirectory(prefix="gpuaudit-bill-") as tmp:
-            inputs: dict[str, str | Path | pa.Table] = {}
-            for rel in INPUTS:
-                where = Path(tmp) / rel
-                part = ", PARTITION_BY (currency)" if rel == "bill_lines" else ""
-                con.execute(f"COPY (SELECT * FROM {rel}) TO "
-                            f"'{str(where).replace(chr(39), chr(39) * 2)}' "
-                            f"(FORMAT parquet{part})")
-                inputs[rel] = where
-            results = run_spark(spark if spark is not None else spark_session(), inputs,
-                                len(keys), method, cost, win)
-        load_results(con, results)
-    elif engine == "duckdb":
-        run_duckdb(con, len(keys), method, cost, win)
-    else:
-        raise InputError(f"unknown engine {engine!r}", fix="use duckdb or spark")
+    run_join(con, engine, len(keys), method, cost, win, spark=spark)
     return _summarise(bill, keys, method, cost, window, pairs, hosts)
 
 

@@ -20,12 +20,37 @@ import pyarrow.parquet as pq
 from gpuaudit.errors import InputError
 from gpuaudit.price.billing.sql.join import INPUTS, RESULTS, relations
 
-__all__ = ["ENGINES", "run_duckdb", "run_spark", "spark_session"]
+__all__ = ["ENGINES", "load_results", "run_duckdb", "run_join", "run_spark", "spark_session"]
 
 ENGINES = ("duckdb", "spark")
 # the results' integer-unit columns: HUGEINT when read back into DuckDB
 _UNIT_COLUMNS = {"gpu_lines": ("cost_units",), "alloc": ("units",),
                  "period_totals": ("units",)}
+
+
+def run_join(con: Any, engine: str, n_keys: int, method: str, cost: str,
+             window: tuple[str, str] | None, *, spark: Any = None) -> None:
+    """Run the join over the four inputs in DuckDB ``con`` on ``engine``; the results
+    (``gpu_lines``, ``alloc``, ``period_totals``) are left in ``con`` as temp tables either way.
+
+    ``spark``: the session for ``engine="spark"`` (else the active one, else local mode); the
+    inputs go to it as Parquet (the bill partitioned by currency)."""
+    if engine == "duckdb":
+        run_duckdb(con, n_keys, method, cost, window)
+        return
+    if engine != "spark":
+        raise InputError(f"unknown engine {engine!r}", fix="use duckdb or spark")
+    session = spark if spark is not None else spark_session()
+    with tempfile.TemporaryDirectory(prefix="gpuaudit-bill-") as tmp:
+        inputs: dict[str, str | Path | pa.Table] = {}
+        for rel in INPUTS:
+            where = Path(tmp) / rel
+            part = ", PARTITION_BY (currency)" if rel == "bill_lines" else ""
+            quoted = str(where).replace("'", "''")
+            con.execute(f"COPY (SELECT * FROM {rel}) TO '{quoted}' (FORMAT parquet{part})")
+            inputs[rel] = where
+        results = run_spark(session, inputs, n_keys, method, cost, window)
+    load_results(con, results)
 
 
 def run_duckdb(con: Any, n_keys: int, method: str, cost: str,
