@@ -12,8 +12,8 @@ from gpuaudit.price.billing.sql.join import inputs_ddl, script
 __all__ = ["readme", "write_sql_dir"]
 
 _RUN = {
-    "duckdb": "duckdb -c \".read inputs_as_views.sql\" -c \".read join.sql\"  "
-              "(or CREATE VIEW each input over its Parquet file, then .read join.sql)",
+    "duckdb": "duckdb  then, for each input, CREATE VIEW bill_lines AS SELECT * FROM "
+              "'bill_lines.parquet'; ... and .read join.sql",
     "spark": "spark-sql -f join.sql  (after creating the four inputs as tables or views, "
              "e.g. CREATE TEMPORARY VIEW bill_lines USING parquet OPTIONS (path '...'));  "
              "or gpuaudit bill --engine spark, which does both on the active session",
