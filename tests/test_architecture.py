@@ -52,13 +52,40 @@ def test_every_module_belongs_to_a_layer():
         assert rel.parts[0] in LAYERS, f"{rel}: add it to LAYERS in this test"
 
 
+def _type_checking_lines(path: Path) -> set[int]:
+    """The lines inside ``if TYPE_CHECKING:`` blocks of a module."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and \
+                node.test.id == "TYPE_CHECKING":
+            for child in node.body:
+                lines.update(range(child.lineno, (child.end_lineno or child.lineno) + 1))
+    return lines
+
+
+#: the package root: the public facade. It names every entry point for type checkers under
+#: TYPE_CHECKING and loads them lazily (``__getattr__``) at run time, so ``import gpuaudit``
+#: loads no stage; outside TYPE_CHECKING it imports nothing of ours.
+FACADE = SRC / "__init__.py"
+
+
+def test_the_package_root_imports_only_for_type_checkers():
+    typing_only = _type_checking_lines(FACADE)
+    assert typing_only, "gpuaudit/__init__.py declares its lazy names under TYPE_CHECKING"
+    loaded = [f"__init__.py:{line} imports gpuaudit.{target}"
+              for line, target in _imports(FACADE) if line not in typing_only]
+    assert not loaded, "\n".join(loaded)
+
+
 def test_imports_point_left():
     bad = []
+    facade_typing = _type_checking_lines(FACADE)
     for path in SRC.rglob("*.py"):
         rel = path.relative_to(SRC).with_suffix("")
         me, my_rank = _layer(".".join(rel.parts))
         for line, target in _imports(path):
-            if target == "__version__":
+            if target == "__version__" or (path == FACADE and line in facade_typing):
                 continue
             other, rank = _layer(target)
             if rank > my_rank and other != me:
@@ -218,3 +245,38 @@ def test_the_loop_finder_finds_loops():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _cycles(graph) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+#: what the CLI may not import (function-level imports included): the stages a command would
+#: compose itself; compositions live in gpuaudit.api, the CLI only parses options and renders
+CLI_FORBIDDEN = ("price", "recommend", "capacity", "traces")
+
+
+def _cli_stage_imports(src: Path) -> list[str]:
+    bad = []
+    for path in sorted((src / "cli").rglob("*.py")):
+        rel = path.relative_to(src)
+        for line, target in _imports(path):
+            if target.split(".")[0] in CLI_FORBIDDEN:
+                bad.append(f"{rel}:{line} imports gpuaudit.{target}: compose it in a "
+                           f"gpuaudit.api function and call that")
+    return bad
+
+
+def test_cli_only_parses_and_renders():
+    bad = _cli_stage_imports(SRC)
+    assert not bad, "\n".join(bad)
+
+
+def test_the_cli_rule_catches_a_function_level_import(tmp_path):
+    (tmp_path / "cli").mkdir()
+    (tmp_path / "cli" / "x.py").write_text(
+        "import click\n\n\ndef f():\n    from gpuaudit.capacity.rightsize import rightsize\n"
+        "    import gpuaudit.traces.loader\n    from gpuaudit import price\n")
+    assert _cli_stage_imports(tmp_path) == [
+        "cli/x.py:5 imports gpuaudit.capacity.rightsize: compose it in a gpuaudit.api "
+        "function and call that",
+        "cli/x.py:6 imports gpuaudit.traces.loader: compose it in a gpuaudit.api function "
+        "and call that",
+        "cli/x.py:7 imports gpuaudit.price: compose it in a gpuaudit.api function and call "
+        "that"]

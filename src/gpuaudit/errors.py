@@ -100,8 +100,10 @@ class SampleTableError(InputError):
         super().__init__(what, where=where, fix=fix)
 
 
-class PricingError(GpuauditError):
-    """No price can be found for what was measured (unknown model, provider or option)."""
+class PricingError(InputError):
+    """No price can be found for what was measured (unknown model, provider or option): an
+    :class:`InputError`, since the fix is always the user's (``--gpu-model``, ``--price``,
+    ``--provider``, a catalog)."""
 
 
 class SourceUnavailableError(GpuauditError):

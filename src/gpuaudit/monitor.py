@@ -74,6 +74,10 @@ class Monitor:
     (default) refuses it, ``force`` replaces it, ``append`` continues it.
     ``process``: True samples in a separate process, False in a thread, None (default)
     chooses the process at ``hz >= 50`` when the backend can be sent there.
+    ``cpu``: how the CPU is read (None: psutil; False: not; a
+    :class:`~gpuaudit.measure.live.cpu.CpuReader` such as ``FakeCpu``): the host's CPU and
+    this process's tree (this process and its descendants, DataLoader workers included; the
+    sampling process left out) beside the GPUs.
 
     ``mlflow=True`` / ``wandb=True`` log the audit to the active run of that tracker when
     sampling stops (see docs/integrations.md); ``trackers`` passes tracker objects directly
@@ -96,6 +100,7 @@ class Monitor:
         trackers: Sequence[Any] = (),
         pricing: Mapping[str, Any] | None = None,
         output_mode: str = "create",
+        cpu: Any = None,
     ) -> None:
         hz = HZ.check(hz, "hz")
         FLUSH_S.check(flush_s, "flush_s")
@@ -111,6 +116,7 @@ class Monitor:
         self._backend = backend
         self._flush_s = flush_s
         self._process = process
+        self._cpu = cpu
         self._sampler: Any = None
         self._totals: dict[str, float | None] = {"steps": 0, "samples": None, "tokens": None}
         self._marks: list[str] = []
@@ -136,6 +142,7 @@ class Monitor:
         sampler = Sampler(backend, interval_s=1.0 / self.hz, labels=self.labels,
                           output=self.output, flush_s=self._flush_s, process=self._process,
                           output_mode=self.output_mode,
+                          cpu=self._cpu, cpu_pid=os.getpid(),
                           origin=f"live NVML sampling by gpuaudit.monitor (labels "
                           f"{self.labels or {}})")
         try:

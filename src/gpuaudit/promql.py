@@ -13,8 +13,8 @@ from collections.abc import Mapping
 
 from gpuaudit.errors import InputError
 
-__all__ = ["alternation", "duration", "escape_label_value", "fresh", "parse_selector",
-           "regex_of", "selector",
+__all__ = ["NODE_CPU", "alternation", "duration", "escape_label_value", "fresh",
+           "node_cpu_pct", "parse_selector", "regex_of", "selector",
            "time_chunks", "with_matcher"]
 
 
@@ -125,3 +125,28 @@ def parse_selector(text: str, *, what: str = "--selector") -> str:
         if m.group(4) == "," and pos >= len(body):
             break
     return ",".join(out)
+
+
+#: node_exporter's per-CPU, per-mode CPU time counter
+NODE_CPU = "node_cpu_seconds_total"
+
+
+def node_cpu_pct(step_s: float, *, by_hostname: bool = False) -> str:
+    """PromQL for each node's CPU busy share, percent of all its cores, from node_exporter:
+    the rate of every mode but ``idle`` and ``iowait`` over the rate of all modes, by
+    ``instance``, with ``node_uname_info``'s ``nodename`` joined on where it is scraped.
+
+    At steps under a minute ``irate(...[2m])`` (the last two scrapes: the finest the counter
+    allows, for any scrape interval up to a minute); from a minute on ``rate(...[step])``
+    (the mean over the step). ``by_hostname``: one series per ``Hostname`` (the nodename,
+    dcgm-exporter's label for the node), for matching against GPU series in PromQL.
+    """
+    fn, rng = ("rate", duration(step_s)) if step_s >= 60 else ("irate", "2m")
+    busy = f'sum by (instance) ({fn}({NODE_CPU}{{mode!~"idle|iowait"}}[{rng}]))'
+    total = f"sum by (instance) ({fn}({NODE_CPU}[{rng}]))"
+    ratio = f"(100 * {busy} / {total})"
+    named = f"{ratio} * on(instance) group_left(nodename) max by (instance, nodename) " \
+            "(node_uname_info)"
+    if by_hostname:
+        return f'max by (Hostname) (label_replace({named}, "Hostname", "$1", "nodename", "(.+)"))'
+    return f"{named} or on(instance) {ratio}"

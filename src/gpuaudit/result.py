@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuaudit.classify.diagnose import Diagnosis, JobDiagnosis
+from gpuaudit.classify.diagnose import Diagnosis, GroupDiagnosis, JobDiagnosis
 from gpuaudit.classify.health import HealthIssue
 from gpuaudit.classify.usage import Usage
 from gpuaudit.price.cost import CostReport
@@ -31,3 +31,5 @@ class AuditResult:
     extra: dict[str, Any] = field(default_factory=dict)
     #: one cause per job (host and pod set): see classify.diagnose.job_diagnoses
     job_diagnoses: tuple[JobDiagnosis, ...] = ()
+    #: one cause per ``--by`` group: see classify.diagnose.group_diagnoses
+    group_diagnoses: tuple[GroupDiagnosis, ...] = ()

@@ -93,6 +93,14 @@ COLUMNS: tuple[Column, ...] = (
     Column("pcie_rx_bytes_per_s", pa.float64(), True, "PCIe receive, bytes/s", 0.0, None),
     Column("nvlink_tx_bytes_per_s", pa.float64(), True, "NVLink transmit, bytes/s", 0.0, None),
     Column("nvlink_rx_bytes_per_s", pa.float64(), True, "NVLink receive, bytes/s", 0.0, None),
+    Column("host_cpu_util_pct", pa.float32(), True,
+           "the host's CPU busy share over the sample interval, all cores (psutil.cpu_times "
+           "deltas; node_exporter node_cpu_seconds_total, non-idle modes over all modes)",
+           0.0, 100.0, "percent"),
+    Column("proc_cpu_util_pct", pa.float32(), True,
+           "the measured workload's process tree (its pid and every descendant) CPU time over "
+           "the sample interval, as a percent of ALL the host's cores (top's 400% on 4 cores "
+           "is 100 here), so it shares host_cpu_util_pct's scale", 0.0, 100.0, "percent"),
     Column("ecc_dbe_total", pa.int64(), True, "volatile double-bit ECC errors (count)", 0.0,
            None),
     Column("xid", pa.int64(), True, "last XID error code seen, null if none"),

@@ -67,6 +67,7 @@ FREE_TEXT = {
     "--prometheus": "a URL",
     "--recording": "an input file that must exist (click.Path(exists=True))",
     "--map-file": "an input file that must exist (click.Path(exists=True))",
+    "--web.config.file": "an input file, read and checked by integrate.webconfig",
     "--match": "LABEL=VALUE, parsed by cli.fleet._matchers",
     "--bearer-token-file": "an input file",
     "--bearer-token-env": "an environment variable name",
@@ -131,8 +132,8 @@ def test_every_option_is_validated_or_declared_free_text() -> None:
                     unknown.append(f"{name} argument {p.name}")
                 continue
             assert isinstance(p, click.Option)
-            if p.is_flag or isinstance(p.type, click.types.BoolParamType):
-                continue
+            if p.is_flag or p.count or isinstance(p.type, click.types.BoolParamType):
+                continue  # flags, and -v counted
             if isinstance(p.type, Parsed):
                 assert _long(p) in PARSED_HOSTILE, f"{name} {_long(p)}: add hostile examples"
                 continue

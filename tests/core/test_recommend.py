@@ -57,11 +57,24 @@ def test_same_mean_different_shape_different_advice():
     bursty = [*bursty[:n], 100.0]
     steady = [50.0 + (i % 5) for i in range(n)]
     rb = audit(recording(series_table({"g": bursty})), gpu_model="A100", provider="aws")
-    rs = audit(recording(series_table({"g": [s - 2 for s in steady]})), gpu_model="A100",
+    # a larger batch needs memory headroom (premise memory_headroom): 20 of 80 GiB used
+    mem = {"g": [20480.0] * n}
+    rs = audit(recording(series_table({"g": [s - 2 for s in steady]},
+                                      extra={"mem_used_mib": mem})), gpu_model="A100",
                provider="aws")
     eb, es = set(_ids(rb, True)), set(_ids(rs, True))
     assert "dataloader" in eb and "dataloader" not in es
     assert "larger_batch" in es and "larger_batch" not in eb
+    # without memory used the same advice is listed as unverified, naming the field
+    rn = audit(recording(series_table({"g": [s - 2 for s in steady]})), gpu_model="A100",
+               provider="aws")
+    lb = next(x for x in rn.plan.recommendations if x.id == "larger_batch")
+    assert lb.status == "unverified" and lb.decided_by and "mem_used_mib" in lb.decided_by
+    full = audit(recording(series_table({"g": [s - 2 for s in steady]},
+                                        extra={"mem_used_mib": {"g": [78000.0] * n}})),
+                 gpu_model="A100", provider="aws")
+    lb = next(x for x in full.plan.recommendations if x.id == "larger_batch")
+    assert lb.status == "ruled_out" and "no room" in (lb.why_not_counted or "")
 
 
 def test_unresolvable_gaps_leave_input_fixes_unverified_with_the_field():

@@ -56,6 +56,48 @@ class Fleet:
     step_s: int
     series: list[Series]
     pods: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)  # kube labels
+    #: node_exporter beside dcgm-exporter: host -> base CPU busy fraction (None: not scraped).
+    #: Step k's busy fraction is base + 0.3 on odd steps (see :meth:`node_busy`).
+    node_cpu: dict[str, float] | None = None
+
+    def node_busy(self, host: str, ts_s: np.ndarray) -> np.ndarray:
+        """The host's CPU busy fraction over the scrape interval ending at ``ts_s``."""
+        assert self.node_cpu is not None
+        k = (np.asarray(ts_s, dtype=np.int64) - self.start_s) // self.step_s
+        return np.minimum(self.node_cpu[host] + 0.3 * (k % 2), 1.0)
+
+    def _node_metrics(self, f: object, t0: int, t1: int) -> int:
+        """node_exporter's node_cpu_seconds_total (2 CPUs; user, system, idle, iowait) and
+        node_uname_info, scraped at every step; instance 10.0.<node>.5:9100."""
+        if not self.node_cpu:
+            return 0
+        write = f.write  # type: ignore[attr-defined]
+        ts = np.arange(self.start_s, self.end_s + 1, self.step_s, dtype=np.int64)
+        keep = (ts >= t0) & (ts < t1)
+        n = 0
+        write("# TYPE node_cpu_seconds_total gauge\n")
+        for node, host in enumerate(sorted(self.node_cpu)):
+            busy = self.node_busy(host, ts)
+            busy[0] = 0.0  # nothing before the first scrape
+            inc = {"user": 0.7 * busy, "system": 0.3 * busy, "idle": 0.8 * (1 - busy),
+                   "iowait": 0.2 * (1 - busy)}
+            for cpu in ("0", "1"):
+                for mode, x in inc.items():
+                    total = 1000.0 + np.cumsum(x * self.step_s)
+                    lab = (f'cpu="{cpu}",instance="10.0.{node}.5:9100",job="node-exporter",'
+                           f'mode="{mode}"')
+                    vs = np.char.mod("%.6f", total[keep])
+                    tt = ts[keep].astype(str)
+                    prefix = f"node_cpu_seconds_total{{{lab}}} "
+                    write("".join(np.char.add(np.char.add(np.char.add(prefix, vs), " "),
+                                              np.char.add(tt, "\n"))))
+                    n += int(keep.sum())
+        write("# TYPE node_uname_info gauge\n")
+        for node, host in enumerate(sorted(self.node_cpu)):
+            lab = f'instance="10.0.{node}.5:9100",job="node-exporter",nodename="{host}"'
+            write("".join(f"node_uname_info{{{lab}}} 1 {t}\n" for t in ts[keep]))
+            n += int(keep.sum())
+        return n
 
     def sample_table(self) -> pa.Table:
         """The ground truth as a sample table (what the exporter measured)."""
@@ -148,6 +190,7 @@ class Fleet:
                                   for k, v in sorted(kl.items()))])
                 f.write("".join(f"kube_pod_labels{{{lab}}} 1 {t}\n" for t in ts))
                 n += ts.shape[0]
+            n += self._node_metrics(f, t0, t1)
             f.write("# EOF\n")
         return n
 

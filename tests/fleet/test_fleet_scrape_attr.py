@@ -131,3 +131,44 @@ def test_attribute_table_equals_row_by_row(rows):
     out = attribute_table(table, att).column("labels").to_pylist()
     for r, got in zip(rows, out):
         assert dict(got) == att.resolve(r[0], r[1], r[2])
+
+
+def test_scrape_reads_the_endpoints_of_a_tick_at_once(tmp_path):
+    """A slow node does not hold up the others: the slow endpoint (first in the list) answers
+    only once the two others have been asked in the same tick, which a one-by-one scrape
+    never does (it would wait out the slow one's patience, and the test fails on that)."""
+    page = (DATA / "dcgm" / "l4_kops_conformance.prom").read_bytes()
+    asked: set[str] = set()
+    both = threading.Event()
+    overlapped: list[bool] = []
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/slow":
+                overlapped.append(both.wait(10))
+            else:
+                asked.add(self.path)
+                if {"/a", "/b"} <= asked:
+                    both.set()
+            body = page.replace(b"c2f76b33", self.path.strip("/").encode().ljust(8, b"0"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        rows = scrape_to_recording([f"{url}/slow", f"{url}/a", f"{url}/b"],
+                                   tmp_path / "r.parquet", every_s=0.2, duration_s=0.2,
+                                   timeout_s=30)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert overlapped == [True]
+    assert rows == 3  # one tick, one L4 from each endpoint, in the order given
+    uuids = read_recording(tmp_path / "r.parquet").table.column("gpu_uuid").to_pylist()
+    assert [u.split("-")[1] for u in uuids] == ["slow0000", "a0000000", "b0000000"]

@@ -75,3 +75,89 @@ def test_by_keys_that_collide_as_label_names_are_refused() -> None:
     with pytest.raises(InputError, match="both become the Prometheus label 'a_b'"):
         label_names(("label:a-b", "label:a_b"))
     assert label_names(("label:a-b", "label:c")) == ("a_b", "c")
+
+
+PROM_ACCEPT = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+               "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+
+
+def _state() -> ExporterState:
+    from decimal import Decimal
+
+    from gpuaudit.api import audit
+
+    state = ExporterState(("label:team",))
+    state.add(audit(CSV, price=Decimal("2"), gpu_model="H100"), duration_s=0.5)
+    return state
+
+
+def test_openmetrics_negotiation_and_gzip(tmp_path: Path) -> None:
+    """Prometheus' own Accept header gets OpenMetrics (parsed by prometheus_client's parser),
+    a plain scraper the text format, each gzipped when asked; both carry the same samples."""
+    import gzip
+    import shutil
+    import subprocess
+
+    import httpx
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    from prometheus_client.parser import text_string_to_metric_families as text_parse
+
+    server = serve(_state(), "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        om = httpx.get(url, headers={"Accept": PROM_ACCEPT}, timeout=10)
+        assert om.headers["content-type"].startswith("application/openmetrics-text")
+        assert om.text.rstrip().endswith("# EOF")
+        om_fams = {f.name: f for f in om_parse(om.text)}
+        text = httpx.get(url, timeout=10)
+        assert text.headers["content-type"].startswith("text/plain; version=0.0.4")
+        text_fams = {f.name: f for f in text_parse(text.text)}
+        # the same cost samples in both formats (OpenMetrics names counters without _total)
+        om_cost = sorted(s.value for s in om_fams["gpuaudit_cost_dollars"].samples
+                         if s.name.endswith("_total"))
+        text_cost = sorted(s.value for s in text_fams["gpuaudit_cost_dollars"].samples)
+        assert om_cost == text_cost and om_cost
+        raw = httpx.get(url, headers={"Accept-Encoding": "gzip", "Accept": PROM_ACCEPT},
+                        timeout=10)
+        assert raw.headers.get("content-encoding") == "gzip"
+        assert raw.text == om.text  # httpx inflates it: the same document
+        with httpx.stream("GET", url, headers={"Accept-Encoding": "gzip"}, timeout=10) as r:
+            body = b"".join(r.iter_raw())
+        assert gzip.decompress(body).decode() == text.text
+        promtool = shutil.which("promtool")
+        assert promtool is not None, "promtool is installed by scripts/test"
+        (tmp_path / "m.txt").write_text(text.text)
+        check = subprocess.run([promtool, "check", "metrics"], input=text.text,
+                               capture_output=True, text=True, timeout=60)
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_scrape_connections_disable_nagle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Headers and body are two writes: with Nagle on, a keep-alive scraper waited for its
+    own delayed ACK (~40 ms) on every scrape. The server's side of each connection has
+    TCP_NODELAY."""
+    import httpx
+
+    from gpuaudit.integrate import exporter as ex
+
+    seen: list[int] = []
+    real = ex._Handler.setup
+
+    def setup(self: ex._Handler) -> None:
+        real(self)
+        seen.append(self.request.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+
+    monkeypatch.setattr(ex._Handler, "setup", setup)
+    server = serve(ExporterState(), "127.0.0.1", 0)
+    try:
+        with httpx.Client() as c:  # keep-alive: one connection, several scrapes
+            for _ in range(3):
+                assert c.get(f"http://127.0.0.1:{server.server_address[1]}/metrics",
+                             timeout=10).status_code == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen and all(v != 0 for v in seen)

@@ -193,3 +193,24 @@ def test_empty_index_cannot_identify(tmp_path: Path) -> None:
     p = _variant(tmp_path, "idx.csv", 7, ", 5, ", ", [N/A], ")
     err = _err(p)
     assert err.where == f"{p}:7" and "index" in str(err)
+
+
+def test_a_saved_dcgm_exporter_page_is_read_by_report(tmp_path):
+    """`curl node:9400/metrics > node.prom; gpuaudit report node.prom` (issue 26): one sample
+    per GPU (a MIG instance too), not "unknown column '# HELP ...'"."""
+    import json
+    import shutil
+
+    from gpuaudit.cli import main
+
+    data = Path(__file__).parents[1] / "data" / "dcgm"
+    for name, gpus in (("l4_kops_conformance.prom", 1), ("a100_mig_1g5gb_nvidia_docs.prom", 2)):
+        page = tmp_path / name.replace(".prom", ".txt")  # told by content, not by suffix
+        shutil.copy(data / name, page)
+        out = tmp_path / f"{name}.json"
+        assert main(["report", str(page), "--price", "1", "--format", "json", "-o",
+                     str(out)]) == 0
+        doc = json.loads(out.read_text())
+        assert len(doc["gpus"]) == gpus
+        assert doc["phases"]["overall"]["observed_s"] == 30.0 * gpus
+        assert "snapshot" in json.dumps(doc["source"])

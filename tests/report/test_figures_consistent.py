@@ -30,7 +30,7 @@ def _nanogpt() -> Report:
 
 
 def _trace() -> Report:
-    from gpuaudit.cli.trace import trace_extra
+    from gpuaudit.api.trace import trace_extra
 
     rec, extra, evidence = trace_extra([TRACES / "a100_1rank_ddp_nccl.json.gz"],
                                        hta_compat=False, include_last_step=False,

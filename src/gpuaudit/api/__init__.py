@@ -5,6 +5,9 @@ CLI renders; the CLI only parses options and renders (docs/python-api.md).
 - :func:`audit_fleet` (``api/fleet.py``): the fleet in Prometheus, per group;
 - :func:`audit_queue` (``api/queue.py``): pods waiting for GPUs, with the scheduling finding;
 - :func:`bill` (``api/bill.py``): the cloud bill split over measured GPU time;
+- :func:`rightsize` (``api/rightsize.py``): the cheapest GPU that meets the measured need;
+- :func:`simulate` (``api/simulate.py``): the history packed by MIG, MPS or time-slicing;
+- :func:`trace` and :func:`kernel_summary` (``api/trace.py``): profiler traces, priced;
 - :mod:`gpuaudit.api.compose`: what they share: :class:`Report`, :func:`assemble` (price ->
   diagnose -> recommend -> health, composed once), :func:`rates_for`, :func:`open_source`.
 
@@ -16,10 +19,15 @@ Each stage is also callable alone: :func:`gpuaudit.classify.classify`,
 from __future__ import annotations
 
 from gpuaudit.api.audit import audit
-from gpuaudit.api.bill import BillReport, bill
-from gpuaudit.api.compose import Report, assemble, open_source, rates_for
+from gpuaudit.api.bill import BillReport, bill, compare_bills
+from gpuaudit.api.compose import CapacityReport, Report, assemble, open_source, rates_for
 from gpuaudit.api.fleet import audit_fleet, fleet_usage, local_kpis
 from gpuaudit.api.queue import QueueAudit, audit_queue
+from gpuaudit.api.rightsize import rightsize
+from gpuaudit.api.simulate import simulate
+from gpuaudit.api.trace import KernelSummary, kernel_summary, trace
 
-__all__ = ["BillReport", "QueueAudit", "Report", "assemble", "audit", "audit_fleet",
-           "audit_queue", "bill", "fleet_usage", "local_kpis", "open_source", "rates_for"]
+__all__ = ["BillReport", "CapacityReport", "KernelSummary", "QueueAudit", "Report", "assemble",
+           "audit", "audit_fleet", "audit_queue", "bill", "compare_bills", "fleet_usage",
+           "kernel_summary", "local_kpis", "open_source", "rates_for", "rightsize", "simulate",
+           "trace"]

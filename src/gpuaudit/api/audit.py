@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gpuaudit.api.compose import Report, assemble, open_source, rates_for
+from gpuaudit.api.compose import Report, assemble, group_keys, open_source, rates_for
 from gpuaudit.classify import classify
 from gpuaudit.recommend import Finding
 from gpuaudit.schema import Recording, SampleSource
@@ -23,7 +23,7 @@ __all__ = ["audit"]
 def audit(
     samples: SampleSource | Recording | pa.Table | str | Path,
     *,
-    by: Sequence[str] = (),
+    by: str | Sequence[str] | None = (),
     gpu_model: str | None = None,
     price: Decimal | str | float | None = None,
     provider: str | None = None,
@@ -46,7 +46,8 @@ def audit(
     ``samples``: a path, a :class:`~gpuaudit.schema.Recording`, a sample source or a sample
     table. Pricing: ``price`` (USD per GPU-hour) > ``catalog`` (TOML) > the embedded catalog
     for ``gpu_model`` (or the model the samples name) at ``provider`` (default aws) and
-    ``purchase`` (on-demand, spot, committed). ``by``: group keys (pod, namespace, team, ...).
+    ``purchase`` (on-demand, spot, committed). ``by``: group keys (pod, namespace, team, ...): ``"team"``, ``"team,project"`` or a
+    sequence; None or ``()``: per GPU, no grouping.
     ``counts``: units of work for unit costs (``{"tokens": 2e9}``). ``workers``: processes
     for a large gpuaudit recording (None: one per core; see :func:`gpuaudit.classify.classify`).
     """
@@ -58,7 +59,7 @@ def audit(
         kwargs["cap_intervals"] = cap_intervals
     extras = dict(extra or {})
     want_timeline = "timeline" not in extras  # the exporter passes {"timeline": None}: none
-    usage = classify(source, by=by, interval_s=interval_s, findings=finding_list,
+    usage = classify(source, by=group_keys(by), interval_s=interval_s, findings=finding_list,
                      workers=workers, timeline=want_timeline, **kwargs)
     rates = rates_for(usage, gpu_model=gpu_model, price=price, provider=provider,
                       purchase=purchase, catalog=catalog)

@@ -10,15 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from gpuaudit.api.compose import Report, assemble, open_source
+from gpuaudit.api.compose import Report, assemble, group_keys, open_source
 from gpuaudit.api.fleet import fleet_usage
 from gpuaudit.classify import classify
+from gpuaudit.price.billing.budgets import load_budgets
 from gpuaudit.schema import Recording, SampleSource
 
 if TYPE_CHECKING:
     pass
 
-__all__ = ["BillReport", "bill"]
+__all__ = ["BillReport", "bill", "compare_bills", "load_budgets"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ def bill(
     *,
     telemetry: SampleSource | Recording | pa.Table | str | Path | None = None,
     prometheus: str | None = None,
-    by: Sequence[str] = ("team",),
+    by: str | Sequence[str] | None = ("team",),
     method: str = "allocation",
     fmt: str | None = None,
     cost: str = "billed",
@@ -86,8 +87,8 @@ def bill(
         raise InputError(f"unknown method {method!r}", fix="use --method allocation or usage")
     if cost not in ("billed", "effective", "list"):
         raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
-    names = [k.strip() for k in by if k.strip()] or ["team"]
-    keys = group_key_names(names)
+    # by=None: no grouping (one line per charge); an empty sequence keeps the default, team
+    keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     names = [k[6:] if k.startswith("label:") else k for k in keys]
     opened = open_bill(bill_path, fmt=fmt)
     fine = tuple(dict.fromkeys([*keys, "pod"]))
@@ -163,3 +164,23 @@ def _epoch_text(ts: Any) -> pa.Array:
                      1_000_000_000)
     hour = pc.multiply(pc.divide(pc.add(secs, 1800), 3600), 3600)
     return pc.cast(hour, pa.string())
+
+
+def compare_bills(last: str | Path, this: str | Path) -> dict[str, Any]:
+    """Realised savings: per team and per remediation, what last month's bill report
+    projected and what this month's bill shows (two JSON reports of :func:`bill`, as
+    ``gpuaudit bill --format json`` writes them; :mod:`gpuaudit.price.billing.compare`)."""
+    import json
+
+    from gpuaudit.errors import InputError
+    from gpuaudit.price.billing.compare import compare_reports
+
+    docs = []
+    for p in (Path(last), Path(this)):
+        try:
+            docs.append(json.loads(p.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"cannot read the JSON report: {exc}", where=str(p),
+                             fix="give reports written by gpuaudit bill --format json") from None
+    return compare_reports(docs[0], docs[1], last_name=Path(last).name,
+                           this_name=Path(this).name)

@@ -5,14 +5,15 @@ rates for a usage, and the one assembly of the stages after classification
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 import pyarrow as pa
 
 from gpuaudit.classify import Usage, check_health, diagnose
-from gpuaudit.classify.diagnose import job_diagnoses
+from gpuaudit.classify.diagnose import group_diagnoses, job_diagnoses
 from gpuaudit.price import price_usage, resolve_rates
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding, recommend
@@ -20,10 +21,15 @@ from gpuaudit.result import AuditResult
 from gpuaudit.schema import Recording, SampleSource
 
 if TYPE_CHECKING:
-    pass
+    from gpuaudit.capacity.queue import QueueReport
+    from gpuaudit.capacity.rightsize import Rightsize
+    from gpuaudit.capacity.simulate import Simulation
 
 
-__all__ = ["Report", "assemble", "open_source", "rates_for"]
+#: what a :class:`CapacityReport` holds: the capacity stage's answer
+V = TypeVar("V", "Rightsize", "Simulation", "QueueReport")
+
+__all__ = ["CapacityReport", "Report", "assemble", "group_keys", "open_source", "rates_for"]
 
 
 class Report(AuditResult):
@@ -98,10 +104,69 @@ def assemble(
     """
     finding_list = tuple(findings)
     cost = price_usage(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
-    diagnoses = diagnose(usage.series, usage.patterns)
+    diagnoses = diagnose(usage.series, usage.patterns, usage.onset_lags)
     plan = recommend(usage, cost, diagnoses, finding_list)
     return Report(usage=usage, cost=cost, plan=plan, diagnoses=diagnoses,
                   health=check_health(usage.series), extra=dict(extra or {}),
-                  job_diagnoses=job_diagnoses(usage.series, diagnoses))
+                  job_diagnoses=job_diagnoses(usage.series, diagnoses),
+                  group_diagnoses=group_diagnoses(usage, diagnoses))
 
 
+def group_keys(by: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``by`` as group keys: ``None`` or ``()`` is no grouping, ``"team"`` one key,
+    ``"team,project"`` or ``("team", "project")`` two (each item may itself list keys with
+    commas, as ``--by`` does); blanks are dropped."""
+    if by is None:
+        return ()
+    items = [by] if isinstance(by, str) else list(by)
+    for item in items:
+        if not isinstance(item, str):
+            from gpuaudit.errors import InputError
+
+            raise InputError(f"by: {item!r} is not a group key name",
+                             fix='pass by="team", by="team,project" or by=("team", "project")')
+    return tuple(k.strip() for item in items for k in item.split(",") if k.strip())
+
+
+def plan_dict(report: Report, findings: Sequence[Finding]) -> dict[str, Any]:
+    """The ``plan`` of a capacity document: the audit's recommendations and combined savings
+    with the capacity findings in, and those findings."""
+    d = report.to_dict()
+    return {"recommendations": d["recommendations"], "savings": d["savings"],
+            "findings": [{"signal": f.signal, "value": f.value, "text": f.text}
+                         for f in findings]}
+
+
+@dataclass(frozen=True)
+class CapacityReport(Generic[V]):
+    """What :func:`gpuaudit.rightsize`, :func:`gpuaudit.simulate` (and
+    :meth:`gpuaudit.api.QueueAudit.capacity`) return: the capacity stage's answer
+    (``value``), where the history came from (``source``), the audit with the capacity
+    findings in (``audit``; None with ``plan=False``) and those findings. :meth:`to_dict` is
+    the ``gpuaudit.capacity`` JSON document (docs/json-schema.md)."""
+
+    value: V
+    source: Mapping[str, Any]
+    audit: Report | None = None
+    findings: tuple[Finding, ...] = ()
+    group_keys: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def plan(self) -> dict[str, Any] | None:
+        return None if self.audit is None else plan_dict(self.audit, self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``gpuaudit.capacity`` JSON document as a dict."""
+        from gpuaudit.report.capacity import capacity_dict
+
+        return capacity_dict(self.value, plan=self.plan, source=self.source,
+                             group_keys=self.group_keys)
+
+    def render(self, fmt: str = "terminal") -> str:
+        """The document as ``terminal``, ``markdown``, ``html`` or ``json`` text."""
+        from gpuaudit.report.capacity import render_capacity
+
+        return render_capacity(self.to_dict(), fmt)
+
+    def __str__(self) -> str:
+        return self.render("terminal")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from gpuaudit.api.compose import Report, assemble, rates_for
+from gpuaudit.api.compose import Report, assemble, group_keys, rates_for
 from gpuaudit.classify import Usage, classify
 from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
@@ -55,7 +55,7 @@ def audit_fleet(
     end_s: float | None = None,
     since_s: float = 7 * 86400.0,
     step_s: float | None = None,
-    by: Sequence[str] = ("team",),
+    by: str | Sequence[str] | None = ("team",),
     map_file: str | Path | None = None,
     matchers: Mapping[str, str] | None = None,
     raw: bool = False,
@@ -96,7 +96,8 @@ def audit_fleet(
     start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
     end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
     mapping = load_mapping(map_file) if map_file else None
-    user_keys = group_key_names(list(by) or ["team"])
+    # by=None: no grouping (one fleet-wide line); an empty sequence keeps the default, team
+    user_keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     fine_keys = tuple(dict.fromkeys([*user_keys, "namespace", "pod"]))
     transfer: dict[str, Any] = {}
     util_window: dict[str, float | None] = {}
@@ -144,7 +145,7 @@ def fleet_usage(
     end_s: float | None = None,
     since_s: float = 7 * 86400.0,
     step_s: float | None = None,
-    by: Sequence[str] = (),
+    by: str | Sequence[str] | None = (),
     mapping: Any = None,
     matchers: Mapping[str, str] | None = None,
     raw: bool = False,
@@ -178,7 +179,7 @@ def fleet_usage(
     step_s = None if step_s is None else FLEET_STEP_S.check(step_s, "step_s")
     start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
     end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
-    fine_keys = tuple(by)
+    fine_keys = group_keys(by)
     daily: pa.Table | None = None
     client = PromClient(prometheus, **dict(client_kwargs or {}))
     try:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from dataclasses import replace as dc_replace
 from typing import TYPE_CHECKING, Any
 
-from gpuaudit.api.compose import Report, assemble
+from gpuaudit.api.compose import CapacityReport, Report, assemble
 from gpuaudit.api.fleet import audit_fleet
 from gpuaudit.recommend import Finding
 
@@ -25,6 +25,19 @@ class QueueAudit:
     queue: QueueReport
     report: Report | None
     findings: tuple[Finding, ...]
+    #: where the waits came from, as the capacity document's ``source`` names it
+    source: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def capacity(self) -> CapacityReport[QueueReport]:
+        """The waits as the ``gpuaudit.capacity`` document ``gpuaudit queue`` renders."""
+        return CapacityReport(self.queue, self.source, self.report, self.findings)
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.capacity.to_dict()
+
+    def render(self, fmt: str = "terminal") -> str:
+        return self.capacity.render(fmt)
 
 
 def audit_queue(
@@ -43,37 +56,36 @@ def audit_queue(
     finding in: the GPU-hours idle and held by no pod while GPU pods waited, priced at each
     model's rate as a share of the audit's observed cost. The recommender counts it in the
     idle group, capped by the idle cost the audit measured."""
-    from gpuaudit.capacity.queue import idle_while_waiting_usd, queue_waits
+    from gpuaudit.capacity.queue import (
+        idle_while_waiting_sentence,
+        idle_while_waiting_usd,
+        queue_waits,
+    )
     from gpuaudit.measure.fleet.prometheus import PromClient
     from gpuaudit.recommend.rules import QUEUE_SIGNAL
-    from gpuaudit.units import duration
 
+    src = {"prometheus": prometheus}
     with PromClient(prometheus, **dict(client_kwargs or {})) as client:
         q = queue_waits(client, start_s=start_s, end_s=end_s, step_s=step_s,
                         namespaces=namespaces)
     if not plan:
-        return QueueAudit(q, None, ())
+        return QueueAudit(q, None, (), src)
     if not q.saw_dcgm:
         return QueueAudit(dc_replace(q, notes=(
             *q.notes, "no recommendations: no GPU was idle in the range (or no dcgm-exporter "
             "series), so there is no scheduling finding; gpuaudit fleet audits the rest")),
-            None, ())
+            None, (), src)
     base = audit_fleet(prometheus=prometheus, start_s=start_s, end_s=end_s, by=("namespace",),
                        client_kwargs=client_kwargs, pricing=pricing, advice_groups=0)
     usd = idle_while_waiting_usd(q, base.cost.rates)
     observed = base.cost.total.observed_cost
     if usd <= 0 or observed <= 0:
-        return QueueAudit(q, base, ())
-    p95 = max((n.p95_s for n in q.namespaces if n.waits), default=0.0)
-    finding = Finding(
-        QUEUE_SIGNAL, float(usd / observed),
-        f"queue: {q.idle_unheld_while_waiting_gpu_hours:.1f} GPU-hours idle and held by no pod "
-        f"while GPU pods waited ({q.total_waits} waits, longest p95 {duration(p95)}): "
-        f"${usd:.2f} of ${observed:.2f} observed",
-        source="capacity")
+        return QueueAudit(q, base, (), src)
+    finding = Finding(QUEUE_SIGNAL, float(usd / observed),
+                      idle_while_waiting_sentence(q, usd, observed), source="capacity")
     pricing = dict(pricing or {})
     return QueueAudit(q, assemble(base.usage, base.cost.rates, counts=pricing.get("counts"),
                                   energy_usd_per_kwh=pricing.get("energy_usd_per_kwh"),
-                                  findings=(finding,), extra=base.extra), (finding,))
+                                  findings=(finding,), extra=base.extra), (finding,), src)
 
 

@@ -220,3 +220,14 @@ def idle_while_waiting_usd(report: QueueReport, rates: Mapping[str | None, Rate]
                 "the range")
         total += Decimal(str(hours)) * rate.usd_per_gpu_hour
     return total
+
+
+def idle_while_waiting_sentence(report: QueueReport, usd: Decimal, observed_usd: Decimal) -> str:
+    """The scheduling finding's sentence: the GPU-hours idle and held by no pod while GPU pods
+    waited, costing ``usd`` of the ``observed_usd`` the fleet audit of the range measured."""
+    from gpuaudit.units import duration
+
+    p95 = max((n.p95_s for n in report.namespaces if n.waits), default=0.0)
+    return (f"queue: {report.idle_unheld_while_waiting_gpu_hours:.1f} GPU-hours idle and held "
+            f"by no pod while GPU pods waited ({report.total_waits} waits, longest p95 "
+            f"{duration(p95)}): ${usd:.2f} of ${observed_usd:.2f} observed")

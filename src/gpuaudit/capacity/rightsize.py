@@ -200,6 +200,24 @@ class Rightsize:
         fit = [c for c in self.candidates if c.fits and c.purchase == "owned"]
         return min(fit, key=lambda c: (c.usd_per_hour, c.gpu_model), default=None)
 
+    def saving(self) -> tuple[float, str] | None:
+        """(share of today's hourly cost saved, the sentence saying it) for the recommender's
+        ``capacity_right_size_share`` finding: the cheapest fit bought the same way at the same
+        provider (:meth:`best_for`), or None when nothing fits for less."""
+        rate = self.current_rate
+        best = self.best_for(rate.purchase, rate.provider)
+        now = self.current_usd_per_hour
+        if best is None or now <= 0 or best.usd_per_hour >= now:
+            return None
+        share = float(Decimal(1) - best.usd_per_hour / now)
+        return share, (
+            f"rightsize: {best.gpus} x {best.gpu_model} ({best.provider} {best.purchase}, "
+            f"${best.usd_per_gpu_hour:.2f}/GPU-h, {best.basis}) meets the measured need for "
+            f"${best.usd_per_hour:.2f}/h vs ${now:.2f}/h now"
+            + ("" if best.sla_holds_if_p99_now_ms is None else
+               f"; the p99 SLA holds if today's p99 is <= {best.sla_holds_if_p99_now_ms:.0f} ms "
+               "(not measured)"))
+
 
 def _offers(user: Sequence[CatalogEntry], purchases: Sequence[str]
             ) -> list[tuple[GpuSpec, Rate]]:

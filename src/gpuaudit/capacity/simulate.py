@@ -108,6 +108,19 @@ class Simulation:
               and r.monthly_saved_usd > 0]
         return max(ok, key=lambda r: r.monthly_saved_usd, default=None)
 
+    def saving(self) -> tuple[float, str] | None:
+        """(share of today's monthly cost saved, the sentence saying it) for the recommender's
+        ``capacity_consolidation_share`` finding, from :meth:`best`; None when no policy saves."""
+        best = self.best()
+        if best is None or best.monthly_today_usd <= 0:
+            return None
+        share = float(best.monthly_saved_usd / best.monthly_today_usd)
+        return share, (
+            f"simulate ({best.policy}): {best.gpus_today} GPUs -> {best.gpus_needed} "
+            f"{self.target_model} (lower bound {best.lower_bound}), contention "
+            f"{best.contention_step_share:.1%} of GPU-steps, replayed over "
+            f"{self.steps} steps of {self.step_s:g} s")
+
 
 def _demand(p: Profiles, rows: np.ndarray, use_sm: bool, scale: np.ndarray) -> np.ndarray:
     """(len(rows), T) demand as a fraction of one target GPU; unobserved steps are 0."""

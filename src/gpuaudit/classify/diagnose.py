@@ -24,8 +24,9 @@ The tree, first match is the GPU's top diagnosis (docs/diagnosis.md draws it):
    show as busy time with idle SMs, never as idle time;
 3. ``host_bound`` (host transfer): PCIe busy while SMs wait (CPU / NVMe offload traffic,
    unpinned copies);
-4. ``host_compute``: idle gaps at a steady cadence with a quiet link: the host computes
-   between steps (a CPU optimizer step, offloaded parameters updated on the CPU);
+4. ``host_compute``: idle gaps at a steady cadence with a quiet link, or (gaps too few to
+   show a cadence) the host's CPUs busy in the GPU's idle seconds: the host computes between
+   steps (a CPU optimizer step, offloaded parameters updated on the CPU);
 5. ``input_bound``: bursty (short idle gaps between busy runs) or a power sawtooth, with
    gaps that scatter (an input pipeline's waits vary batch to batch);
 5. with SM activity: ``small_kernels`` (busy but SMs mostly empty), ``memory_bound`` (DRAM
@@ -34,8 +35,11 @@ The tree, first match is the GPU's top diagnosis (docs/diagnosis.md draws it):
    or small batches);
 6. without SM activity: ``compute_bound`` when utilization is high, else ``undetermined``.
 
-``straggler`` (a job whose GPUs wait for one busier peer) overrides the top diagnosis of
-every GPU of that job: the cause is the straggler, not each GPU's own shape.
+``straggler`` (a job whose GPUs wait for one peer: far busier than them, or starting its
+steps after theirs, :mod:`gpuaudit.classify.lag`) overrides the top diagnosis of every GPU
+of that job: the cause is the straggler, not each GPU's own shape. The host's CPU
+(``host_cpu_util_pct``, over the GPU's idle seconds) is named in the evidence where recorded.
+:func:`group_diagnoses` gives each ``--by`` group the cause holding most of its GPU time.
 """
 
 from __future__ import annotations
@@ -45,11 +49,12 @@ from dataclasses import dataclass, replace
 from statistics import median
 
 from gpuaudit.classify.patterns import job_key
-from gpuaudit.classify.usage import Pattern, RunPhase, SeriesSignals
+from gpuaudit.classify.usage import OnsetLag, Pattern, RunPhase, SeriesSignals, Usage
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
-__all__ = ["FIXES", "KINDS", "Diagnosis", "JobDiagnosis", "diagnose", "job_diagnoses"]
+__all__ = ["FIXES", "KINDS", "Diagnosis", "GroupDiagnosis", "JobDiagnosis", "cpu_signal",
+           "diagnose", "group_diagnoses", "job_diagnoses"]
 
 #: PCIe traffic (TX + RX mean over the stretch's idle time where it idles at least 10% of it,
 #: else over the whole stretch) at or above this share of the link's per-direction bandwidth,
@@ -101,6 +106,33 @@ MIN_GAPS = 8
 #: ... and a median gap of at least this many sample intervals: a gap of one or two samples
 #: cannot show its spread (1 Hz sampling quantises a 0.5-1.5 s wait to one sample).
 MIN_GAP_INTERVALS = 3.0
+
+#: The host's CPUs (all cores, percent) at or above this in the seconds the GPU idles: the
+#: host is computing while the GPU waits (a CPU optimizer step, offloaded updates, or a
+#: CPU-bound input pipeline). A training host's CPUs idle between steps sit well under half
+#: busy (the DataLoader workers and the launch thread); 80% means most cores are at work.
+HOST_CPU_BUSY_PCT = 80.0
+#: ... and at least this many points less busy while the GPU computes: the host and the GPU
+#: take turns (a synchronous host step). A CPU-bound input pipeline's workers prefetch the
+#: whole time, so its CPUs stay busy while the GPU computes too.
+HOST_CPU_TURN_PTS = 30.0
+#: Small work (MIG, MPS, time-slicing, a smaller GPU): peak memory at most this share of the
+#: framebuffer: half leaves room for a second job of the same size on the GPU, and at least
+#: one MIG profile (the 3g/4g slices of half the memory) holds it.
+SMALL_MEM_SHARE = 0.5
+#: ... and SM activity under this: a job that keeps 70% or more of the SMs busy leaves under
+#: 30% of the GPU to share, less than contention costs (time-slicing runs ~24% slower than
+#: MIG under load: NVIDIA's MIG vs time-slicing benchmark, remediations.toml).
+SMALL_SM_ACTIVE = 0.7
+
+#: Straggler by time lag: a GPU whose busy onsets come at least this many sample intervals
+#: and this share of its step period after its peers' (median over steps), ...
+LAG_MIN_INTERVALS = 2.0
+LAG_MIN_PERIOD_SHARE = 0.05
+#: ... late at this share of the steps at least, over at least this many steps, while its
+#: peers' own median lag stays under half of its: one GPU starts late, step after step.
+LAG_LATE_SHARE = 0.7
+LAG_MIN_STEPS = 8
 
 #: The causes, in the order the tree tries them.
 KINDS: tuple[str, ...] = (
@@ -167,6 +199,21 @@ class _View:
     gap_median_s: float | None = None
     gap_dispersion: float | None = None
     interval_s: float = 1.0
+    #: the host's CPUs over the GPU's idle seconds, and over all its seconds (percent)
+    cpu_idle_pct: float | None = None
+    cpu_pct: float | None = None
+    cpu_busy_pct: float | None = None
+
+
+def cpu_signal(s: SeriesSignals, name: str) -> float | None:
+    """A host-CPU signal of a GPU (``host_cpu_util_pct``, ``proc_cpu_util_pct``,
+    ``host_cpu_util_pct_while_idle``: percent of all cores, time-weighted), None where the
+    recording has no CPU columns (a source that cannot measure the host: never a fake 0)."""
+    for attr in (f"mean_{name}", name):
+        v = getattr(s, attr, None)
+        if isinstance(v, (int, float)):
+            return float(v)
+    return None
 
 
 def _spec(model: str | None) -> GpuSpec | None:
@@ -191,7 +238,10 @@ def _whole_view(s: SeriesSignals) -> _View:
         nvlink_busy=s.mean_nvlink_busy_bytes_per_s, mem_mib=s.mem_used_max_mib, power_cv=cv,
         gaps=s.idle_gaps, gap_median_s=s.idle_gap_median_s,
         gap_dispersion=s.idle_gap_dispersion,
-        interval_s=s.observed_s / s.samples if s.samples else 1.0)
+        interval_s=s.observed_s / s.samples if s.samples else 1.0,
+        cpu_idle_pct=cpu_signal(s, "host_cpu_util_pct_while_idle"),
+        cpu_pct=cpu_signal(s, "host_cpu_util_pct"),
+        cpu_busy_pct=cpu_signal(s, "host_cpu_util_pct_while_busy"))
 
 
 def _phase_view(p: RunPhase, whole: _View) -> _View:
@@ -205,7 +255,8 @@ def _phase_view(p: RunPhase, whole: _View) -> _View:
         mem_mib=p.signal("mem_used_mib") if p.signal("mem_used_mib") is not None
         else whole.mem_mib, power_cv=whole.power_cv, gaps=whole.gaps,
         gap_median_s=whole.gap_median_s, gap_dispersion=whole.gap_dispersion,
-        interval_s=whole.interval_s)
+        interval_s=whole.interval_s, cpu_idle_pct=whole.cpu_idle_pct, cpu_pct=whole.cpu_pct,
+        cpu_busy_pct=whole.cpu_busy_pct)
 
 
 def _pct(x: float) -> str:
@@ -245,7 +296,10 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                       ("pcie_idle_bytes_per_s", v.pcie_idle),
                       ("pcie_link_share", pcie_share), ("nvlink_bytes_per_s", v.nvlink),
                       ("nvlink_busy_bytes_per_s", v.nvlink_busy),
-                      ("nvlink_link_share", nv_share), ("mem_used_mib", v.mem_mib)):
+                      ("nvlink_link_share", nv_share), ("mem_used_mib", v.mem_mib),
+                      ("host_cpu_util_pct_while_idle", v.cpu_idle_pct),
+                      ("host_cpu_util_pct_while_busy", v.cpu_busy_pct),
+                      ("host_cpu_util_pct", v.cpu_pct)):
         if val is not None:
             nums.append((name, round(val, 4)))
     numbers = tuple(nums)
@@ -263,6 +317,15 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
         return Diagnosis(uuid, kind, evidence, phase=v.phase, fixes=fixes, numbers=numbers,
                          decides=decides)
 
+    cpu_busy = v.cpu_idle_pct is not None and v.cpu_idle_pct >= HOST_CPU_BUSY_PCT
+    # the host computes in turns with the GPU: busy while it idles, resting while it computes
+    cpu_turns = (cpu_busy and v.cpu_busy_pct is not None and v.cpu_idle_pct is not None
+                 and v.cpu_idle_pct - v.cpu_busy_pct >= HOST_CPU_TURN_PTS)
+    cpu_txt = (f"; GPU idle {v.idle_share:.0%} while the host's CPUs are "
+               f"{v.cpu_idle_pct:.0f}% busy in the same seconds"
+               + (f" ({v.cpu_busy_pct:.0f}% while it computes)"
+                  if v.cpu_busy_pct is not None else "")
+               if v.cpu_idle_pct is not None else "")
     host_txt = ("the host is feeding it (PCIe busy while SMs wait): CPU / NVMe offload or "
                 "input pipeline")
     if v.idle_share >= IDLE_SHARE:
@@ -304,7 +367,7 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
                  "cross PCIe")
     if host_busy and waiting and pcie is not None:
         return d("host_bound", f"{held_txt}{_link(pcie, host_bps, 'PCIe')}{pcie_when or ' sustained'} while "
-                 f"{sm_txt}: {host_txt}")
+                 f"{sm_txt}{cpu_txt}: {host_txt}")
     gaps_txt = ""
     resolved = (v.gaps >= MIN_GAPS and v.gap_median_s is not None
                 and v.gap_dispersion is not None
@@ -313,12 +376,17 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
         assert v.gap_median_s is not None and v.gap_dispersion is not None
         gaps_txt = (f"{v.gaps} idle gaps, median {v.gap_median_s:.1f} s, dispersion "
                     f"{v.gap_dispersion:.2f}")
-    if v.idle_share >= 0.1 and resolved and v.gap_dispersion is not None \
-            and v.gap_dispersion <= REGULAR_GAP_DISPERSION:
+    regular = resolved and v.gap_dispersion is not None \
+        and v.gap_dispersion <= REGULAR_GAP_DISPERSION
+    scattered = resolved and not regular
+    if v.idle_share >= 0.1 and (regular or (cpu_turns and not scattered)):
         link = (f"{_link(pcie, host_bps, 'PCIe')}{pcie_when}: the link is quiet"
                 if pcie is not None else "PCIe not measured")
-        return d("host_compute", f"idle {v.idle_share:.0%} in {gaps_txt} (a steady cadence) "
-                 f"while {sm_txt}; {link}: the host computes between steps (a CPU optimizer "
+        cadence = f"in {gaps_txt} (a steady cadence)" if regular else \
+            ("(gaps too few or too short to show their cadence; the host's CPUs busy while "
+             "it idles and resting while it computes: the two take turns)")
+        return d("host_compute", f"idle {v.idle_share:.0%} {cadence} while {sm_txt}; "
+                 f"{link}{cpu_txt}: the host computes between steps (a CPU optimizer "
                  "step, offloaded parameters updated on the CPU), not an input pipeline, "
                  "whose waits vary",
                  decides=None if pcie is not None else
@@ -332,6 +400,9 @@ def _judge(uuid: str, v: _View, spec: GpuSpec | None, pattern: Pattern | None,
             else f"power sawtooth (spread {v.power_cv:.0%} of its mean)"
         if gaps_txt:
             why += f"; {gaps_txt}: the waits scatter"
+        if cpu_txt:
+            why += cpu_txt + (" (CPU-bound workers: more workers will not help, DALI moves "
+                              "the decode to the GPU)" if cpu_busy and not cpu_turns else "")
         if pcie is not None:
             why += f"; {_link(pcie, host_bps, 'PCIe')}{pcie_when}"
         return d("input_bound", f"{why}: the input pipeline starves it between batches")
@@ -371,10 +442,11 @@ def _job(s: SeriesSignals) -> tuple[str, tuple[str, ...]]:
     return (s.host, s.pods)
 
 
-def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern]
-             ) -> tuple[Diagnosis, ...]:
+def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern],
+             lags: Sequence[OnsetLag] = ()) -> tuple[Diagnosis, ...]:
     """The top diagnosis of each GPU (on its steady stretch), then its warm-up and cool-down
-    judged apart where they differ, then the stragglers' effect on their jobs."""
+    judged apart where they differ, then the stragglers' effect on their jobs: by busyness,
+    and by time lag where ``lags`` (:mod:`gpuaudit.classify.lag`) are known."""
     by_uuid = {p.gpu_uuid: p for p in patterns}
     sizes: dict[tuple[str, tuple[str, ...]], int] = {}
     for s in series:
@@ -399,7 +471,10 @@ def diagnose(series: Sequence[SeriesSignals], patterns: Sequence[Pattern]
                 e = _judge(s.gpu_uuid, _phase_view(p, whole), spec, None, multi)
                 if e.kind != tops[s.gpu_uuid].kind:
                     extra.append(e)
-    for st in _stragglers(series, tops):
+    found = _stragglers(series, tops)
+    named = {d.gpu_uuid for d in found}
+    found += [d for d in _lag_stragglers(series, lags) if d.gpu_uuid not in named]
+    for st in found:
         tops[st.gpu_uuid] = replace(st, top=True, phase=tops[st.gpu_uuid].phase)
     return (*(tops[s.gpu_uuid] for s in series if s.gpu_uuid in tops), *extra)
 
@@ -440,6 +515,105 @@ def _stragglers(series: Sequence[SeriesSignals], tops: dict[str, Diagnosis]
                         numbers=(("util_pct", round(pu, 1)), ("straggler_util_pct", round(u, 1)))))
             break
     return out
+
+
+def _lag_stragglers(series: Sequence[SeriesSignals], lags: Sequence[OnsetLag]
+                    ) -> list[Diagnosis]:
+    """A GPU whose busy onsets come after its peers' step after step holds them up: it and
+    its peers get ``straggler`` (the fix is on the late one)."""
+    interval = {s.gpu_uuid: s.observed_s / s.samples if s.samples else 1.0 for s in series}
+    by_job: dict[str, list[OnsetLag]] = {}
+    for lg in lags:
+        by_job.setdefault(lg.job, []).append(lg)
+    out: list[Diagnosis] = []
+    for members in by_job.values():
+        for m in sorted(members, key=lambda x: -x.median_lag_s):
+            bound = max(LAG_MIN_INTERVALS * interval.get(m.gpu_uuid, 1.0),
+                        LAG_MIN_PERIOD_SHARE * m.period_s)
+            peers = [p for p in members if p.gpu_uuid != m.gpu_uuid]
+            if (m.steps < LAG_MIN_STEPS or m.median_lag_s < bound
+                    or m.late_share < LAG_LATE_SHARE
+                    or any(p.median_lag_s >= m.median_lag_s / 2 for p in peers)):
+                continue
+            nums = (("median_lag_s", round(m.median_lag_s, 3)), ("steps", float(m.steps)),
+                    ("late_share", round(m.late_share, 3)), ("period_s", round(m.period_s, 3)))
+            out.append(Diagnosis(
+                m.gpu_uuid, "straggler",
+                f"its busy onsets come {m.median_lag_s:.2f} s after its {len(peers)} peers' "
+                f"(median over {m.steps} steps of {m.period_s:.2f} s; late at "
+                f"{m.late_share:.0%} of them): the job waits for it at every synchronisation "
+                "(check its input shard and loader, its clocks and throttling, its node)",
+                fixes=FIXES["straggler"], numbers=nums))
+            for p in peers:
+                out.append(Diagnosis(
+                    p.gpu_uuid, "straggler",
+                    f"starts its steps {m.median_lag_s:.2f} s before straggler {m.gpu_uuid} "
+                    f"(median over {m.steps} steps) and waits for it at each synchronisation",
+                    fixes=FIXES["straggler"],
+                    numbers=(("median_lag_s", round(p.median_lag_s, 3)),
+                             ("straggler_lag_s", round(m.median_lag_s, 3)))))
+            break
+    return out
+
+
+@dataclass(frozen=True)
+class GroupDiagnosis:
+    """A ``--by`` group's cause: the top diagnosis holding most of the group's GPU time,
+    its share of that time, the GPUs the group ran on, and its fixes."""
+
+    key: tuple[str | None, ...]
+    kind: str
+    share: float
+    gpu_uuids: tuple[str, ...]
+    evidence: str
+    fixes: tuple[str, ...]
+
+
+def group_diagnoses(usage: Usage, diagnoses: Sequence[Diagnosis]
+                    ) -> tuple[GroupDiagnosis, ...]:
+    """Per ``--by`` group (``usage.by``): each GPU's top diagnosis weighted by the seconds
+    the group held it; the kind with the most seconds is the group's (ties: the earlier in
+    :data:`KINDS`)."""
+    if not usage.by or usage.cells.num_rows == 0:
+        return ()
+    tops = {d.gpu_uuid: d for d in diagnoses if d.top}
+    out = []
+    for key, per_gpu in _group_seconds(usage).items():
+        weights: dict[str, float] = {}
+        for uuid, secs in per_gpu.items():
+            d = tops.get(uuid)
+            if d is not None:
+                weights[d.kind] = weights.get(d.kind, 0.0) + secs
+        total = sum(weights.values())
+        if total <= 0:
+            continue
+        best = max(KINDS, key=lambda k: (weights.get(k, 0.0), -KINDS.index(k)))
+        share = weights[best] / total
+        ex = next(tops[u] for u in per_gpu if u in tops and tops[u].kind == best)
+        others = sorted(k for k in weights if k != best)
+        ev = (f"{share:.0%} of the group's GPU time on GPUs {best.replace('_', ' ')}"
+              + (f" (also: {', '.join(others)})" if others else "")
+              + f"; e.g. {ex.gpu_uuid}: {ex.evidence}")
+        out.append(GroupDiagnosis(key=key, kind=best, share=round(share, 4),
+                                  gpu_uuids=tuple(per_gpu), evidence=ev, fixes=ex.fixes))
+    return tuple(out)
+
+
+def _group_seconds(usage: Usage) -> dict[tuple[str | None, ...], dict[str, float]]:
+    """Observed seconds per group and GPU, from the usage cells."""
+    keys = [*usage.by, "gpu_uuid"]
+    phases = ("idle_s", "underutilized_s", "productive_s", "compute_bound_s")
+    agg = usage.cells.group_by(keys, use_threads=False).aggregate(
+        [(p, "sum") for p in phases])
+    cols = [agg.column(k).to_pylist() for k in usage.by]
+    uuids = agg.column("gpu_uuid").to_pylist()
+    secs = [sum(v or 0.0 for v in row) for row in zip(
+        *(agg.column(f"{p}_sum").to_pylist() for p in phases))]
+    out: dict[tuple[str | None, ...], dict[str, float]] = {}
+    for i, uuid in enumerate(uuids):
+        key = tuple(None if c[i] is None else str(c[i]) for c in cols)
+        out.setdefault(key, {})[str(uuid)] = float(secs[i] or 0.0)
+    return dict(sorted(out.items(), key=lambda kv: tuple(x or "" for x in kv[0])))
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit._heap import keep_freed_memory
+from gpuaudit.classify.lag import busy_onsets, onset_lags
 from gpuaudit.classify.parallel import (
     MIN_ROWS_PER_WORKER,
     BoundaryOrderError,
     available_cpus,
     classify_ranges,
 )
-from gpuaudit.classify.patterns import detect_patterns, job_patterns
+from gpuaudit.classify.patterns import detect_patterns, job_key, job_patterns
 from gpuaudit.classify.phases import (
     _LARGE_ROWS,
     _NS,
@@ -37,7 +38,7 @@ from gpuaudit.classify.phases import (
     unmatched_group_notes,
 )
 from gpuaudit.classify.timeline import Grid, timeline_for, timeline_grid
-from gpuaudit.classify.usage import Usage
+from gpuaudit.classify.usage import OnsetLag, SeriesSignals, Usage
 from gpuaudit.errors import SampleTableError
 from gpuaudit.schema import Recording, SampleSource
 from gpuaudit.validate import CAP_INTERVALS, INTERVAL_S, WORKERS
@@ -147,7 +148,23 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
         # the run's phases (warm-up, steady, cool-down) are judged on the timeline
         usage = replace(usage, patterns=detect_patterns(series, usage.interval_s,
                                                         usage.timeline))
-    return replace(usage, job_patterns=job_patterns(series, usage.patterns))
+    usage = replace(usage, job_patterns=job_patterns(series, usage.patterns))
+    if timeline and (isinstance(samples, Recording) or getattr(samples, "rereadable", False)):
+        usage = replace(usage, onset_lags=_lags(samples, series))
+    return usage
+
+
+def _lags(samples: SampleSource | Recording, series: Sequence[SeriesSignals]
+          ) -> tuple[OnsetLag, ...]:
+    """The busy-onset lags of the GPUs in jobs of two or more (one more pass, three
+    columns), for stragglers by time lag (classify.lag)."""
+    jobs: dict[str, list[str]] = {}
+    for s in series:
+        jobs.setdefault(job_key(s), []).append(s.gpu_uuid)
+    jobs = {k: v for k, v in jobs.items() if len(v) >= 2}
+    if not jobs:
+        return ()
+    return onset_lags(busy_onsets(samples, [u for v in jobs.values() for u in v]), jobs)
 
 
 def _grid_up_front(samples: SampleSource | Recording, interval_s: float | None) -> Grid | None:

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gpuaudit.classify.usage import JobPattern, Pattern, RunPhase, SeriesSignals
+from gpuaudit.classify.usage import CPU_FIELDS, JobPattern, Pattern, RunPhase, SeriesSignals
 
 if TYPE_CHECKING:
     from gpuaudit.classify.timeline import Timeline
@@ -173,7 +173,10 @@ def _stretch(name: str, tl: Timeline, row: int, lo: int, hi: int) -> RunPhase:
     mean_u = float(np.sum(util[seen] * obs[seen]) / total) if total > 0 else None
     signals: dict[str, float] = {}
     # a bucket's mean of a signal read over idle (busy) time only weighs by that time
-    weight = {"pcie_idle_bytes_per_s": ph[:, 0], "nvlink_busy_bytes_per_s": ph[:, 1:].sum(axis=1)}
+    busy = ph[:, 1:].sum(axis=1)
+    weight = {"pcie_idle_bytes_per_s": ph[:, 0], "nvlink_busy_bytes_per_s": busy,
+              "host_cpu_util_pct_while_idle": ph[:, 0], "host_cpu_util_pct_while_busy": busy,
+              "proc_cpu_util_pct_while_idle": ph[:, 0], "proc_cpu_util_pct_while_busy": busy}
     for key, arr in tl.signals.items():
         v = arr[row, lo:hi]
         wk = weight.get(key, obs)
@@ -217,11 +220,22 @@ def _steady_view(s: SeriesSignals, tl: Timeline, row: int, a: int, b: int,
         longest = max(longest, run)
     max_run = min(s.max_idle_run_s, (longest + 2) * tl.bucket_s) if edges else s.max_idle_run_s
     idle_s = float(ph[:, 0].sum())
-    return replace(
+    view = replace(
         s, observed_s=obs, mean_util_pct=st.mean_util_pct, std_util_pct=std,
         idle_s=idle_s, busy_high_s=float(ph[:, 2:].sum()),
         idle_runs=max(0 if idle_s <= 0 else 1, s.idle_runs - idle_edges),
         max_idle_run_s=max_run,
+    )
+    if all(getattr(s, f) is None for f in CPU_FIELDS):
+        return view
+    cpu = st.signals.get  # the CPU over the steady stretch (bucket means; None: no reading)
+    return replace(
+        view, host_cpu_util_pct=cpu("host_cpu_util_pct"),
+        host_cpu_util_pct_while_idle=cpu("host_cpu_util_pct_while_idle"),
+        host_cpu_util_pct_while_busy=cpu("host_cpu_util_pct_while_busy"),
+        proc_cpu_util_pct=cpu("proc_cpu_util_pct"),
+        proc_cpu_util_pct_while_idle=cpu("proc_cpu_util_pct_while_idle"),
+        proc_cpu_util_pct_while_busy=cpu("proc_cpu_util_pct_while_busy"),
     )
 
 

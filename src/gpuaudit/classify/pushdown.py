@@ -36,7 +36,7 @@ from gpuaudit.classify.pushdown_queries import (
 )
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
 from gpuaudit.errors import InputError
-from gpuaudit.promql import duration, regex_of, selector, time_chunks, with_matcher
+from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
 
 __all__ = ["PushdownData", "QueryClient", "pull_aggregates", "usage_from_pushdown"]
@@ -114,6 +114,8 @@ def pull_aggregates(
     probes = [client.label_names(m, float(start_s), float(end_s))
               for m in (_SM + sel, _GR + mig_sel)]
     has_sm, has_mig = bool(probes[0]), bool(probes[1])
+    # node_exporter beside dcgm-exporter: the hosts' CPU per GPU (an index lookup)
+    has_cpu = bool(client.label_names(NODE_CPU, float(start_s), float(end_s)))
     families = ["util", "mig"] if has_mig else ["util"]
     data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, values={},
                         origin=f"Prometheus {client.url} (PromQL pushdown, step {step_s:g} s)",
@@ -123,7 +125,7 @@ def pull_aggregates(
     for i, (a, b) in enumerate(chunks):
         for fam in families:
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
-                               signals=fam == "util")
+                               signals=fam == "util", has_cpu=has_cpu and fam == "util")
             jobs += [(i, name, expr) for name, expr in qs.items()
                      if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)]
     # fleet mean utilization over the last hour and day: raw sums, run with the rest
@@ -502,6 +504,9 @@ def _signals(uuid: str, sid: SeriesId, g: Mapping[str, Any], step_s: float) -> S
         mean_pcie_bytes_per_s=None if pcie[0] is None and pcie[1] is None else
         (pcie[0] or 0.0) + (pcie[1] or 0.0),
         mean_power_w=p_mean, std_power_w=p_std,
+        host_cpu_util_pct=mean("host_cpu"),
+        host_cpu_util_pct_while_idle=mean("host_cpu_idle"),
+        host_cpu_util_pct_while_busy=mean("host_cpu_busy"),
         max_temp_c=m("temp_c"), mem_used_max_mib=m("mem_used_mib"),
         mem_total_mib=m("mem_total_mib"),
         energy_j=energy / 1000.0 if energy is not None else None,

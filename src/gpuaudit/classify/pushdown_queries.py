@@ -58,9 +58,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from gpuaudit.classify.usage import IDLE_BELOW_PCT as IDLE_PCT
 from gpuaudit.classify.usage import PHASE_LOWER_PCT
 from gpuaudit.errors import InputError
-from gpuaudit.promql import duration, fresh, with_matcher
+from gpuaudit.promql import duration, fresh, node_cpu_pct, with_matcher
 
 __all__ = ["MAX_FIELDS", "MULTI_SAMPLE", "NARROWED", "SECOND_PASS", "build_queries", "decode",
            "needs", "pack_base", "share_query", "straddles", "unpack"]
@@ -211,7 +212,8 @@ def _phase_view(metric: str, point: str, compared: str, *, r: str, r2: str, s: s
 
 
 def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
-                  family: str = "util", signals: bool = True) -> dict[str, str]:
+                  family: str = "util", signals: bool = True,
+                  has_cpu: bool = False) -> dict[str, str]:
     """The PromQL of one chunk: name -> expression, evaluated at the chunk's last step.
 
     ``sel`` is a matcher list (``{namespace="x"}``, already escaped; see
@@ -239,6 +241,13 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     - the spread and every other signal from raw range functions.
     The share weight of time-sliced GPUs (:func:`share_query`) matches vectors at every step,
     so it runs only for GPUs whose series overlap.
+
+    ``has_cpu`` (node_exporter's ``node_cpu_seconds_total`` is scraped): the host's CPU busy
+    percent (:func:`gpuaudit.promql.node_cpu_pct` by ``Hostname``) matched to each GPU series
+    at every point where the GPU has a reading, summed and counted over all its points, its
+    idle points (``U < 10``) and its busy points (``U >= 10``): ``sum_host_cpu`` /
+    ``cnt_host_cpu`` and the ``_idle`` / ``_busy`` pairs. A vector match per point, so it
+    costs like the share weight, and only when node_exporter is there.
     """
     s = duration(step_s)
     r = duration(range_s - 0.001)
@@ -307,6 +316,14 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
         q[name] = f"max_over_time({metric}{sel}[{rr}])"
     for name, metric in _DELTAS.items():  # [start - step, end]: chunk deltas add up
         q[name] = f"max_over_time({metric}{sel}[{rr}]) - min_over_time({metric}{sel}[{rr}])"
+    if has_cpu:
+        c = node_cpu_pct(step_s, by_hostname=True)
+        u = point if family != "mig" else f"(100 * {point})"
+        for suffix, when in (("", u), ("_idle", f"({u} < {IDLE_PCT:g})"),
+                             ("_busy", f"({u} >= {IDLE_PCT:g})")):
+            matched = f"({c} * on(Hostname) group_right() ({when} * 0 + 1))[{r}:{s}]"
+            q[f"sum_host_cpu{suffix}"] = f"sum_over_time({matched})"
+            q[f"cnt_host_cpu{suffix}"] = f"count_over_time({matched})"
     fb = [fresh(f"DCGM_FI_DEV_FB_{k}{sel}", step_s) for k in ("FREE", "USED", "RESERVED")]
     q["mem_total_mib"] = (f"max_over_time(({fb[0]} + {fb[1]} + ({fb[2]} or {fb[0]} * 0))"
                           f"[{r}:1h])")

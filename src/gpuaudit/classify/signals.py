@@ -2,7 +2,8 @@
 
 - time-weighted means over the time each field was measured: SM activity and occupancy,
   tensor and DRAM activity, PCIe and NVLink traffic (and PCIe over idle time, NVLink over busy
-  time), power (with its spread);
+  time), power (with its spread), the host's and the workload's CPU busy share (and the
+  host's over this GPU's idle and busy seconds apart: CPU work while the GPU waits);
 - maxima: temperature, memory used and total, the power limit;
 - throttle seconds from the NVML clocks-event reasons (thermal, power cap);
 - point signals that need no time weighting: the energy counter's first and last reading, the
@@ -23,7 +24,7 @@ from gpuaudit.classify.accumulate import Grow, grown
 from gpuaudit.classify.rows import Rows, float_column
 from gpuaudit.classify.usage import IDLE_BELOW_PCT
 
-__all__ = ["MAX_SIGNALS", "MEAN_SIGNALS", "Signals", "signal_columns", "timeline_signals"]
+__all__ = ["CPU_SIGNALS", "MAX_SIGNALS", "MEAN_SIGNALS", "SPLIT_SIGNALS", "Signals", "signal_columns", "timeline_signals"]
 
 # NVML clocks-event reason bits (nvml.h, nvmlClocksEventReason*).
 _THERMAL_BITS = 0x8 | 0x20 | 0x40  # HW slowdown, SW thermal, HW thermal
@@ -42,7 +43,26 @@ MEAN_SIGNALS: dict[str, tuple[str, ...]] = {
     # NVLink over busy time (collectives run as kernels)
     "pcie_idle": (),
     "nvlink_busy": (),
+    # CPU beside the GPU (issue 21): the host's and the workload's process tree, both percent
+    # of all the host's cores; the host's over this GPU's idle (u < 10) and busy seconds apart
+    "host_cpu_util_pct": ("host_cpu_util_pct",),
+    "proc_cpu_util_pct": ("proc_cpu_util_pct",),
+    "host_cpu_util_pct_while_idle": (),
+    "host_cpu_util_pct_while_busy": (),
+    "proc_cpu_util_pct_while_idle": (),
+    "proc_cpu_util_pct_while_busy": (),
 }
+#: derived mean signals: name -> (source signal, True for idle time / False for busy time)
+SPLIT_SIGNALS: dict[str, tuple[str, bool]] = {
+    "pcie_idle": ("pcie", True),
+    "nvlink_busy": ("nvlink", False),
+    "host_cpu_util_pct_while_idle": ("host_cpu_util_pct", True),
+    "host_cpu_util_pct_while_busy": ("host_cpu_util_pct", False),
+    "proc_cpu_util_pct_while_idle": ("proc_cpu_util_pct", True),
+    "proc_cpu_util_pct_while_busy": ("proc_cpu_util_pct", False),
+}
+#: The CPU signals, under the same name on the timeline and in SeriesSignals
+CPU_SIGNALS = tuple(k for k in MEAN_SIGNALS if "cpu" in k)
 #: Per-series maxima
 MAX_SIGNALS = ("temp_c", "mem_used_mib", "mem_total_mib", "power_limit_w")
 
@@ -70,10 +90,11 @@ def signal_columns(batch: pa.RecordBatch, u: np.ndarray) -> Rows:
         if total is not None:
             rows[f"sig_{name}"] = total
     idle = u < IDLE_BELOW_PCT  # NaN (no reading) compares False on both sides
-    if "sig_pcie" in rows:
-        rows["sig_pcie_idle"] = np.where(idle, rows["sig_pcie"], np.nan)
-    if "sig_nvlink" in rows:
-        rows["sig_nvlink_busy"] = np.where(u >= IDLE_BELOW_PCT, rows["sig_nvlink"], np.nan)
+    busy = u >= IDLE_BELOW_PCT
+    for name, (base, while_idle) in SPLIT_SIGNALS.items():
+        if f"sig_{base}" in rows:
+            rows[f"sig_{name}"] = np.where(idle if while_idle else busy, rows[f"sig_{base}"],
+                                           np.nan)
     for name in MAX_SIGNALS:
         x = float_column(batch, name)
         if x is not None:
@@ -97,7 +118,8 @@ def timeline_signals(r: Rows) -> dict[str, np.ndarray]:
     for ours, theirs in (("pcie_bytes_per_s", "sig_pcie"), ("nvlink_bytes_per_s", "sig_nvlink"),
                          ("pcie_idle_bytes_per_s", "sig_pcie_idle"),
                          ("nvlink_busy_bytes_per_s", "sig_nvlink_busy"),
-                         ("power_w", "sig_power"), ("mem_used_mib", "max_mem_used_mib")):
+                         ("power_w", "sig_power"), ("mem_used_mib", "max_mem_used_mib"),
+                         *((n, f"sig_{n}") for n in CPU_SIGNALS)):
         if theirs in r:
             out[ours] = r[theirs]
     return out
@@ -205,6 +227,11 @@ class Signals:
         measured)."""
         t = float(self.sums.data[f"{name}_t"][code])
         return float(self.sums.data[f"{name}_w"][code]) / t if t > 0 else None
+
+    def measured_s(self, name: str, code: int) -> float:
+        """Seconds over which the series' :data:`MEAN_SIGNALS` signal was measured (the
+        weight of its mean: a ``_while_idle`` signal's is the idle seconds with a reading)."""
+        return float(self.sums.data[f"{name}_t"][code])
 
     def std_power_w(self, code: int, mean_w: float | None) -> float | None:
         """The series' time-weighted standard deviation of power, given its mean."""

@@ -56,6 +56,13 @@ SIGNALS: dict[str, tuple[str, ...]] = {
     # derived: PCIe over idle time (u < 10), NVLink over busy time (u >= 10)
     "pcie_idle_bytes_per_s": (),
     "nvlink_busy_bytes_per_s": (),
+    # CPU, percent of all the host's cores; the _while_ ones over idle (busy) time only
+    "host_cpu_util_pct": ("host_cpu_util_pct",),
+    "proc_cpu_util_pct": ("proc_cpu_util_pct",),
+    "host_cpu_util_pct_while_idle": (),
+    "host_cpu_util_pct_while_busy": (),
+    "proc_cpu_util_pct_while_idle": (),
+    "proc_cpu_util_pct_while_busy": (),
 }
 
 class _Acc:
@@ -321,6 +328,12 @@ def _rows(batch: pa.RecordBatch, index: dict[str, int], hosts: list[str]) -> dic
     if "sig_nvlink_bytes_per_s" in out:
         out["sig_nvlink_busy_bytes_per_s"] = np.where(u >= IDLE_BELOW_PCT,
                                                       out["sig_nvlink_bytes_per_s"], np.nan)
+    for base in ("host_cpu_util_pct", "proc_cpu_util_pct"):
+        if f"sig_{base}" in out:
+            out[f"sig_{base}_while_idle"] = np.where(u < IDLE_BELOW_PCT, out[f"sig_{base}"],
+                                                     np.nan)
+            out[f"sig_{base}_while_busy"] = np.where(u >= IDLE_BELOW_PCT, out[f"sig_{base}"],
+                                                     np.nan)
     return out
 
 

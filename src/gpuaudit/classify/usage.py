@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 from gpuaudit.schema import ImportNote
 
 __all__ = [
+    "CPU_FIELDS",
     "HIST_EDGES_PCT",
     "IDLE_BELOW_PCT",
     "PHASES",
@@ -157,6 +158,13 @@ class PhaseTime:
 CELL_VALUE_COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(PhaseTime))
 
 
+#: The CPU fields of :class:`SeriesSignals` (percent of all the host's cores; None: not
+#: measured), in the order reports show them.
+CPU_FIELDS = ("host_cpu_util_pct", "host_cpu_util_pct_while_idle",
+              "host_cpu_util_pct_while_busy", "proc_cpu_util_pct",
+              "proc_cpu_util_pct_while_idle", "proc_cpu_util_pct_while_busy")
+
+
 @dataclass(frozen=True)
 class SeriesSignals:
     """Per-GPU statistics the pattern, diagnosis and health rules read.
@@ -193,6 +201,16 @@ class SeriesSignals:
     #: NVLink TX + RX over busy time only (u >= 10): collectives run as kernels
     mean_nvlink_busy_bytes_per_s: float | None = None
     mean_power_w: float | None = None
+    #: CPU beside the GPU (issue 21), time-weighted means in percent of ALL the host's cores
+    #: (None: not measured): the whole host's busy share, the measured workload's process tree
+    #: (live runs only), and each over this GPU's idle seconds (u < 10) and busy seconds
+    #: (u >= 10) apart: "GPU idle while the host's CPUs are 95% busy in the same seconds"
+    host_cpu_util_pct: float | None = None
+    proc_cpu_util_pct: float | None = None
+    host_cpu_util_pct_while_idle: float | None = None
+    host_cpu_util_pct_while_busy: float | None = None
+    proc_cpu_util_pct_while_idle: float | None = None
+    proc_cpu_util_pct_while_busy: float | None = None
     power_limit_w: float | None = None
     std_power_w: float | None = None
     max_temp_c: float | None = None
@@ -220,6 +238,21 @@ class SeriesSignals:
         if not q or q[2] + q[0] <= 0:
             return None
         return (q[2] - q[0]) / (q[2] + q[0])
+
+
+@dataclass(frozen=True)
+class OnsetLag:
+    """How late one GPU starts its steps behind the other GPUs of its job
+    (:mod:`gpuaudit.classify.lag`): the median over ``steps`` of the median lag (seconds)
+    of its busy onsets behind its peers' nearest ones, the share of steps it started after
+    them, and its step period (the median time between its onsets)."""
+
+    gpu_uuid: str
+    job: str
+    steps: int
+    period_s: float
+    median_lag_s: float
+    late_share: float
 
 
 @dataclass(frozen=True)
@@ -366,6 +399,9 @@ class Usage:
     timeline: Timeline | None = None
     #: one shape per job (see :func:`gpuaudit.classify.patterns.job_patterns`)
     job_patterns: tuple[JobPattern, ...] = ()
+    #: each GPU's busy-onset lag behind its job's peers, where the source could be re-read
+    #: (see :mod:`gpuaudit.classify.lag`); empty for fleet pushdowns and live streams
+    onset_lags: tuple[OnsetLag, ...] = ()
 
     @property
     def wall_s(self) -> float:

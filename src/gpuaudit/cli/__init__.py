@@ -97,9 +97,13 @@ class _LazyGroup(click.Group):
         module_name, attr = target.split(":")
         module = importlib.import_module(f"gpuaudit.cli.{module_name}")
         command: click.Command = getattr(module, attr)
-        if cmd_name in READS_FILES and not any(p.name == "max_input_bytes"
-                                               for p in command.params):
+        names = {p.name for p in command.params}
+        if cmd_name in READS_FILES and "max_input_bytes" not in names:
             command.params.append(_max_input_option())
+        if "quiet" not in names:  # after the command too: gpuaudit report ... -q
+            from gpuaudit.cli.console import common_options
+
+            command.params.extend(common_options())
         return command
 
 
@@ -128,8 +132,17 @@ def _max_input_option() -> click.Option:
                         "to (default 2GiB; also GPUAUDIT_MAX_INPUT_BYTES).")
 
 
+def _root_options(f: Any) -> Any:
+    from gpuaudit.cli.console import common_options
+
+    for opt in common_options():
+        f.__click_params__ = [*getattr(f, "__click_params__", []), opt]
+    return f
+
+
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="gpuaudit")
+@_root_options
 def cli() -> None:
     """Measure where GPU time goes, price the waste, recommend the fixes."""
 
@@ -145,8 +158,10 @@ def main(argv: list[str] | None = None) -> int:
 def run_argv(argv: Sequence[str] | None = None, prog_name: str = "gpuaudit") -> int:
     """Run one command line and return its exit code: every mistake (ours or click's) prints
     ``error: ...`` on stderr and returns 2, never a traceback."""
+    from gpuaudit.cli.console import configure
     from gpuaudit.errors import GpuauditError
 
+    configure(color="auto", verbosity=0)  # each run starts from the defaults
     try:
         rv = cli.main(args=argv, prog_name=prog_name, standalone_mode=False)
         if isinstance(rv, int) and not isinstance(rv, bool):

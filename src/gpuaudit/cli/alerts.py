@@ -58,7 +58,7 @@ def alerts_cmd(output: Path | None, budgets: Path | None, **kw: object) -> None:
 
     loaded = None
     if budgets is not None:
-        from gpuaudit.price.billing.budgets import load_budgets
+        from gpuaudit.api.bill import load_budgets
 
         loaded = load_budgets(budgets)
     text = rules_yaml(AlertThresholds(**kw), budgets=loaded)  # type: ignore[arg-type]

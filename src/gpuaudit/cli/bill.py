@@ -58,17 +58,10 @@ def compare_cmd(last: Path, this: Path, fmt: str, output: Path | None) -> None:
     projected and what this month's bill shows."""
     import json
 
-    from gpuaudit.price.billing.compare import compare_reports
+    from gpuaudit.api.bill import compare_bills
     from gpuaudit.report.bill import render_compare
 
-    docs = []
-    for p in (last, this):
-        try:
-            docs.append(json.loads(p.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise InputError(f"cannot read the JSON report: {exc}", where=str(p),
-                             fix="give reports written by gpuaudit bill --format json") from None
-    cmp = compare_reports(docs[0], docs[1], last_name=last.name, this_name=this.name)
+    cmp = compare_bills(last, this)
     text = json.dumps(cmp, indent=2) + "\n" if fmt == "json" else render_compare(cmp, fmt)
     write_output(text, output, f"{fmt} comparison")
 
@@ -146,14 +139,17 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
             raise InputError(f"cannot read --host-alias {item!r}", fix="write HOST=RESOURCE_ID")
         aliases[h.strip()] = r.strip()
     groups = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
-    result = bill(bill_path, telemetry=telemetry, prometheus=prometheus,
-                  by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
-                  budgets=budgets, map_file=map_file, matchers=_matchers(match),
-                  step_s=step_s, host_aliases=aliases,
-                  catalog=catalog, workers=workers, sql_dir=sql_out,
-                  sql_dialect=dialect, engine=engine,
-                  timeline=timeline if timeline is not None
-                  else out_fmt in ("terminal", "markdown", "html"))
+    from gpuaudit.report.progress import progress
+
+    with progress(f"splitting {bill_path.name} over the measured GPU time"):
+        result = bill(bill_path, telemetry=telemetry, prometheus=prometheus,
+                      by=groups or ("team",), method=method, fmt=in_fmt, cost=cost,
+                      budgets=budgets, map_file=map_file, matchers=_matchers(match),
+                      step_s=step_s, host_aliases=aliases,
+                      catalog=catalog, workers=workers, sql_dir=sql_out,
+                      sql_dialect=dialect, engine=engine,
+                      timeline=timeline if timeline is not None
+                      else out_fmt in ("terminal", "markdown", "html"))
     emit_bill(result, out_fmt, output)
 
 
@@ -186,7 +182,9 @@ def emit_bill(result: Any, fmt: str, output: Path | None) -> None:
         write_showback_parquet(result.showback, output)
         click.echo(f"wrote showback Parquet to {output}", err=True)
         return
-    tty = output is None and sys.stdout.isatty()
+    from gpuaudit.cli.console import use_color
+
+    tty = (output is None or str(output) == "-") and use_color(sys.stdout)
     if fmt in ("terminal", "markdown"):
         text = render_bill(result.extra["bill"], fmt) + "\n" + result.render(
             fmt, width=100, color=tty)

@@ -1,17 +1,14 @@
 """``gpuaudit rightsize``, ``simulate`` and ``queue``: capacity planning on history.
 
-Thin compositions: open the history with the readers gpuaudit already has (files through
-:func:`gpuaudit.api.open_source`, Prometheus through
-:class:`~gpuaudit.measure.fleet.prometheus.PrometheusSource`), build profiles, run the capacity
-stage, hand its answer to the recommender as a finding (through :func:`gpuaudit.api.audit`),
-render the ``gpuaudit.capacity`` document (docs/planning.md, docs/json-schema.md).
+The compositions are :func:`gpuaudit.api.rightsize.rightsize`,
+:func:`gpuaudit.api.simulate.simulate` and :func:`gpuaudit.api.queue.audit_queue`; these
+commands parse the options and render the ``gpuaudit.capacity`` document they return
+(docs/planning.md, docs/json-schema.md).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -38,12 +35,6 @@ FLOPS_PER_UNIT = Quantity("the FLOPs per unit of throughput", "FLOP", 0.0, 1e18,
                           example="1.4e10")
 
 __all__ = ["queue_cmd", "rightsize_cmd", "simulate_cmd"]
-
-#: the dcgm-exporter fields profiles read (utilization, SM, memory, power, DRAM and tensor
-#: activity): a raw pull of only these, not every field the fleet audit reads
-PROFILE_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
-                   "DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE",
-                   "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE")
 
 
 def _prom_options(f: Any) -> Any:
@@ -73,54 +64,19 @@ def _range(since_s: float | None, start_s: float | None, end_s: float | None,
     return s, e
 
 
-def _emit(doc: dict[str, Any], fmt: str, output: Path | None) -> None:
-    from gpuaudit.report.capacity import render_capacity
-
-    write_output(render_capacity(doc, fmt), output, f"{fmt} report")
+def _pricing(kw: dict[str, Any]) -> dict[str, Any]:
+    return {k: kw[k] for k in ("price", "provider", "purchase", "catalog", "gpu_model")}
 
 
-def _plan(samples: Any, findings: Sequence[Any], pricing: dict[str, Any]) -> dict[str, Any]:
-    """The audit's recommendations and combined savings with the capacity findings in."""
-    from gpuaudit.api import audit
-
-    return _plan_of(audit(samples, findings=findings, **pricing), findings)
-
-
-def _plan_of(report: Any, findings: Sequence[Any]) -> dict[str, Any]:
-    d = report.to_dict()
-    return {"recommendations": d["recommendations"], "savings": d["savings"],
-            "findings": [{"signal": f.signal, "value": f.value, "text": f.text}
-                         for f in findings]}
-
-
-def _pricing(price: str | None, provider: str | None, purchase: str,
-             catalog: Path | None, gpu_model: str | None) -> dict[str, Any]:
-    return {"price": price, "provider": provider, "purchase": purchase, "catalog": catalog,
-            "gpu_model": gpu_model}
-
-
-def _trace_tflops(path: Path, model: str | None) -> tuple[float, int, str]:
-    """(achieved TFLOP/s over each rank's trace window, summed over ranks; ranks; origin)."""
-    from gpuaudit.traces.analysis import analyze
-    from gpuaudit.traces.flops import achieved_flops
-    from gpuaudit.traces.loader import load_traces
-
-    trace = load_traces([path])
-    rows = achieved_flops(trace, analyze(trace), gpu_model=model)
-    if not rows:
-        raise InputError("the trace carries no operator FLOP counts (args.flops)",
-                         where=str(path),
-                         fix="record with torch.profiler.profile(..., with_flops=True), or give "
-                         "--flops-per-unit with --throughput")
-    total = sum(r.tflops_per_s_window or 0.0 for r in rows)
-    return total, len(trace.ranks), f"trace {path.name}"
+def _emit(report: Any, fmt: str, output: Path | None) -> None:
+    write_output(report.render(fmt), output, f"{fmt} report")
 
 
 @click.command("rightsize")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--sla-p99-ms", type=Number(LATENCY_MS), default=None,
               help="p99 latency the job must keep.")
-@click.option("--throughput", type=Parsed("gpuaudit.capacity.rightsize:parse_throughput", "RATE"),
+@click.option("--throughput", type=Parsed("gpuaudit.api.rightsize:parse_throughput", "RATE"),
               default=None,
               help="Rate the run served and must keep, e.g. 1200/s (per second by default).")
 @click.option("--unit", type=click.Choice(["inferences", "tokens", "samples"]),
@@ -153,48 +109,15 @@ def rightsize_cmd(path: Path, sla_p99_ms: float | None, throughput: float | None
                   trace_path: Path | None, step_s: float, no_plan: bool, fmt: str,
                   output: Path | None, **kw: Any) -> None:
     """The cheapest GPU, provider and purchase option that meets the measured need."""
-    from gpuaudit.api import open_source
-    from gpuaudit.capacity.profiles import build_profiles
-    from gpuaudit.capacity.rightsize import load_bench, rightsize
-    from gpuaudit.price.catalog import load_user_catalog, resolve_rate
-    from gpuaudit.price.owned import load_owned
-    from gpuaudit.recommend import Finding
-    from gpuaudit.report.capacity import capacity_dict
+    from gpuaudit.api.rightsize import rightsize
+    from gpuaudit.report.progress import progress
 
-    pricing = _pricing(kw["price"], kw["provider"], kw["purchase"], kw["catalog"],
-                       kw["gpu_model"])
-    user = load_user_catalog(kw["catalog"]) if kw["catalog"] else ()
-    owned = load_owned(kw["catalog"]) if kw["catalog"] else ()
-    src = open_source(path, gpu_model=kw["gpu_model"])
-    prof = build_profiles(src, step_s=step_s)
-    model = kw["gpu_model"] or prof.main_model
-    rate = resolve_rate(model, price=kw["price"], provider=kw["provider"],
-                        purchase=kw["purchase"], user_catalog=user)
-    rs = rightsize(prof, current_rate=rate, current_model=model,
-                   throughput_per_s=throughput,
-                   unit=unit, sla_p99_ms=sla_p99_ms, p99_ms_now=p99_ms_now,
-                   bench=load_bench(bench) if bench else (),
-                   bench_name=bench.name if bench else "benchmark", user_catalog=user,
-                   owned=owned, duty=duty, flops_per_unit=flops_per_unit,
-                   trace_tflops=_trace_tflops(trace_path, model) if trace_path else None,
-                   headroom=headroom,
-                   max_busy_pct=max_busy)
-    findings = []
-    best = rs.best_for(rate.purchase, rate.provider)
-    now = rs.current_usd_per_hour
-    if best is not None and now > 0 and best.usd_per_hour < now:
-        share = float(Decimal(1) - best.usd_per_hour / now)
-        findings.append(Finding(
-            "capacity_right_size_share", share,
-            f"rightsize: {best.gpus} x {best.gpu_model} ({best.provider} {best.purchase}, "
-            f"${best.usd_per_gpu_hour:.2f}/GPU-h, {best.basis}) meets the measured need for "
-            f"${best.usd_per_hour:.2f}/h vs ${now:.2f}/h now"
-            + ("" if best.sla_holds_if_p99_now_ms is None else
-               f"; the p99 SLA holds if today's p99 is <= {best.sla_holds_if_p99_now_ms:.0f} ms "
-               "(not measured)"), source="capacity"))
-    plan = None if no_plan else _plan(path, findings, pricing)
-    doc = capacity_dict(rs, plan=plan, source={"path": str(path), "step_s": prof.step_s})
-    _emit(doc, fmt, output)
+    with progress(f"sizing {path.name}"):
+        report = rightsize(path, sla_p99_ms=sla_p99_ms, throughput=throughput, unit=unit,
+                           p99_ms_now=p99_ms_now, bench=bench, headroom=headroom,
+                           max_busy_pct=max_busy, duty=duty, flops_per_unit=flops_per_unit,
+                           trace=trace_path, step_s=step_s, plan=not no_plan, **_pricing(kw))
+    _emit(report, fmt, output)
 
 
 @click.command("simulate")
@@ -222,85 +145,23 @@ def simulate_cmd(path: Path | None, prometheus: str | None, since_s: float | Non
                  headroom: float, replicas: int | None, no_plan: bool, fmt: str,
                  output: Path | None, **kw: Any) -> None:
     """Replay the history packed by MIG, MPS or time-slicing: GPUs needed, risk, dollars."""
-    from gpuaudit.capacity.profiles import build_profiles
-    from gpuaudit.capacity.simulate import POLICIES, simulate
-    from gpuaudit.hardware import TIME_SLICING_DEFAULT_REPLICAS
-    from gpuaudit.price.catalog import load_user_catalog, resolve_rate
-    from gpuaudit.recommend import Finding
-    from gpuaudit.report.capacity import capacity_dict
+    from gpuaudit.api.simulate import simulate
 
     if (path is None) == (prometheus is None):
         raise InputError("give either a recording PATH or --prometheus URL",
                          fix="gpuaudit simulate fleet.parquet --policy mig --gpu-model H100")
-    keys = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
-    from gpuaudit.classify.phases import group_key_names
-
-    keys = group_key_names(keys)
-    samples: Any
-    source: dict[str, Any]
+    s = e = None
     if prometheus is not None:
-        from gpuaudit.measure.fleet.prometheus import PromClient, PrometheusSource
-        from gpuaudit.schema import Recording
-
         s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
-        s = (s // step_s + 1) * step_s
-        e = (e // step_s) * step_s
-        import pyarrow as pa
+    from gpuaudit.report.progress import progress
 
-        from gpuaudit.measure.fleet.prometheus import pod_labels
-        from gpuaudit.price.attribution import Attributor, attribute_table
-        from gpuaudit.schema import SAMPLE_SCHEMA
-
-        with PromClient(prometheus, timeout_s=timeout_s,
-                        bearer_token_file=bearer_token_file) as client:
-            src = PrometheusSource(client, start_s=s, end_s=e, step_s=step_s,
-                                   metrics=PROFILE_METRICS)
-            table = pa.Table.from_batches(list(src.batches()), schema=SAMPLE_SCHEMA)
-            # team / project / user from kube_pod_labels, as the fleet audit attributes them
-            kube = pod_labels(client, start_s=s, end_s=e)
-            table = attribute_table(table, Attributor(None, kube))
-        if table.num_rows == 0:
-            raise InputError("no dcgm-exporter samples in the range", where=prometheus,
-                             fix="check --since/--start/--end")
-        samples = Recording(table=table, source="prometheus", origin=src.origin,
-                            interval_s=step_s, notes=src.notes)
-        source = {"prometheus": prometheus, "start": s, "end": e, "step_s": step_s}
-    else:
-        from gpuaudit.api import open_source
-
-        samples = path
-        source = {"path": str(path), "step_s": step_s}
-    prof = build_profiles(open_source(samples) if path is not None else samples,
-                          step_s=step_s, by=keys)
-    user = load_user_catalog(kw["catalog"]) if kw["catalog"] else ()
-
-    def rate(model: str | None) -> Any:
-        return resolve_rate(model, price=kw["price"], provider=kw["provider"],
-                            purchase=kw["purchase"], user_catalog=user)
-
-    models = sorted({m for m in prof.gpu_model if m})
-    today: dict[str | None, Any] = {m: rate(m) for m in models} if models else \
-        {None: rate(kw["gpu_model"])}
-    target = kw["gpu_model"] or prof.main_model
-    sim = simulate(prof, policies=POLICIES if policy == "all" else (policy,),
-                   target_model=target, target_rate=rate(target), today_rates=today,
-                   headroom=headroom, replicas=replicas or TIME_SLICING_DEFAULT_REPLICAS,
-                   by_group=bool(keys))
-    findings = []
-    best = sim.best()
-    if best is not None and best.monthly_today_usd > 0:
-        share = float(best.monthly_saved_usd / best.monthly_today_usd)
-        findings.append(Finding(
-            "capacity_consolidation_share", share,
-            f"simulate ({best.policy}): {best.gpus_today} GPUs -> {best.gpus_needed} "
-            f"{sim.target_model} (lower bound {best.lower_bound}), contention "
-            f"{best.contention_step_share:.1%} of GPU-steps, replayed over "
-            f"{sim.steps} steps of {sim.step_s:g} s", source="capacity"))
-    pricing = _pricing(kw["price"], kw["provider"], kw["purchase"], kw["catalog"], None)
-    plan = None if no_plan else _plan(samples, findings, pricing)
-    doc = capacity_dict(sim, plan=plan, source=source,
-                        group_keys=[k.removeprefix("label:") for k in keys])
-    _emit(doc, fmt, output)
+    with progress(f"simulating {policy} on {path.name if path else prometheus}"):
+        report = simulate(path, prometheus=prometheus, start_s=s, end_s=e,
+                          client_kwargs={"timeout_s": timeout_s,
+                                         "bearer_token_file": bearer_token_file},
+                          policy=policy, by=by, step_s=step_s, headroom=headroom,
+                          replicas=replicas, plan=not no_plan, **_pricing(kw))
+    _emit(report, fmt, output)
 
 
 @click.command("queue")
@@ -320,14 +181,11 @@ def queue_cmd(prometheus: str, since_s: float | None, start_s: float | None,
               output: Path | None, **kw: Any) -> None:
     """Wait times of pods pending for nvidia.com/gpu, beside the GPU-hours idle meanwhile;
     the idle capacity while pods waited goes to the recommender as a scheduling finding."""
-    from gpuaudit.api import audit_queue
-    from gpuaudit.report.capacity import capacity_dict
+    from gpuaudit.api.queue import audit_queue
 
     s, e = _range(since_s, start_s, end_s, 7 * 86400.0)
     qa = audit_queue(
         prometheus, start_s=s, end_s=e, step_s=step_s, namespaces=namespaces,
         client_kwargs={"timeout_s": timeout_s, "bearer_token_file": bearer_token_file},
-        pricing=_pricing(kw["price"], kw["provider"], kw["purchase"], kw["catalog"],
-                         kw["gpu_model"]), plan=not no_plan)
-    plan = None if qa.report is None else _plan_of(qa.report, qa.findings)
-    _emit(capacity_dict(qa.queue, plan=plan, source={"prometheus": prometheus}), fmt, output)
+        pricing=_pricing(kw), plan=not no_plan)
+    _emit(qa, fmt, output)

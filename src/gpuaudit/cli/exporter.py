@@ -42,12 +42,14 @@ __all__ = ["exporter_cmd"]
               show_default=True, help="--live: seconds between audits of the new samples.")
 @click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
               help="--live: attribution label on every sample (team=vision).")
+@click.option("--web.config.file", "web_config", type=click.Path(dir_okay=False, path_type=Path),
+              default=None, help="Prometheus' web configuration (TLS, basic auth users).")
 @click.option("--duration", type=Number(LIVE_DURATION_S), default=None,
               help="Stop after this many seconds (default: until Ctrl-C).")
 @pricing_options
 def exporter_cmd(listen: str, source: Path | None, live: bool, by: tuple[str, ...],
                  interval_s: float, refresh_s: float, labels: tuple[str, ...],
-                 duration: float | None, **kw: Any) -> None:
+                 web_config: Path | None, duration: float | None, **kw: Any) -> None:
     """Serve gpuaudit's cost, waste and phase time as Prometheus metrics."""
     from gpuaudit.errors import InputError
     from gpuaudit.integrate.exporter import (
@@ -66,7 +68,10 @@ def exporter_cmd(listen: str, source: Path | None, live: bool, by: tuple[str, ..
     groups = tuple(k for item in by for k in item.split(",") if k.strip())
     state = ExporterState(groups)
     # bind first: a port in use or a host that does not resolve fails before any audit
-    server = serve(state, host, port, start=False)
+    from gpuaudit.integrate.webconfig import load_web_config
+
+    web = load_web_config(web_config) if web_config is not None else None
+    server = serve(state, host, port, start=False, web=web)
     audit_kw = pricing_kwargs(kw)
     feed: LiveFeed | None = None
     sampler: Any = None
@@ -83,7 +88,8 @@ def exporter_cmd(listen: str, source: Path | None, live: bool, by: tuple[str, ..
         feed = LiveFeed(sampler, state, refresh_s=refresh_s, audit_kw=audit_kw).start()
     server.start()
     bound = server.server_address
-    click.echo(f"gpuaudit: exporting on http://{host}:{bound[1]}/metrics "
+    scheme = "https" if web is not None and web.tls is not None else "http"
+    click.echo(f"gpuaudit: exporting on {scheme}://{host}:{bound[1]}/metrics "
                f"({len(state.totals)} series sets); Ctrl-C to stop", err=True)
     done = threading.Event()
 

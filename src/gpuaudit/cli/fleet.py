@@ -118,7 +118,9 @@ def fleet_cmd(prometheus: str | None, recording: Path | None, since_s: float,
                              fix="export PROM_PASSWORD=...; --basic-auth me:PROM_PASSWORD")
         client_kwargs["basic_auth"] = (user, password)
     stop = None
-    if progress or (progress is None and sys.stderr.isatty()):
+    from gpuaudit.cli.console import quiet
+
+    if progress or (progress is None and sys.stderr.isatty() and not quiet()):
         from gpuaudit.report.progress import progress_bars
 
         hook, stop = progress_bars()
@@ -145,7 +147,9 @@ def emit_fleet(result: Any, fmt: str, output: Path | None) -> None:
     from gpuaudit.report.fleet import render_fleet
 
     warn_unmatched_groups(result)
-    tty = output is None and sys.stdout.isatty()
+    from gpuaudit.cli.console import use_color
+
+    tty = (output is None or str(output) == "-") and use_color(sys.stdout)
     text = result.render(fmt, width=100, color=tty)
     if fmt in ("terminal", "markdown"):
         text = text.rstrip("\n") + "\n" + render_fleet(result.extra["fleet"], fmt)

@@ -59,10 +59,20 @@ def pricing_options(f: F) -> F:
 
 def output_options(f: F) -> F:
     f = click.option("-o", "--output", type=OutputFile(), default=None,
-                     help="Write the report here instead of stdout (its folder must exist).")(f)
-    f = click.option("--format", "fmt", type=click.Choice(list(FORMATS)), default="terminal",
-                     show_default=True, help="Report format.")(f)
+                     help="Write the report here instead of stdout ('-': stdout; its folder "
+                     "must exist).")(f)
+    f = click.option("--format", "fmt", type=click.Choice(list(FORMATS)), multiple=True,
+                     default=["terminal"], show_default=True, callback=one_value,
+                     help="Report format.")(f)
     return f
+
+
+def one_value(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str:
+    """A single-valued option given more than once is a mistake, not "the last one wins"."""
+    if len(value) > 1:
+        raise click.BadParameter(f"given {len(value)} times ({', '.join(value)}): give one",
+                                 ctx=ctx, param=param)
+    return value[0]
 
 
 def pricing_kwargs(kw: dict[str, Any]) -> dict[str, Any]:
@@ -93,11 +103,16 @@ def warn_unmatched_groups(result: AuditResult) -> None:
 def emit(result: AuditResult, fmt: str, output: Path | None) -> None:
     """Render ``result`` and write it to ``output`` or stdout (terminal colour when a tty)."""
     warn_unmatched_groups(result)
-    if output is not None:
+    if output is not None and str(output) != "-":
         write_output(render(result, fmt, width=100, color=False), output, f"{fmt} report")
         return
     tty = sys.stdout.isatty()
     import shutil
 
+    from gpuaudit.cli.console import use_color
+
     width = shutil.get_terminal_size((100, 40)).columns if tty else 100
-    click.echo(render(result, fmt, width=max(80, min(width, 140)), color=tty), nl=False)
+    colored = use_color(sys.stdout)
+    # color=: click would strip the escapes from a pipe even under --color always
+    click.echo(render(result, fmt, width=max(80, min(width, 140)), color=colored), nl=False,
+               color=colored)

@@ -29,7 +29,9 @@ STDOUT = Path("-")
 def write_output(text: str, output: Path | None, what: str, hint: str = "") -> None:
     """Write ``text`` to ``output``, reporting ``wrote <what> to <output> <hint>``, or print it."""
     if output is None or output == STDOUT:
-        click.echo(text, nl=False)
+        # the text was rendered with or without colour already (cli.console.use_color);
+        # color=True keeps click from stripping escapes the user asked for
+        click.echo(text, nl=False, color=True)
         return
     check_output_path(output, "--output")  # the option checked it; the folder may have gone
     try:
@@ -39,7 +41,10 @@ def write_output(text: str, output: Path | None, what: str, hint: str = "") -> N
             f"cannot write the {what}: {exc.strerror or exc}", where=str(output),
             fix="free space or raise the file size limit (ulimit -f), or choose another -o "
             "path; a file already there is left as it was") from None
-    click.echo(f"wrote {what} to {output}" + (f" {hint}" if hint else ""), err=True)
+    from gpuaudit.cli.console import quiet
+
+    if not quiet():
+        click.echo(f"wrote {what} to {output}" + (f" {hint}" if hint else ""), err=True)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -100,12 +100,14 @@ def run_workload(
     process: bool | None = None,
     env: dict[str, str] | None = None,
     output_mode: str = "create",
+    cpu: Any = None,
 ) -> tuple[int, Any, str | None]:
     """Run ``command`` under the sampler; return (exit code, Recording or None, why-not).
 
     ``why-not`` is set when nothing was sampled. ``process``: sample in a separate process
     (True), in a thread of this one (False), or choose by rate (None: process at >= 50 Hz).
     ``env``: variables added to the child's environment (a tracker's run id).
+    ``cpu``: the CPU reader (None: psutil; False: no CPU columns), see measure/live/cpu.py.
     """
     from gpuaudit.measure.live.nvml import NvmlBackend
     from gpuaudit.measure.live.sampler import Sampler
@@ -118,6 +120,9 @@ def run_workload(
         backend, interval_s=1.0 / hz, labels=labels or {}, output=out_path, flush_s=flush_s,
         process=process, origin=f"live NVML sampling by gpuaudit run -- {' '.join(command)}",
         output_mode=output_mode,
+        # the workload's process tree is this process's descendants (the command started
+        # below, its workers); a separate sampling process leaves itself out
+        cpu=cpu, cpu_pid=os.getpid(),
     )
     unavailable: str | None = None
     try:

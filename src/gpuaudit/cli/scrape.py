@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -19,7 +20,10 @@ from gpuaudit.cli.params import Duration, Number, OutputFile
 from gpuaudit.cli.run import output_mode_option
 from gpuaudit.validate import SCRAPE_DURATION_S, SCRAPE_EVERY_S, TIMEOUT_S
 
-__all__ = ["scrape_cmd", "scrape_to_recording"]
+__all__ = ["SCRAPE_CONCURRENCY", "scrape_cmd", "scrape_to_recording"]
+
+#: endpoints scraped at once (each tick reads every endpoint, this many at a time)
+SCRAPE_CONCURRENCY = 16
 
 
 def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, duration_s: float,
@@ -40,14 +44,29 @@ def scrape_to_recording(urls: list[str], output: Path, *, every_s: float, durati
     seen_notes: set[str] = set()
     ticks = 0
     mono0 = time.monotonic()
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(client: httpx.Client, url: str, ts_ns: int) -> Any:
+        try:
+            return scrape_once([url], client=client, ts_ns=ts_ns)
+        except GpuauditError as exc:
+            return exc
+
     try:
-        with httpx.Client(timeout=timeout_s) as client:
+        # every endpoint of a tick at once (bounded): a slow node delays no other node's
+        # sample, and a tick lasts as long as its slowest endpoint, not their sum
+        with httpx.Client(timeout=timeout_s, limits=httpx.Limits(
+                max_connections=SCRAPE_CONCURRENCY)) as client, \
+                ThreadPoolExecutor(max_workers=min(SCRAPE_CONCURRENCY, len(urls))) as pool:
             while True:
                 now_ns = time.time_ns()
                 tables = []
-                for url in urls:
+                answers = list(pool.map(one, [client] * len(urls), urls, [now_ns] * len(urls)))
+                for url, answer in zip(urls, answers):
                     try:
-                        table, notes = scrape_once([url], client=client, ts_ns=now_ns)
+                        if isinstance(answer, GpuauditError):
+                            raise answer
+                        table, notes = answer
                     except GpuauditError as exc:
                         if ticks == 0 and len(urls) == 1:
                             raise

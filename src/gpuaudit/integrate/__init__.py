@@ -15,6 +15,11 @@ light.
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuaudit.integrate.hf_callback import HFCallback
+    from gpuaudit.integrate.lightning_callback import LightningCallback
 
 __all__ = ["HFCallback", "LightningCallback"]
 
@@ -29,3 +34,7 @@ def __getattr__(name: str) -> object:
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

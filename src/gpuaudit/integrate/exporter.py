@@ -24,10 +24,12 @@ registry with one custom collector), so a scrape costs a memcpy whatever the fle
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import re
 import socket
+import ssl
 import sys
 import threading
 import time
@@ -45,6 +47,7 @@ from prometheus_client.registry import Collector
 
 from gpuaudit.classify import PHASES, group_key_names
 from gpuaudit.errors import InputError
+from gpuaudit.integrate.webconfig import WebConfig
 from gpuaudit.price.cost import price_usage
 from gpuaudit.result import AuditResult
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording
@@ -72,6 +75,7 @@ METRICS: dict[str, tuple[str, str]] = {
 }
 
 _FIXED = ("gpu", "host", "gpu_model")
+TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: seconds a scrape connection may stay silent before it is dropped
 READ_TIMEOUT_S = 10.0
 _LABEL_RE = re.compile(r"[^a-zA-Z0-9_]")
@@ -118,6 +122,7 @@ class ExporterState:
         self.audits = 0
         self._lock = threading.Lock()
         self._payload = b""
+        self._payloads: dict[tuple[str, bool], tuple[bytes, str]] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(CostCollector(self))
         self.refresh_payload()
@@ -190,14 +195,46 @@ class ExporterState:
         return out
 
     def refresh_payload(self) -> None:
-        payload = generate_latest(self.registry)
+        """Encode the metrics once per audit, in both exposition formats (Prometheus text
+        0.0.4 and OpenMetrics 1.0, by prometheus_client's own encoders) and gzipped, so a
+        scrape only picks bytes (content negotiation costs nothing per request)."""
+        import gzip
+
+        from prometheus_client.openmetrics.exposition import (
+            CONTENT_TYPE_LATEST as OM_TYPE,
+        )
+        from prometheus_client.openmetrics.exposition import (
+            generate_latest as om_latest,
+        )
+
+        text = generate_latest(self.registry)
+        om = om_latest(self.registry)  # type: ignore[no-untyped-call]
+        payloads = {
+            ("text", False): (text, TEXT_TYPE), ("text", True): (gzip.compress(text, 6), TEXT_TYPE),
+            ("openmetrics", False): (om, OM_TYPE),
+            ("openmetrics", True): (gzip.compress(om, 6), OM_TYPE),
+        }
         with self._lock:
-            self._payload = payload
+            self._payload = text
+            self._payloads = payloads
 
     @property
     def payload(self) -> bytes:
         with self._lock:
             return self._payload
+
+    def encoded(self, accept: str | None, accept_encoding: str | None) -> tuple[bytes, str, bool]:
+        """The payload a scraper asked for: (body, content type, gzipped). The format is
+        chosen by prometheus_client's own negotiation of the ``Accept`` header (OpenMetrics
+        when offered, else text 0.0.4); gzip when ``Accept-Encoding`` names it."""
+        from prometheus_client.exposition import choose_encoder
+
+        _, ctype = choose_encoder(accept or "")
+        fmt = "openmetrics" if ctype.startswith("application/openmetrics-text") else "text"
+        gz = "gzip" in (accept_encoding or "").lower()
+        with self._lock:
+            body, ct = self._payloads[(fmt, gz)]
+        return body, ct, gz
 
 
 class CostCollector(Collector):
@@ -283,13 +320,33 @@ class _Handler(BaseHTTPRequestHandler):
         # a read timeout on the connection: a client that connects and sends nothing (or
         # half a request) is dropped after it, instead of holding a thread for ever
         self.request.settimeout(self.server.read_timeout_s)
+        web = self.server.web
+        if web is not None and web.tls is not None:
+            # the TLS handshake in this connection's thread, under the read timeout
+            self.request = web.tls.wrap_socket(self.request, server_side=True)
+        # the headers and the body go out as two writes: without TCP_NODELAY, Nagle holds
+        # the body until the client acknowledges the headers, which a keep-alive client
+        # delays by its delayed-ACK timer (40 ms on Linux): every scrape paid ~40 ms
+        with contextlib.suppress(OSError):
+            self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         super().setup()
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
+        web = self.server.web
+        if web is not None and not web.authorised(self.headers.get("Authorization")):
+            body = b"unauthorized\n"
+            self.send_response(401)
+            self.send_header("WWW-Authenticate", 'Basic realm="gpuaudit exporter"')
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        gz = False
         if path == "/metrics":
-            body = self.server.state.payload
-            ctype = "text/plain; version=0.0.4; charset=utf-8"
+            body, ctype, gz = self.server.state.encoded(self.headers.get("Accept"),
+                                                        self.headers.get("Accept-Encoding"))
             code = 200
         elif path in ("/", "/healthz"):
             body = b"gpuaudit exporter: metrics at /metrics\n"
@@ -298,6 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
             body, ctype, code = b"not found\n", "text/plain; charset=utf-8", 404
         self.send_response(code)
         self.send_header("Content-Type", ctype)
+        if gz:
+            self.send_header("Content-Encoding", "gzip")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -311,9 +370,10 @@ class _Server(ThreadingHTTPServer):
     request_queue_size = 1024  # 100 scrapers connecting at once must not overflow the backlog
 
     def __init__(self, addr: tuple[str, int], state: ExporterState,
-                 read_timeout_s: float = READ_TIMEOUT_S) -> None:
+                 read_timeout_s: float = READ_TIMEOUT_S, web: WebConfig | None = None) -> None:
         self.state = state
         self.read_timeout_s = read_timeout_s
+        self.web = web
         super().__init__(addr, _Handler)
 
     def start(self) -> None:
@@ -323,8 +383,8 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         # a client that hangs up or times out is routine for a scraped server: no traceback
         exc = sys.exc_info()[1]
-        if isinstance(exc, (ConnectionError, TimeoutError)):
-            return
+        if isinstance(exc, (ConnectionError, TimeoutError, ssl.SSLError)):
+            return  # incl. a client that failed or abandoned the TLS handshake
         logging.getLogger(__name__).warning("request from %s failed: %s: %s",
                                             client_address[0] if client_address else "?",
                                             type(exc).__name__, exc)
@@ -344,13 +404,15 @@ def parse_listen(listen: str) -> tuple[str, int]:
 
 
 def serve(state: ExporterState, host: str = "127.0.0.1", port: int = 9402, *,
-          read_timeout_s: float = READ_TIMEOUT_S, start: bool = True) -> _Server:
+          read_timeout_s: float = READ_TIMEOUT_S, start: bool = True,
+          web: WebConfig | None = None) -> _Server:
     """Start serving ``state`` on ``host:port`` in a background thread; returns the server
     (``server.server_address`` has the bound port when ``port`` is 0; ``shutdown()`` stops).
     A port in use or a host that does not resolve is an :class:`InputError`. ``start=False``
     binds and listens only (scrapers wait in the backlog); ``server.start()`` serves."""
     try:
-        server = (_Server6 if ":" in host else _Server)((host, port), state, read_timeout_s)
+        server = (_Server6 if ":" in host else _Server)((host, port), state, read_timeout_s,
+                                                        web)
     except socket.gaierror as exc:
         raise InputError(f"cannot resolve the host {host!r}: {exc.strerror or exc}",
                          where="--listen", fix="give an address of this machine, e.g. "

@@ -219,7 +219,7 @@ def cells_of_group(cells: pa.Table, keys: Sequence[str], key: Sequence[str | Non
 def coarse_usage(usage: Usage, keys: Sequence[str]) -> Usage:
     """``usage`` with its cells summed to (gpu_uuid, host, gpu_model, ``keys``)."""
     keys = tuple(keys)
-    base = ["gpu_uuid", "host", "gpu_model", *keys]
+    base = list(dict.fromkeys(["gpu_uuid", "host", "gpu_model", *keys]))  # --by host: once
     if usage.cells.num_rows == 0:
         return replace(usage, by=keys)
     agg = usage.cells.group_by(base, use_threads=False).aggregate(

@@ -28,11 +28,11 @@ from decimal import Decimal
 
 from gpuaudit.classify.diagnose import TENSOR_IDLE, Diagnosis
 from gpuaudit.classify.usage import Pattern, SeriesSignals, Usage
-from gpuaudit.hardware import gpu_family, spec_for
+from gpuaudit.hardware import MIG_COMPUTE_SLICES, gpu_family, mig_profiles, spec_for
 from gpuaudit.price.catalog import Rate, embedded_catalog
 from gpuaudit.price.cost import CostLine, CostReport
 from gpuaudit.recommend.plan import Finding, Recommendation, Remediation, remediation_catalog
-from gpuaudit.recommend.premises import judge
+from gpuaudit.recommend.premises import PREMISES, judge
 from gpuaudit.units import duration
 
 __all__ = ["candidate_recommendations"]
@@ -127,8 +127,11 @@ def candidate_recommendations(
     out += _steady(ctx, cat)
     out += _compute(ctx, cat)
     out = _merge(out, _diagnosed(ctx, cat))
+    mig_mps, sku = _small_work(ctx, cat)
+    out = _merge(out, mig_mps)
     out += _rates(ctx, cat)
     out = _one_sku_move(out, _achieved_flops(ctx, cat))
+    out = _one_sku_move(out, sku)
     out = _capacity(ctx, cat, out)
     out += _scheduling(ctx, cat)
     out = _check_premises(ctx, out)
@@ -164,11 +167,12 @@ def _check_premises(ctx: _Context, recs: list[Recommendation]) -> list[Recommend
 
 
 #: Top diagnoses whose idle time is waiting on something (not shut-down-able idle).
-_WAITING = frozenset({"host_bound", "input_bound", "straggler", "communication_bound"})
+_WAITING = frozenset({"host_bound", "host_compute", "input_bound", "straggler",
+                      "communication_bound"})
 #: Diagnoses whose fixes act on the GPU's waiting time (capped by its waste); the others act
 #: on busy time (capped by the busy share, as the compute rules are).
-_WAIT_SIDE = frozenset({"host_bound", "input_bound", "straggler", "idle", "held_idle",
-                        "small_kernels"})
+_WAIT_SIDE = frozenset({"host_bound", "host_compute", "input_bound", "straggler", "idle",
+                        "held_idle", "small_kernels"})
 #: host_bound: only the fixes that remove the host transfers are counted; the others act on
 #: the same stall and are listed with their standalone effect.
 _HOST_COUNTED = frozenset({"offload_less", "overlap_transfers"})
@@ -221,10 +225,11 @@ def _diagnosed(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendatio
             else:
                 f = cap * Decimal(str(rem.params.get("default_fraction", 0.0)))
                 rec_cap = cap
-            if kind == "host_bound" and fid not in _HOST_COUNTED:
+            if kind in ("host_bound", "host_compute") and fid not in _HOST_COUNTED:
                 counted = False
-                why_not = ("acts on the same host-transfer stall as offload_less and "
-                           "overlap_transfers: listed with its own effect, not counted again")
+                why_not = ("acts on the same wait on the host as offload_less"
+                           + (" and overlap_transfers" if kind == "host_bound" else "")
+                           + ": listed with its own effect, not counted again")
             if fid == "fp8":
                 counted = False
                 why_not = "compute-bound: a precision change needs the job's convergence checked"
@@ -684,3 +689,134 @@ def _rates(ctx: _Context, cat: dict[str, Remediation]) -> list[Recommendation]:
         out.append(ctx.rec(cat["commitment"], d, ONE, ev, ["all"], counted=why_not is None,
                            why_not=why_not))
     return out
+
+
+#: Top diagnoses whose GPUs are not "small work": idle (its own fixes) or waiting on the
+#: host, the input or peers (small only until the wait is removed).
+_NOT_SMALL = frozenset({"idle", "held_idle", "host_bound", "host_compute", "input_bound",
+                        "straggler", "communication_bound"})
+#: Headroom over the measured peak memory a slice or a smaller GPU must hold (as rightsize).
+SMALL_MEM_HEADROOM = 1.2
+#: Packing small jobs by MPS: their SM activity summed up to this share of one GPU.
+PACK_SM_TARGET = 0.9
+_MIB_PER_GB = 1e9 / 2**20
+
+
+def _small_work(ctx: _Context, cat: dict[str, Remediation]
+                ) -> tuple[list[Recommendation], list[Recommendation]]:
+    """Small work on a big GPU (premise ``small_work``: peak memory at most half the GPU's,
+    SM activity under 70%): the MIG profile that holds the measured peak memory (plus 20%)
+    and the job's SM share, packing by MPS, and the cheapest smaller GPU at the same
+    provider for the same work. Returns (consolidation fixes, right-size picks).
+
+    MIG and MPS are efficiency levers (capped by the measured waste, as every one); a
+    smaller GPU is a rate lever priced for the same work: a GPU with a fraction r of the
+    dense tensor peak (or memory bandwidth) runs a job that keeps SM share s busy about
+    max(1, s / r) times as long, so it costs its rate times that, an estimate said so."""
+    check = PREMISES["small_work"]
+    mig_saved = mps_saved = sku_saved = ZERO
+    mig_notes: list[str] = []
+    mps_notes: list[str] = []
+    sku_notes: list[str] = []
+    mig_scope: list[str] = []
+    mps_scope: list[str] = []
+    sku_scope: list[str] = []
+    no_fit: list[str] = []
+    no_fit_scope: list[str] = []
+    for u, line in ctx.lines.items():
+        s = ctx.series.get(u)
+        # an idle GPU has its own fixes; a GPU that waits on its host, input or peers is
+        # small only until the wait is removed: its fix is the wait, not a smaller GPU
+        if s is None or ctx.top_kind(u) in _NOT_SMALL \
+                or check(s, ctx.findings).status != "holds":
+            continue
+        assert s.mem_used_max_mib is not None
+        load = s.mean_sm_active if s.mean_sm_active is not None \
+            else (s.mean_util_pct or 0.0) / 100
+        need_mib = s.mem_used_max_mib * SMALL_MEM_HEADROOM
+        model = s.gpu_model or _rate_model(ctx, u)
+        profiles = mig_profiles(model) if model and gpu_family(model) else ()
+        by_mem = [p for p in profiles if p.memory_gb * _MIB_PER_GB >= need_mib]
+        fit = next((p for p in by_mem if p.compute_fraction >= load), None)
+        if fit is not None and fit.compute_slices < MIG_COMPUTE_SLICES:
+            mig_saved += line.observed_cost * (ONE - Decimal(fit.compute_slices)
+                                               / Decimal(MIG_COMPUTE_SLICES))
+            mig_scope.append(u)
+            mig_notes.append(f"{u}: {fit.name} holds its {s.mem_used_max_mib / 1024:.1f} GiB "
+                             f"peak (+20%) and {load:.0%} SM with {fit.compute_slices}/7 of "
+                             "the SMs")
+        elif by_mem and by_mem[0].compute_slices >= MIG_COMPUTE_SLICES:
+            no_fit_scope.append(u)
+            no_fit.append(f"{u}: no slice smaller than the whole GPU holds its "
+                          f"{s.mem_used_max_mib / 1024:.1f} GiB peak (+20%)")
+        elif by_mem:
+            no_fit_scope.append(u)
+            no_fit.append(f"{u}: {by_mem[0].name} holds its memory but {load:.0%} SM needs "
+                          "more than a slice smaller than the whole GPU gives")
+        total = s.mem_total_mib or 0.0
+        n = min(int(PACK_SM_TARGET // max(load, 0.01)),
+                int(total // need_mib) if total else 1)
+        if n >= 2:
+            mps_saved += line.observed_cost * (ONE - ONE / n)
+            mps_scope.append(u)
+            mps_notes.append(f"{u}: {n} jobs like it fit one GPU ({load:.0%} SM, "
+                             f"{s.mem_used_max_mib / 1024:.1f} GiB each)")
+        pick = _cheaper_for_same_work(ctx, u, s, load, need_mib)
+        if pick is not None:
+            sku_saved += line.observed_cost * pick[0]
+            sku_scope.append(u)
+            sku_notes.append(pick[1])
+    sim = ("; replay it on your own history before moving: gpuaudit simulate <recording> "
+           "(packing) and gpuaudit rightsize <recording> (smaller GPUs)")
+    waste_cap = ctx.share(sum((ctx.lines[u].waste for u in {*mig_scope, *mps_scope}), ZERO))
+    cons: list[Recommendation] = []
+    if mig_scope:
+        ev = ("small work on a big GPU: " + "; ".join(mig_notes[:3])
+              + (f" and {len(mig_notes) - 3} more" if len(mig_notes) > 3 else "") + sim)
+        cons.append(ctx.rec(cat["mig"], ctx.share(mig_saved), waste_cap, ev, mig_scope))
+    elif no_fit:
+        cons.append(replace(ctx.rec(
+            cat["mig"], ZERO, ZERO, "small work on a big GPU: " + "; ".join(no_fit[:3]) + sim,
+            no_fit_scope, counted=False, why_not="ruled out: no MIG slice smaller than the "
+            "whole GPU carries the job's memory and SM share without slowing it"),
+            ruled_out=True))
+    if mps_scope:
+        ev = "small work on a big GPU: " + "; ".join(mps_notes[:3]) + sim
+        cons.append(ctx.rec(cat["mps"], ctx.share(mps_saved), waste_cap, ev, mps_scope))
+    sku: list[Recommendation] = []
+    if sku_scope:
+        ev = ("small work on a big GPU, priced for the same work: " + "; ".join(sku_notes[:3])
+              + (f" and {len(sku_notes) - 3} more" if len(sku_notes) > 3 else "") + sim)
+        f = ctx.share(sku_saved)
+        sku.append(ctx.rec(cat["right_size"], f, f, ev, sku_scope))
+    return cons, sku
+
+
+def _cheaper_for_same_work(ctx: _Context, u: str, s: SeriesSignals, load: float,
+                           need_mib: float) -> tuple[Decimal, str] | None:
+    """The cheapest GPU at this GPU's provider that holds ``need_mib`` and costs less for the
+    same work (its rate times the estimated slowdown), and the share of cost it saves."""
+    rate = ctx.cost.rates.get(s.gpu_model) or ctx.cost.rates.get(None)
+    cur = spec_for(rate.gpu_model) if rate is not None and rate.gpu_model else None
+    if rate is None or rate.provider is None or cur is None or not cur.bf16_dense_tflops:
+        return None
+    dram = s.mean_dram_active or 0.0
+    best: tuple[Decimal, str] | None = None
+    for e in embedded_catalog():
+        cand = spec_for(e.gpu_model)
+        if e.provider != rate.provider or cand is None or cand.family == cur.family:
+            continue
+        if cand.memory_gb * _MIB_PER_GB < need_mib or not cand.bf16_dense_tflops:
+            continue
+        slow = max(1.0, load * cur.bf16_dense_tflops / cand.bf16_dense_tflops,
+                   dram * cur.memory_bandwidth_gb_per_s / cand.memory_bandwidth_gb_per_s)
+        per_work = e.on_demand_usd_per_gpu_hour * Decimal(str(round(slow, 4)))
+        if per_work >= rate.usd_per_gpu_hour:
+            continue
+        saved = ONE - per_work / rate.usd_per_gpu_hour
+        if best is None or saved > best[0]:
+            best = (saved, f"{u} -> {e.instance} ({e.gpu_model}, {cand.memory_gb:.0f} GB) at "
+                    f"${e.on_demand_usd_per_gpu_hour:.2f}/GPU-h, ~{slow:.2f}x as long for the "
+                    f"same work (estimate from dense bf16 peaks and memory bandwidth): "
+                    f"${per_work:.2f} vs ${rate.usd_per_gpu_hour:.2f} per hour of today's work")
+    return best

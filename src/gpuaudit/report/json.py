@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from gpuaudit import __version__
-from gpuaudit.classify.usage import PHASE_LOWER_PCT, PHASES, PhaseTime
+from gpuaudit.classify.usage import CPU_FIELDS, PHASE_LOWER_PCT, PHASES, PhaseTime
 from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import cents
 from gpuaudit.result import AuditResult
@@ -23,7 +23,7 @@ from gpuaudit.result import AuditResult
 __all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "to_dict"]
 
 SCHEMA_ID = "gpuaudit.report"
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 
 
 def _usd(x: Decimal) -> str:
@@ -86,6 +86,15 @@ def _run_phase(r: Any) -> dict[str, Any]:
             "signals": {k: round(v, 4) for k, v in r.signals.items()}}
 
 
+def _cpu(s: Any) -> dict[str, float | None] | None:
+    """The CPU beside a GPU (percent of all the host's cores), or None where none was
+    measured."""
+    vals = {k: getattr(s, k) for k in CPU_FIELDS}
+    if all(v is None for v in vals.values()):
+        return None
+    return {k: None if v is None else round(v, 2) for k, v in vals.items()}
+
+
 def to_dict(result: AuditResult) -> dict[str, Any]:
     u, c, p = result.usage, result.cost, result.plan
     cp, wp = c.cost_projection, c.waste_projection
@@ -109,6 +118,7 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                 else [round(q, 3) for q in s.idle_gap_quartiles_s],
                 "dispersion": None if s.idle_gap_dispersion is None
                 else round(s.idle_gap_dispersion, 3)},
+            "cpu": None if s is None else _cpu(s),
             "phases": phases_dict(ln.time),
             "cost": cost_line_dict(ln),
         })
@@ -180,6 +190,10 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
         "job_diagnoses": [{"job": j.job, "kind": j.kind, "gpu_uuids": list(j.gpu_uuids),
                            "gpus_with_kind": j.with_kind, "evidence": j.evidence,
                            "fixes": list(j.fixes)} for j in result.job_diagnoses],
+        "group_diagnoses": [{"key": dict(zip(c.group_keys, g.key)), "kind": g.kind,
+                             "gpu_time_share": g.share, "gpu_uuids": list(g.gpu_uuids),
+                             "evidence": g.evidence, "fixes": list(g.fixes)}
+                            for g in result.group_diagnoses],
         "diagnoses": [{"gpu_uuid": d.gpu_uuid, "kind": d.kind, "evidence": d.evidence,
                        "phase": d.phase, "top": d.top, "fixes": list(d.fixes),
                        "numbers": dict(d.numbers), "decides": d.decides}

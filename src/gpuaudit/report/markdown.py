@@ -82,6 +82,10 @@ def render_markdown(result: AuditResult) -> str:
         out += [f"- job `{_esc(j.job)}`: **{j.kind}** on {j.with_kind} of {len(j.gpu_uuids)} "
                 "GPUs" + (f"; fixes: {', '.join(j.fixes)}" if j.fixes else "")
                 for j in result.job_diagnoses if len(j.gpu_uuids) > 1]
+        out += [f"- group `{_esc(', '.join(f'{k}={v}' for k, v in zip(u.by, g.key)))}`: "
+                f"**{g.kind}** ({g.share:.0%} of its GPU time)"
+                + (f"; fixes: {', '.join(g.fixes)}" if g.fixes else "")
+                for g in result.group_diagnoses]
         out += [f"- `{_esc(d.gpu_uuid)}`: **{d.kind}** ({d.phase}): {_esc(d.evidence)}"
                 + (f"; fixes: {', '.join(d.fixes)}" if d.fixes else "")
                 + (f"; to decide: {_esc(d.decides)}" if d.decides else "")

@@ -15,6 +15,7 @@ no-op, so callers never branch on it. ``total=None`` draws a spinner with a runn
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,7 +30,8 @@ def progress(description: str, total: float | None = None, *, unit: str = "",
              ) -> Iterator[Callable[[float], None]]:
     """A context that yields ``advance(amount)``; draws a rich bar on a tty (or ``force``)."""
     out = stream if stream is not None else sys.stderr
-    if not (force or (hasattr(out, "isatty") and out.isatty())):
+    quiet = bool(os.environ.get("GPUAUDIT_NO_PROGRESS"))  # the CLI's -q (cli/console.py)
+    if not force and not (not quiet and hasattr(out, "isatty") and out.isatty()):
         yield lambda amount: None
         return
     from rich.console import Console

@@ -140,6 +140,7 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
     for f in facts:
         con.print(f"  {f}")
     con.print()
+    _cpu_lines(con, result)
     _rows_table(con, result)
     if u.patterns or result.diagnoses:
         con.print(Text("Patterns and diagnoses", style="bold"))
@@ -157,6 +158,11 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
                 con.print(f"  job {jd.job}: {jd.kind} on {jd.with_kind} of "
                           f"{len(jd.gpu_uuids)} GPUs"
                           + (f"; fixes: {', '.join(jd.fixes)}" if jd.fixes else ""))
+        for gd in result.group_diagnoses[:MAX_ROWS]:
+            name = ", ".join(f"{k}={v}" for k, v in zip(u.by, gd.key))
+            con.print(f"  group {name}: {gd.kind} ({gd.share:.0%} of its GPU time, "
+                      f"{len(gd.gpu_uuids)} GPU(s))"
+                      + (f"; fixes: {', '.join(gd.fixes)}" if gd.fixes else ""))
         # one line per cause and stretch of the run, with the GPUs it names
         causes: dict[tuple[str, str, bool], list[str]] = {}
         for d in result.diagnoses:
@@ -188,6 +194,33 @@ def render_terminal(result: AuditResult, *, width: int = 100, color: bool = Fals
         for ev in u.events:
             con.print(f"  event: {ev}")
     return buf.getvalue()
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.0f}%"
+
+
+def _cpu_lines(con: Console, result: AuditResult) -> None:
+    """The CPU beside each GPU where it was measured (percent of all the host's cores)."""
+    rows = [s for s in result.usage.series
+            if s.host_cpu_util_pct is not None or s.proc_cpu_util_pct is not None]
+    if not rows:
+        return
+    con.print(Text("CPU beside the GPUs (percent of all the host's cores)", style="bold"))
+    for s in rows[:MAX_ROWS]:
+        line = f"  {s.gpu_uuid} on {s.host}:"
+        if s.host_cpu_util_pct is not None:
+            line += (f" host {_pct(s.host_cpu_util_pct)} busy"
+                     f" ({_pct(s.host_cpu_util_pct_while_idle)} while this GPU idles,"
+                     f" {_pct(s.host_cpu_util_pct_while_busy)} while it is busy)")
+        if s.proc_cpu_util_pct is not None:
+            line += (f"{';' if s.host_cpu_util_pct is not None else ''} workload's processes "
+                     f"{_pct(s.proc_cpu_util_pct)}"
+                     f" ({_pct(s.proc_cpu_util_pct_while_idle)} while idle)")
+        con.print(line)
+    if len(rows) > MAX_ROWS:
+        con.print(f"  ... and {len(rows) - MAX_ROWS} more GPU(s) (JSON report: gpus[].cpu)")
+    con.print()
 
 
 SPARK = "▁▂▃▄▅▆▇█"

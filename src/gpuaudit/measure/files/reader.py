@@ -86,6 +86,9 @@ def open_samples(
     most 131,072: bigger batches only cost memory and speed). Header problems raise here; bad rows raise while
     streaming, each as an :class:`~gpuaudit.errors.InputError` naming file:line and the fix.
     """
+    if fmt is None and Path(path).exists() and _is_exposition(Path(path)):
+        return _exposition_source(Path(path), mapping=mapping, fields=fields, host=host,
+                                  gpu_model=gpu_model, tz=tz, batch_rows=batch_rows)
     journal = journal_for(path)
     if journal is not None:  # a recording whose recorder was killed: read its journal
         out = Path(_scratch_dir()) / (Path(path).name.removesuffix(JOURNAL_SUFFIX)
@@ -393,7 +396,7 @@ class FileSource:
                              "writer, or pass --format csv/jsonl") from exc
         meta = read_metadata(pf)
         self.meta.update(decode_meta(meta))
-        own = schema.META_VERSION in meta and pf.schema_arrow.names == schema.SAMPLE_SCHEMA.names
+        own = schema.META_VERSION in meta and _recording_columns(pf.schema_arrow.names)
         self._own = own
         if own:
             self._interval_fixed = True  # a recording's interval is its metadata's, or None
@@ -431,7 +434,9 @@ class FileSource:
             groups = list(self._groups())
             first_row = sum(pf.metadata.row_group(i).num_rows
                             for i in range(self.row_groups[0]))
-        fill = _NullFill(names)
+        # an older recording lacks the columns added since (host_cpu_util_pct, ...): null
+        full = list(schema.SAMPLE_SCHEMA.names) if own else names
+        fill = _NullFill(full)
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = first_row
@@ -440,7 +445,7 @@ class FileSource:
                                                            row_groups=groups):
                 base = row
                 row += batch.num_rows
-                if read_cols is not None and len(read_cols) < len(names):
+                if batch.num_columns < len(full):
                     batch = fill(batch)
                 yield batch, _at_row(path, base)
 
@@ -493,6 +498,16 @@ class FileSource:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _recording_columns(names: Sequence[str]) -> bool:
+    """Whether a gpuaudit recording's columns are the sample table's, or an earlier version's
+    (the same columns in the same order, less some added since)."""
+    full = list(schema.SAMPLE_SCHEMA.names)
+    if names == full:
+        return True
+    return (set(names) <= set(full) and {"ts", "host", "gpu_uuid"} <= set(names)
+            and sorted(names, key=full.index) == list(names))
 
 
 def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
@@ -669,6 +684,54 @@ def _sniff_format(path: Path) -> str:
     if head.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
         return "jsonl"
     return "csv"
+
+
+#: dcgm-exporter's default collect interval (``-c 30000`` ms): what one saved page stands for
+DCGM_EXPORTER_INTERVAL_S = 30.0
+_EXPOSITION = re.compile(rb"^(# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* |DCGM_FI_[A-Z0-9_]+[{ ])",
+                         re.M)
+
+
+def _is_exposition(path: Path) -> bool:
+    """A saved ``/metrics`` page (Prometheus text format): ``curl node:9400/metrics > f``."""
+    try:
+        head = _read_head(path).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except InputError:
+        return False
+    first = head.split(b"\n", 1)[0]
+    return bool(_EXPOSITION.match(first))
+
+
+def _exposition_source(path: Path, **kw: Any) -> FileSource:
+    """One saved dcgm-exporter page as a source: one sample per GPU (MIG instance, or GPU x
+    pod), at the page's own sample timestamps or else the file's modification time. A page
+    is a snapshot; ``gpuaudit scrape`` records a series of them."""
+    import os
+
+    from gpuaudit.measure.fleet.dcgm import parse_metrics_text
+
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _utf8_error(path, path.read_bytes()[: exc.start].count(b"\n") + 1,
+                          path.read_bytes()[exc.start]) from None
+    ts_ns = os.stat(path).st_mtime_ns
+    table, notes = parse_metrics_text(text, ts_ns=ts_ns, default_host=kw.get("host")
+                                      or path.stem, where=str(path))
+    out = Path(_scratch_dir()) / (path.name + ".parquet")
+    write_recording(Recording(table=table, source="dcgm-exporter page",
+                              origin=f"a saved dcgm-exporter page {path}",
+                              interval_s=DCGM_EXPORTER_INTERVAL_S,
+                              notes=tuple(notes)), out)
+    src = FileSource(out, fmt="parquet", mapping=None, fields=None, host=kw.get("host"),
+                     gpu_model=kw.get("gpu_model"), tz="UTC",
+                     batch_rows=kw.get("batch_rows", 1 << 20))
+    src.origin = f"a saved dcgm-exporter page {path} (one sample per GPU)"
+    src._book.add("one dcgm-exporter page is a snapshot: one sample per GPU, standing for one "
+                  f"sampling interval ({DCGM_EXPORTER_INTERVAL_S:g} s, dcgm-exporter's default "
+                  "collect interval; --interval to change); `gpuaudit scrape URL -o "
+                  "rec.parquet` records a series", table.num_rows, str(path))
+    return src
 
 
 def _refuse_profiler_trace(path: Path) -> None:

@@ -38,7 +38,15 @@ import numpy as np
 import pyarrow as pa
 
 from gpuaudit.errors import InputError, SourceUnavailableError
-from gpuaudit.promql import duration, escape_label_value, fresh, selector, time_chunks
+from gpuaudit.promql import (
+    NODE_CPU,
+    duration,
+    escape_label_value,
+    fresh,
+    node_cpu_pct,
+    selector,
+    time_chunks,
+)
 from gpuaudit.schema import ImportNote
 
 __all__ = [
@@ -359,6 +367,9 @@ class PrometheusSource:
         from gpuaudit.measure.fleet.dcgm import SeriesId, series_id, series_table
 
         chunks = time_chunks(self.start_s, self.end_s, self.step_s, self.chunk_points)
+        # node_exporter beside dcgm-exporter: the hosts' CPU, joined by node name
+        has_cpu = bool(self.client.label_names(NODE_CPU, self.start_s, self.end_s))
+        unmatched: set[str] = set()
         advance = self.client.progress("raw pull", len(chunks) * len(self.metrics)) \
             if self.client.progress else None
         ids: list[SeriesId] = []
@@ -383,8 +394,80 @@ class PrometheusSource:
             table, notes = _join_chunk(ids, per_metric, a, self.step_s, series_table,
                                        where=f"{self.client.url}")
             self._notes.extend(notes)
+            if has_cpu and table.num_rows:
+                cpu = node_cpu_by_host(self.client, a, b, self.step_s)
+                table = attach_host_cpu(table, cpu, unmatched)
             if table.num_rows:
                 yield from table.to_batches()
+        if unmatched:
+            self._notes.append(ImportNote(
+                f"host CPU: no node_exporter {NODE_CPU} series matches host(s) "
+                f"{', '.join(sorted(unmatched)[:5])}{' ...' if len(unmatched) > 5 else ''} "
+                "(by node_uname_info nodename or instance address); their CPU is null",
+                len(unmatched), where=f"{self.client.url}: {NODE_CPU}",
+                column="host_cpu_util_pct"))
+
+
+HostCpu = dict[str, tuple[np.ndarray, np.ndarray]]
+
+
+def host_keys(labels: Mapping[str, str]) -> list[str]:
+    """The names a node_exporter series answers to: ``nodename`` (from ``node_uname_info``)
+    and its first DNS label, and the ``instance`` address without its port."""
+    keys = []
+    node = labels.get("nodename")
+    if node:
+        keys += [node, node.split(".")[0]]
+    inst = labels.get("instance", "")
+    if inst:
+        host = inst
+        if inst.startswith("["):  # [v6::addr]:port
+            host = inst[1:].split("]")[0]
+        elif inst.count(":") == 1:
+            host = inst.split(":")[0]
+        keys += [host, inst]
+    return keys
+
+
+def node_cpu_by_host(client: PromClient, start_s: float, end_s: float,
+                     step_s: float) -> HostCpu:
+    """Each node's CPU busy percent on the step grid (:func:`gpuaudit.promql.node_cpu_pct`),
+    keyed by every name the node answers to (:func:`host_keys`)."""
+    out: HostCpu = {}
+    for res in client.query_range(node_cpu_pct(step_s), start_s, end_s, step_s):
+        for r in res:
+            for key in host_keys(r.labels):
+                ts, v = out.get(key, (np.zeros(0, np.int64), np.zeros(0)))
+                out[key] = (np.concatenate([ts, r.ts_ns]), np.concatenate([v, r.values]))
+    for key, (ts, v) in out.items():
+        order = np.argsort(ts, kind="stable")
+        out[key] = (ts[order], v[order])
+    return out
+
+
+def attach_host_cpu(table: pa.Table, cpu: HostCpu, unmatched: set[str]) -> pa.Table:
+    """Fill ``host_cpu_util_pct`` of each row from its host's node CPU at the row's step
+    (dcgm-exporter's ``Hostname``, else the first DNS label of it; a host no node answers
+    to is added to ``unmatched``)."""
+    n = table.num_rows
+    out = np.full(n, np.nan)
+    hosts = table.column("host").cast(pa.string()).to_numpy(zero_copy_only=False)
+    ts = table.column("ts").cast(pa.int64()).to_numpy()
+    for h in np.unique(hosts.astype(str)):
+        got = cpu.get(h) or cpu.get(h.split(".")[0])
+        if got is None:
+            unmatched.add(h)
+            continue
+        rows = np.flatnonzero(hosts == h)
+        t, v = got
+        i = np.clip(np.searchsorted(t, ts[rows]), 0, max(t.shape[0] - 1, 0))
+        hit = t.shape[0] > 0
+        if hit:
+            same = t[i] == ts[rows]
+            out[rows[same]] = np.clip(v[i[same]], 0.0, 100.0)  # float error past the bounds
+    idx = table.schema.get_field_index("host_cpu_util_pct")
+    return table.set_column(idx, table.schema.field(idx),
+                            pa.array(out, type=pa.float32(), mask=np.isnan(out)))
 
 
 def _join_chunk(ids: Sequence[Any], per_metric: Mapping[str, list[tuple[int, np.ndarray,

@@ -41,6 +41,7 @@ import numpy as np
 import pyarrow as pa
 
 from gpuaudit.errors import InputError
+from gpuaudit.measure.live.cpu import CpuMeter, CpuReader, PsutilCpu
 from gpuaudit.measure.live.nvml import INT_COLUMNS, READ_COLUMNS, Device, GpuLostError, Reading
 from gpuaudit.measure.live.recorder import Extras, Recorder, iso_utc, read_recording
 from gpuaudit.schema import SAMPLE_SCHEMA, Recording, build_table
@@ -49,12 +50,17 @@ from gpuaudit.validate import FLUSH_S, SAMPLING_INTERVAL_S, check_output_path
 __all__ = ["PROCESS_MIN_HZ", "Backend", "BackendSpec", "Sampler", "SamplerStats",
            "wants_process"]
 
-_FLOAT_COLS = tuple(c for c in READ_COLUMNS if c not in INT_COLUMNS)
+#: CPU beside the GPUs (measure.live.cpu): one host reading per tick, on every device's row
+_CPU_COLS = ("host_cpu_util_pct", "proc_cpu_util_pct")
+_FLOAT_COLS = (*(c for c in READ_COLUMNS if c not in INT_COLUMNS), *_CPU_COLS)
 _INT_COLS = tuple(c for c in READ_COLUMNS if c in INT_COLUMNS)
 _F_IDX = {c: i for i, c in enumerate(_FLOAT_COLS)}
 _I_IDX = {c: i for i, c in enumerate(_INT_COLS)}
 _LATENESS_RING = 1 << 16
 _MAX_SLEEP_S = 0.2  # bounds how long stop() waits for the sampling thread to notice
+#: The CPU is read at most this often (a process-tree walk reads /proc for every process on
+#: the host, ~ms); each reading fills the rows sampled since the previous one, which it covers.
+CPU_INTERVAL_S = 0.5
 
 #: With ``process=None``, rates at or above this sample in a separate process: at 100 Hz an
 #: in-process thread loses ~5 % of its ticks to a GIL-busy main thread (docs/benchmarks.md).
@@ -249,6 +255,8 @@ class Sampler:
         stop_timeout_s: float = 5.0,
         process: bool | None = False,
         output_mode: str = "create",
+        cpu: CpuReader | bool | None = None,
+        cpu_pid: int | None = None,
     ) -> None:
         interval_s = SAMPLING_INTERVAL_S.check(interval_s, "interval_s")
         flush_s = FLUSH_S.check(flush_s, "flush_s")
@@ -282,6 +290,14 @@ class Sampler:
         self._wall0_ns = self._mono0_ns = 0
         self._active: list[int] = []
         self.write_errors: list[str] = []
+        # CPU beside the GPUs: ``cpu`` a CpuReader (None: psutil; False: not read);
+        # ``cpu_pid`` the root of the workload's process tree (None: the host only)
+        self._cpu_spec: CpuReader | None = (None if cpu is False else PsutilCpu()
+                                            if cpu is None or cpu is True else cpu)
+        self.cpu_pid = cpu_pid
+        self._cpu: CpuMeter | None = None
+        self._cpu_from = 0
+        self._cpu_last = 0.0
         if self._fallback_note:
             self.extras.notes.append(self._fallback_note)
 
@@ -291,6 +307,7 @@ class Sampler:
         if isinstance(self.backend, _Deferred):
             self.backend = self._spec()  # type: ignore[operator]
         self.devices = self.backend.open()
+        self._cpu = self._cpu_meter()
         _warm_up()
         self._active = list(range(len(self.devices)))
         self._wall0_ns = time.time_ns()
@@ -310,6 +327,40 @@ class Sampler:
         self._writer_thread.start()
         self._thread.start()
         return self
+
+    def _cpu_meter(self) -> CpuMeter | None:
+        """The CPU meter, its baseline read (None: CPU not read, or the reader failed)."""
+        if self._cpu_spec is None:
+            return None
+        me = os.getpid()
+        try:
+            meter = CpuMeter(self._cpu_spec, root_pid=self.cpu_pid,
+                             exclude_pid=me if self.cpu_pid not in (None, me) else None)
+            meter.read()
+        except Exception as exc:  # measurement never stops the job: say it, go on
+            self.extras.notes.append(f"CPU not recorded: reading it failed: "
+                                     f"{type(exc).__name__}: {exc}")
+            return None
+        self._cpu_last = time.monotonic()
+        return meter
+
+    def _cpu_fill(self, buf: _Buffer) -> None:
+        """Read the CPU and put it on the rows sampled since the previous reading."""
+        meter = self._cpu
+        if meter is None:
+            return
+        try:
+            host, proc = meter.read()
+        except Exception as exc:
+            self._cpu = None
+            self._event(f"CPU reading failed: {type(exc).__name__}: {exc}; the CPU columns "
+                        "are null from here")
+            return
+        a, b = self._cpu_from, buf.n
+        buf.f[_F_IDX["host_cpu_util_pct"], a:b] = np.nan if host is None else host
+        buf.f[_F_IDX["proc_cpu_util_pct"], a:b] = np.nan if proc is None else proc
+        self._cpu_from = b
+        self._cpu_last = time.monotonic()
 
     def __enter__(self) -> Sampler:
         return self.start()
@@ -427,9 +478,15 @@ class Sampler:
                 if lateness > period / 4:
                     self._late += 1
                 if buf.n + len(self._active) > buf.cap:
+                    if self._cpu_from < buf.n:
+                        self._cpu_fill(buf)
                     self._queue.put(buf)
                     buf = _Buffer(self._cap)
+                    self._cpu_from = 0
                 self._tick(buf)
+                if (self._cpu is not None
+                        and time.monotonic() - self._cpu_last >= CPU_INTERVAL_S - period / 2):
+                    self._cpu_fill(buf)
                 self._ticks += 1
                 k += 1
         except BaseException as exc:
@@ -437,6 +494,8 @@ class Sampler:
                         f"{exc}")
         finally:
             self._t_end = time.monotonic()
+            if self._cpu_from < buf.n:
+                self._cpu_fill(buf)
             self._queue.put(buf)
             self._queue.put(None)
             self._cpu_s = time.thread_time() - cpu0

@@ -76,7 +76,9 @@ def main(argv: list[str]) -> int:
         sampler = Sampler(spec, interval_s=cfg["interval_s"], labels=cfg["labels"],
                           output=cfg["output"], origin=cfg["origin"], flush_s=cfg["flush_s"],
                           host=cfg["host"], stop_timeout_s=cfg["stop_timeout_s"],
-                          process=False, output_mode=cfg.get("output_mode", "create"))
+                          process=False, output_mode=cfg.get("output_mode", "create"),
+                          cpu=pickle.loads(cfg["cpu"]) if "cpu" in cfg else None,
+                          cpu_pid=cfg.get("cpu_pid"))
         sampler.start()
     except SourceUnavailableError as exc:
         send(("error", "unavailable", str(exc)))

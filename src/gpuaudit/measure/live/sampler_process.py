@@ -98,6 +98,13 @@ class ProcessSampler(Sampler):
     def start(self) -> ProcessSampler:
         """Start the sampling process; raises SourceUnavailableError if it cannot sample."""
         why = _picklable(self._spec)
+        cpu_why = _picklable(self._cpu_spec)
+        if cpu_why is not None:
+            raise InputError(
+                f"the CPU reader {type(self._cpu_spec).__name__} cannot be sent to the "
+                f"sampling process ({cpu_why})", where="Sampler(process=True, cpu=...)",
+                fix="pass a PsutilCpu, a FakeCpu or another picklable reader; or sample "
+                "in-process with process=False")
         if why is not None:
             raise InputError(
                 f"the backend {type(self._spec).__name__} cannot be sent to the sampling "
@@ -142,6 +149,9 @@ class ProcessSampler(Sampler):
             "output": str(self._out), "origin": self.origin, "flush_s": self.flush_s,
             "output_mode": self.output_mode,
             "host": self.host, "stop_timeout_s": self.stop_timeout_s, "beat_s": _BEAT_S,
+            # the CPU reader and the workload's root pid (the child leaves itself out)
+            "cpu": pickle.dumps(self._cpu_spec if self._cpu_spec is not None else False),
+            "cpu_pid": self.cpu_pid,
         }
         try:
             self._cmd.send(config)

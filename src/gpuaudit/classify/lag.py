@@ -1,0 +1,117 @@
+"""Stragglers by time lag: which GPU of a job starts each step late.
+
+In a synchronous job (data, tensor or pipeline parallel) every rank meets its peers at each
+collective. A rank that reaches it late (its batch arrives late, its clocks are throttled,
+its node is slow) holds the others: they start the step together with it, or spin in the
+collective (busy time) until it arrives. Busyness alone cannot name it (the waiting peers
+may read *busier*, spinning in NCCL); the order of the busy onsets can: the straggler's
+onsets come after its peers' at step after step.
+
+A busy onset is a sample at ``u >= 10%`` (NVML utilization.gpu, DCGM_FI_DEV_GPU_UTIL)
+after one below it. Onsets are read in a pass over a re-readable source (a recording or a
+file), per GPU in time order (at most :data:`MAX_ONSETS` per GPU). For each onset of a GPU,
+the nearest onset of each peer within half the GPU's step period gives a lag; the step's lag
+is the median over peers, the GPU's lag the median over steps (:func:`onset_lags`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from gpuaudit.classify.usage import IDLE_BELOW_PCT, OnsetLag
+from gpuaudit.schema import Recording, SampleSource
+
+__all__ = ["MAX_ONSETS", "busy_onsets", "onset_lags"]
+
+#: Onsets kept per GPU (the first ones): 20,000 steps are far more than a lag needs.
+MAX_ONSETS = 20_000
+_NS = 1_000_000_000
+
+
+def busy_onsets(source: SampleSource | Recording, uuids: Sequence[str]
+                ) -> dict[str, np.ndarray]:
+    """Busy-onset times (ns) per GPU of ``uuids``, in time order (vectorised per batch: one
+    sort by GPU and time, no per-GPU scan of the rows)."""
+    want = set(uuids)
+    out: dict[str, list[np.ndarray]] = {u: [] for u in uuids}
+    kept = dict.fromkeys(uuids, 0)
+    last_busy: dict[str, bool] = {}
+    for batch in source.batches():
+        if batch.num_rows == 0:
+            continue
+        uu = pc.dictionary_encode(batch.column("gpu_uuid"))
+        if isinstance(uu, pa.ChunkedArray):  # pragma: no cover - a batch column is one chunk
+            uu = uu.combine_chunks()
+        names = [str(x) for x in uu.dictionary.to_pylist()]
+        codes = uu.indices.to_numpy(zero_copy_only=False)
+        u = batch.column("util_gpu_pct").cast(pa.float64()).to_numpy(zero_copy_only=False)
+        wanted = np.array([n in want and kept[n] < MAX_ONSETS for n in names], dtype=bool)
+        ok = ~np.isnan(u) & wanted[codes]
+        if not ok.any():
+            continue
+        ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)[ok]
+        c, u = codes[ok], u[ok]
+        order = np.lexsort((ts, c))
+        c, ts, busy = c[order], ts[order], u[order] >= IDLE_BELOW_PCT
+        first = np.ones(c.size, dtype=bool)
+        first[1:] = c[1:] != c[:-1]
+        prev = np.empty_like(busy)
+        prev[1:] = busy[:-1]
+        # a series' first sample ever is no onset; a later batch continues the last state
+        carry = np.array([last_busy.get(n, True) for n in names], dtype=bool)
+        prev[first] = carry[c[first]]
+        onset = busy & ~prev
+        last = np.append(first[1:], True)
+        for k, b in zip(c[last].tolist(), busy[last].tolist()):
+            last_busy[names[k]] = bool(b)
+        if not onset.any():
+            continue
+        oc, ots = c[onset], ts[onset]
+        starts = np.flatnonzero(np.append(True, oc[1:] != oc[:-1]))
+        for k, part in zip(oc[starts].tolist(), np.split(ots, starts[1:])):
+            name = names[k]
+            part = part[: MAX_ONSETS - kept[name]]
+            out[name].append(part)
+            kept[name] += int(part.size)
+    return {n: np.concatenate(v) if v else np.zeros(0, np.int64) for n, v in out.items()}
+
+
+def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str]]
+               ) -> tuple[OnsetLag, ...]:
+    """Each GPU's lag behind its peers (jobs of at least two GPUs with onsets)."""
+    out: list[OnsetLag] = []
+    for job, members in jobs.items():
+        have = [m for m in members if onsets.get(m) is not None and onsets[m].size >= 2]
+        if len(have) < 2:
+            continue
+        for g in have:
+            mine = onsets[g].astype(np.int64)
+            period = float(np.median(np.diff(mine))) / _NS
+            if period <= 0:
+                continue
+            half_ns = period * _NS / 2
+            per_peer = []
+            for p in have:
+                if p == g:
+                    continue
+                theirs = onsets[p].astype(np.int64)
+                i = np.clip(np.searchsorted(theirs, mine), 1, theirs.size - 1)
+                left, right = theirs[i - 1], theirs[i]
+                near = np.where(mine - left <= right - mine, left, right)
+                d = (mine - near).astype(np.float64)
+                per_peer.append(np.where(np.abs(d) <= half_ns, d, np.nan))
+            lags = np.asarray(per_peer)
+            matched = ~np.all(np.isnan(lags), axis=0)
+            if not matched.any():
+                continue
+            step = np.nanmedian(lags[:, matched], axis=0) / _NS
+            out.append(OnsetLag(
+                gpu_uuid=g, job=job, steps=int(step.size), period_s=period,
+                median_lag_s=float(np.median(step)),
+                late_share=float(np.mean(step > 0)),
+            ))
+    return tuple(out)
