@@ -4,6 +4,16 @@ pandas join of the same data, each in a fresh process.
 
     python benchmarks/bench_bill.py                  # gpuaudit only
     python benchmarks/bench_bill.py --pandas         # with the pandas column (pip install pandas)
+    python benchmarks/bench_bill.py --engines        # the join alone: DuckDB vs Spark local
+    python benchmarks/bench_bill.py --engines --instances 10000   # a ~88M-line bill
+
+``--engines`` times the join alone (issue 23), each engine in a fresh process over the same
+four Parquet inputs (the canonical ``bill_lines`` of the generated bill, ``gpu_skus``,
+``host_map`` and a synthetic ``usage_hours`` of the 125 measured nodes x 30 days x ten
+groups), written once by ``allocate(..., sql_dir=...)``: DuckDB in-process vs pyspark in local
+mode (``local[2]``, 4 shuffle partitions, driver memory 6g; JVM start included). Peak memory is
+the whole process tree's RSS (the JVM is a child of the Python process), polled every 0.1 s.
+The two engines' ``alloc`` results are compared row for row (exact units).
 
 The input is SYNTHETIC, generated once under benchmarks/_work/ (git-ignored):
 
@@ -85,7 +95,7 @@ def generate_telemetry(path: Path) -> None:
     tmp.rename(path)
 
 
-def generate_bill(path: Path) -> None:
+def generate_bill(path: Path, instances: int = 1000) -> None:
     import duckdb
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -101,7 +111,7 @@ def generate_bill(path: Path) -> None:
              ELSE [5.672, 0.8048, 21.9576, 0.096, 0.34][i % 5 + 1] END AS od,
         CASE WHEN i % 7 = 3 THEN 'Dynamic' WHEN i % 5 = 2 THEN 'Committed'
              ELSE 'Standard' END AS cat
-      FROM range(1000) t(i)
+      FROM range({instances}) t(i)
     ), hours AS (SELECT h FROM range(8760) t(h)),
     lines AS (
       SELECT TIMESTAMPTZ '{YEAR0}' + to_hours(h) AS s, i, itype, od, cat FROM inst, hours
@@ -192,6 +202,151 @@ print(json.dumps({"wall_s": wall,
 """
 
 
+ENGINE_CHILD = r"""
+import sys, time, json
+t = time.perf_counter()
+from pathlib import Path
+engine, d, ws, we, out = sys.argv[1:6]
+w = (ws, we)
+inputs = ("bill_lines", "gpu_skus", "host_map", "usage_hours")
+if engine == "duckdb":
+    import duckdb
+    from gpuaudit.price.billing.sql.engines import run_duckdb
+    con = duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    for n in inputs:
+        con.execute(f"CREATE VIEW {n} AS SELECT * FROM read_parquet('{d}/{n}.parquet')")
+    run_duckdb(con, 1, "allocation", "billed", w)
+    # Parquet has no 128-bit integer (DuckDB would write HUGEINT as DOUBLE): exact types
+    con.execute(f"COPY (SELECT * REPLACE (CAST(units AS DECIMAL(38,0)) AS units, "
+                f"CAST(gpu_ms AS BIGINT) AS gpu_ms) FROM alloc) TO '{out}' (FORMAT parquet)")
+else:
+    import pyarrow.parquet as pq
+    from gpuaudit.price.billing.sql.engines import run_spark, spark_session
+    spark = spark_session("local[2]", shuffle_partitions=4, driver_memory="6g")
+    spark.sparkContext.setLogLevel("ERROR")
+    res = run_spark(spark, {n: Path(d) / f"{n}.parquet" for n in inputs}, 1, "allocation",
+                    "billed", w)
+    pq.write_table(res["alloc"], out)
+    spark.stop()
+print(json.dumps({"wall_s": time.perf_counter() - t}))
+"""
+
+
+def _tree_rss_mib(root: int) -> float:
+    """RSS of ``root`` and every descendant (from /proc), MiB."""
+    kids: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(p.name))
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if ln.startswith("VmRSS:"):
+                    total += int(ln.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def run_engine(engine: str, inputs: Path, window: tuple[str, str], out: Path
+               ) -> dict[str, object]:
+    p = subprocess.Popen([sys.executable, "-c", ENGINE_CHILD, engine, str(inputs), *window,
+                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0.0
+    t = time.perf_counter()
+    while p.poll() is None:
+        peak = max(peak, _tree_rss_mib(p.pid))
+        time.sleep(0.1)
+    wall = time.perf_counter() - t
+    stdout, stderr = p.communicate()
+    if p.returncode != 0:
+        raise SystemExit(stderr[-3000:])
+    inner = json.loads(stdout.strip().splitlines()[-1])
+    return {"wall_s": wall, "inner_wall_s": inner["wall_s"], "peak_rss_mib": peak}
+
+
+def prepare_engine_inputs(bill: Path, inputs: Path) -> tuple[str, str]:
+    """The join's four inputs as Parquet under ``inputs``; returns the telemetry window."""
+    from datetime import datetime, timedelta, timezone
+
+    import numpy as np
+    import pyarrow as pa
+
+    from gpuaudit.price.billing import open_bill
+    from gpuaudit.price.billing.allocate import allocate
+
+    t0 = datetime.fromtimestamp(T0_S, tz=timezone.utc)
+    hours = DAYS * 24
+    h = np.repeat(np.arange(hours), NODES * 10)
+    node = np.tile(np.repeat(np.arange(NODES), 10), hours)
+    grp = np.tile(np.arange(10), hours * NODES)
+    rng = np.random.default_rng(1)
+    ms = rng.integers(0, 2_880_000, (5, h.size)) // 4  # <= 8 GPUs x 3.6e6 ms over 10 groups
+    usage = pa.table({
+        "host": pa.array([f"node-{i:04d}" for i in node]),
+        "period_start": pa.array((T0_S + h * 3600).astype("int64")).cast(
+            pa.timestamp("s", "UTC")),
+        "held": pa.array(grp != 9),
+        "g_0": pa.array([None if g == 9 else f"team-{g}" for g in grp], pa.string()),
+        "idle_ms": ms[0], "underutilized_ms": ms[1], "productive_ms": ms[2],
+        "compute_bound_ms": ms[3], "unobserved_ms": ms[4] // 10})
+    window = (t0, t0 + timedelta(hours=hours))
+    allocate(open_bill(bill), usage, ["namespace"], window=window, sql_dir=inputs)
+    return (t0.isoformat().replace("+00:00", "Z"),
+            window[1].isoformat().replace("+00:00", "Z"))
+
+
+def engines_main(instances: int) -> None:
+    import pyarrow.parquet as pq
+
+    bill = WORK / ("bill_focus_10m.parquet" if instances == 1000
+                   else f"bill_focus_{instances}inst.parquet")
+    if not bill.exists():
+        t = time.perf_counter()
+        generate_bill(bill, instances)
+        print(f"generated {bill.name} in {time.perf_counter() - t:.0f} s "
+              f"({bill.stat().st_size / 2**20:.0f} MiB)", file=sys.stderr)
+    inputs = WORK / f"join_inputs_{instances}"
+    wfile = inputs / "window.json"
+    if not wfile.exists():
+        t = time.perf_counter()
+        window = prepare_engine_inputs(bill, inputs)
+        wfile.write_text(json.dumps(window))
+        print(f"prepared the join's inputs in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    window = tuple(json.loads(wfile.read_text()))
+    assert len(window) == 2
+    n = pq.ParquetFile(inputs / "bill_lines.parquet").metadata.num_rows
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), platform.processor())
+    print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
+    res = {}
+    for engine in ("duckdb", "spark"):
+        print(f"load average before {engine}: "
+              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        res[engine] = run_engine(engine, inputs, (window[0], window[1]),
+                                 WORK / f"alloc_{engine}.parquet")
+        r = res[engine]
+        print(f"{engine:6s} join: {n:,} bill lines  wall {r['wall_s']:.1f} s (in-process "
+              f"{r['inner_wall_s']:.1f} s)  peak RSS (process tree) "
+              f"{r['peak_rss_mib']:.0f} MiB")
+    keys = ["currency", "charge_start", "charge_end", "kind", "reason", "g_0", "phase"]
+    a, b = (pq.read_table(WORK / f"alloc_{e}.parquet") for e in ("duckdb", "spark"))
+    a = a.sort_by([(k, "ascending") for k in keys])
+    b = b.sort_by([(k, "ascending") for k in keys])
+    same = a.num_rows == b.num_rows and all(
+        a.column(c).to_pylist() == b.column(c).to_pylist() for c in (*keys, "units", "gpu_ms"))
+    print(f"alloc rows {a.num_rows:,} / {b.num_rows:,}; identical to the unit: {same}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def run_child(code: str, *args: str) -> dict[str, object]:
     out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
     if out.returncode != 0:
@@ -214,7 +369,14 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pandas", action="store_true", help="also run the plain pandas join")
     ap.add_argument("--no-gpuaudit", action="store_true", help="run the pandas join only")
+    ap.add_argument("--engines", action="store_true",
+                    help="time the join alone on DuckDB and on Spark local (pip install pyspark)")
+    ap.add_argument("--instances", type=int, default=1000,
+                    help="instances in the generated bill (1000: ~10M lines; 10000: ~88M)")
     args = ap.parse_args()
+    if args.engines:
+        engines_main(args.instances)
+        return
     tel = WORK / f"bill_telemetry_{GPUS}gpu_{DAYS}d_1m.parquet"
     bill = WORK / "bill_focus_10m.parquet"
     for path, gen in ((tel, generate_telemetry), (bill, generate_bill)):

@@ -224,11 +224,8 @@ def _oracle(lines: list[dict[str, Any]], tel: list[dict[str, Any]], method: str
     return out
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                 HealthCheck.too_slow])
-@given(case=bills(), method=st.sampled_from(["allocation", "usage"]))
-def test_reconciles_to_the_cent_against_an_exact_oracle(case: Any, method: str,
-                                                         tmp_path: Path) -> None:
+def write_case(case: Any, tmp_path: Path) -> tuple[Path, pa.Table]:
+    """A drawn case as a FOCUS CSV (plus a tax line) and its ``usage_hours`` table."""
     lines, tel = case
     rows = []
     for ln in lines:
@@ -258,6 +255,16 @@ def test_reconciles_to_the_cent_against_an_exact_oracle(case: Any, method: str,
         **{c: pa.array([t[c] for t in tel], pa.int64()) for c in
            ("idle_ms", "underutilized_ms", "productive_ms", "compute_bound_ms",
             "unobserved_ms")}})
+    return p, hours
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                 HealthCheck.too_slow])
+@given(case=bills(), method=st.sampled_from(["allocation", "usage"]))
+def test_reconciles_to_the_cent_against_an_exact_oracle(case: Any, method: str,
+                                                         tmp_path: Path) -> None:
+    lines, tel = case
+    p, hours = write_case(case, tmp_path)
     window = (T0, T0 + timedelta(hours=4))
     res = allocate(open_bill(p), hours, ["team"], method=method, window=window)
     sb = res.showback.to_pydict()

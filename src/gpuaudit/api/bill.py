@@ -51,6 +51,9 @@ def bill(
     today: Any = None,
     sql_dir: str | Path | None = None,
     timeline: bool = True,
+    sql_dialect: str = "duckdb",
+    engine: str = "duckdb",
+    spark: Any = None,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -61,7 +64,10 @@ def bill(
     bill's costs is split: ``billed`` (the invoice), ``effective`` or ``list``. ``budgets``: a
     TOML of monthly budgets (docs/billing.md). ``sql_dir``: write the join's inputs and SQL
     there (to run it in Athena, Trino or BigQuery). ``timeline``: also fold the per-GPU
-    utilization timeline of the core report (telemetry files only). Every charge period's
+    utilization timeline of the core report (telemetry files only). ``sql_dialect``: the
+    dialect of that SQL (duckdb, spark, trino, bigquery). ``engine``: where the join runs,
+    ``duckdb`` or ``spark`` (on the session ``spark``, else the active or a local one; the
+    report is the same). Every charge period's
     lines sum to its billed cost to the cent; see
     ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
@@ -129,7 +135,7 @@ def bill(
     hours = usage_hours(usage_h.cells, list(keys))
     alloc = allocate(opened, hours, names, method=method, cost=cost,
                      window=(window[0], window[1]), host_aliases=host_aliases,
-                     sql_dir=sql_dir)
+                     sql_dir=sql_dir, sql_dialect=sql_dialect, engine=engine, spark=spark)
     summary = alloc.summary
     usage = coarse_usage(usage_h, keys)
     rates = bill_rates(usage, summary, catalog=catalog)

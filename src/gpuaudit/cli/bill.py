@@ -104,8 +104,14 @@ def compare_cmd(last: Path, this: Path, fmt: str, output: Path | None) -> None:
 @click.option("--workers", type=Number(WORKERS), default=None,
               help="Processes for a large recording.")
 @click.option("--sql-out", "sql_out", type=OutputDir(),
-              default=None, help="Also write the join's inputs (Parquet) and its SQL here, to "
-              "run the same query in Athena, Trino or BigQuery (docs/billing.md).")
+              default=None, help="Also write the join's inputs (Parquet), their DDL, its SQL "
+              "and a README here, to run the same query in Spark, Athena/Trino or BigQuery "
+              "(docs/billing.md).")
+@click.option("--dialect", "dialect", type=click.Choice(["duckdb", "spark", "trino", "bigquery"]),
+              default="duckdb", show_default=True, help="The SQL dialect --sql-out writes.")
+@click.option("--engine", "engine", type=click.Choice(["duckdb", "spark"]), default="duckdb",
+              show_default=True, help="Where the join runs: DuckDB in-process, or a Spark "
+              "session (pip install 'gpuaudit[spark]'; the active session or local mode).")
 @click.option("--timeline/--no-timeline", default=None,
               help="Fold the per-GPU utilization timeline into the report (default: for "
               "terminal, markdown and html; json, csv and parquet skip it).")
@@ -113,12 +119,17 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
              by: tuple[str, ...], method: str, formats: tuple[str, ...], output: Path | None,
              cost: str, budgets: Path | None, map_file: Path | None, match: tuple[str, ...],
              step_s: float | None, host_alias: tuple[str, ...], catalog: Path | None,
-             workers: int | None, sql_out: Path | None, timeline: bool | None) -> None:
+             workers: int | None, sql_out: Path | None, dialect: str, engine: str,
+             timeline: bool | None) -> None:
     """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
     from gpuaudit.api import bill
     from gpuaudit.cli.fleet import _matchers
 
     in_fmt, out_fmt = _formats(formats)
+    if dialect != "duckdb" and sql_out is None:
+        raise InputError(f"--dialect {dialect} says how --sql-out writes the SQL",
+                         fix=f"add --sql-out DIR (gpuaudit bill ... --sql-out sql/ "
+                         f"--dialect {dialect})")
     if out_fmt == "parquet" and output is None:
         raise InputError("--format parquet needs -o FILE", fix="add -o showback.parquet")
     aliases: dict[str, str] = {}
@@ -136,6 +147,7 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
                       budgets=budgets, map_file=map_file, matchers=_matchers(match),
                       step_s=step_s, host_aliases=aliases,
                       catalog=catalog, workers=workers, sql_dir=sql_out,
+                      sql_dialect=dialect, engine=engine,
                       timeline=timeline if timeline is not None
                       else out_fmt in ("terminal", "markdown", "html"))
     emit_bill(result, out_fmt, output)

@@ -23,13 +23,7 @@ import pyarrow.compute as pc
 from gpuaudit.errors import InputError
 from gpuaudit.price.billing.currency import digits, units_per_minor
 from gpuaudit.price.billing.gpu_lines import match_skus
-from gpuaudit.price.billing.join import (
-    COST_COLUMNS,
-    METHODS,
-    PHASE_COLS,
-    UNITS_PER_USD,
-    allocation_sql,
-)
+from gpuaudit.price.billing.join import COST_COLUMNS, METHODS, PHASE_COLS, UNITS_PER_USD
 from gpuaudit.price.billing.readers import CANONICAL, Bill
 from gpuaudit.price.billing.reconcile import (
     UNITS_PER_CENT,
@@ -37,6 +31,9 @@ from gpuaudit.price.billing.reconcile import (
     reconcile_cents,
     split_cents,
 )
+from gpuaudit.price.billing.sql.engines import run_join
+from gpuaudit.price.billing.sql.join import INPUTS
+from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
 from gpuaudit.validate import check_output_dir
 
@@ -125,6 +122,9 @@ def allocate(
     catalog: Sequence[CatalogEntry] | None = None,
     host_aliases: Mapping[str, str] | None = None,
     sql_dir: str | Path | None = None,
+    sql_dialect: str = "duckdb",
+    engine: str = "duckdb",
+    spark: Any = None,
 ) -> BillAllocation:
     """Join ``bill`` to measured ``hours`` (:func:`usage_hours`) and reconcile.
 
@@ -133,7 +133,10 @@ def allocate(
     ``host_aliases``: telemetry host -> bill resource id, where the names differ.
     ``sql_dir``: also write the join's inputs (``bill_lines``, ``gpu_skus``, ``host_map``,
     ``usage_hours`` as Parquet) and its SQL (``join.sql``) there, to run the same query in a
-    warehouse (docs/billing.md).
+    warehouse (docs/billing.md); ``sql_dialect``: that SQL's dialect (duckdb, spark, trino,
+    bigquery), with the inputs' DDL and a README of their contract.
+    ``engine``: where the join runs (``duckdb``, or ``spark`` on ``spark`` or a local
+    session); the report is the same.
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}", fix="use allocation or usage")
@@ -171,15 +174,14 @@ def allocate(
     con.register("usage_hours_arrow", hours)
     con.execute("CREATE OR REPLACE TEMP TABLE usage_hours AS SELECT * FROM usage_hours_arrow")
     win = None if window is None else (_iso(window[0]), _iso(window[1]))
-    sql = allocation_sql(len(keys), method, cost, win)
     if sql_dir is not None:
         out = check_output_dir(sql_dir, "sql_dir")
         out.mkdir(exist_ok=True)  # the one folder asked for; its parent must exist
-        for rel in ("bill_lines", "gpu_skus", "host_map", "usage_hours"):
+        for rel in INPUTS:
             dest = str(out / f"{rel}.parquet").replace("'", "''")
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
-        (out / "join.sql").write_text(sql, encoding="utf-8")
-    con.execute(sql)
+        write_sql_dir(out, len(keys), method, cost, win, sql_dialect)
+    run_join(con, engine, len(keys), method, cost, win, spark=spark)
     return _summarise(bill, keys, method, cost, window, pairs, hosts)
 
 

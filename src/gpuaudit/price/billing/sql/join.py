@@ -1,0 +1,236 @@
+"""The join, defined once: GPU bill lines to the GPU time measured on the same node in the
+same hours, emitted for DuckDB, Spark SQL, Trino/Athena and BigQuery (``dialects.py``).
+
+Four input relations (their DDL: :func:`inputs_ddl`):
+
+- ``bill_lines``: the canonical bill (``readers.py``);
+- ``gpu_skus(sku_text, instance, gpu_model, gpus_per_instance, per_gpu)``: the GPU SKUs found
+  in the catalog (``gpu_lines.py``);
+- ``host_map(resource_id, host)``: which telemetry host a bill resource is;
+- ``usage_hours(host, period_start, held, g_0 .. g_n, idle_ms, underutilized_ms,
+  productive_ms, compute_bound_ms, unobserved_ms)``: measured GPU time per host, hour and
+  group (classify's ``period:3600`` cells summed over the host's GPUs), in integer
+  milliseconds.
+
+Six relations derived in order (:func:`relations`), each a plain ``SELECT`` over the inputs
+and the ones before it; an engine adapter materializes each under its name. Three are the
+results: ``gpu_lines``, ``alloc`` and ``period_totals``.
+
+Money is integer units of 1e-12 (``DECIMAL(38,12)`` scaled) in a 38-digit decimal, so every
+allocation is an integer product and an exact truncating integer division: no float. Each
+GPU line's cost is split over its node's capacity ``W = max(billed GPU-ms, measured GPU-ms)``
+in the line's charge period: measured time to the teams (method ``allocation``: every phase of
+the time a team held; method ``usage``: the non-idle phases, a team's idle time going to
+``idle``), time held by nobody to ``idle``, and billed time without telemetry to
+``unallocated`` (with its reason). Lines with nothing measured to split them by (outside the
+telemetry's window, or on a node never measured) are summed per charge period and go to
+``unallocated`` whole. The integer division leaves less than one unit (1e-12) per weight; the
+reconciliation (``reconcile.py``) rounds each charge period against its exact billed total.
+
+Portable by construction: no ``GROUP BY ALL``, no temp-table syntax (the adapter's), every
+``row_number()`` ordered by a unique key, timestamps compared as instants and differenced in
+whole milliseconds by the dialect's function.
+"""
+
+from __future__ import annotations
+
+from gpuaudit.price.billing.sql.dialects import DIALECTS, Dialect
+
+__all__ = ["COST_COLUMNS", "INPUTS", "METHODS", "PHASE_COLS", "RESULTS", "UNITS_PER_USD",
+           "inputs_ddl", "relations", "script"]
+
+METHODS: tuple[str, ...] = ("allocation", "usage")
+UNITS_PER_USD = 1_000_000_000_000  # 1e-12 USD: the scale of DECIMAL(38,12)
+PHASE_COLS = ("idle", "underutilized", "productive", "compute_bound")
+COST_COLUMNS = {"billed": "billed_cost", "effective": "effective_cost", "list": "list_cost"}
+INPUTS = ("bill_lines", "gpu_skus", "host_map", "usage_hours")
+RESULTS = ("gpu_lines", "alloc", "period_totals")
+
+# the columns of bill_lines the join reads (readers.py makes more)
+_BILL_COLUMNS = (
+    ("currency", "string"), ("resource_id", "string"), ("resource_name", "string"),
+    ("sku_text", "string"), ("service", "string"), ("charge_category", "string"),
+    ("pricing_category", "string"), ("charge_start", "timestamp"),
+    ("charge_end", "timestamp"), ("quantity", "qty"), ("unit", "string"),
+    ("billed_cost", "money"), ("effective_cost", "money"), ("list_cost", "money"))
+
+
+def _dialect(name: str) -> Dialect:
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise ValueError(f"unknown dialect {name!r}; one of {', '.join(DIALECTS)}") from None
+
+
+def inputs_ddl(n_keys: int, dialect: str) -> str:
+    """``CREATE TABLE`` statements for the four input relations the query expects."""
+    d = _dialect(dialect)
+
+    def typ(kind: str) -> str:
+        return str(getattr(d, kind))
+
+    tables = {
+        "bill_lines": [(c, typ(k)) for c, k in _BILL_COLUMNS],
+        "gpu_skus": [("sku_text", d.string), ("instance", d.string), ("gpu_model", d.string),
+                     ("gpus_per_instance", d.bigint), ("per_gpu", d.boolean)],
+        "host_map": [("resource_id", d.string), ("host", d.string)],
+        "usage_hours": [("host", d.string), ("period_start", d.timestamp),
+                        ("held", d.boolean), *((f"g_{i}", d.string) for i in range(n_keys)),
+                        *((f"{p}_ms", d.bigint) for p in (*PHASE_COLS, "unobserved"))],
+    }
+    return "\n".join(
+        f"CREATE TABLE {name} (\n  " + ",\n  ".join(f"{c} {t}" for c, t in cols) + "\n);\n"
+        for name, cols in tables.items())
+
+
+def _billed_gpu_ms(d: Dialect) -> str:
+    # GPU-ms a usage line covers: its quantity when the unit is hours (or seconds), else the
+    # charge period's length, times the GPUs it prices. Credits and refunds cover no time
+    # (their cost still splits). Exact decimal, rounded half away from zero to whole ms.
+    # the integer factor as DECIMAL(12,0): quantity (26,12) x (12,0) = (38,12), exact in
+    # every engine (no scale cut before the rounding to whole ms)
+    gpus = "(CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)"
+    q = f"CAST(b.quantity AS {d.qty})"
+
+    def per(ms: int) -> str:
+        return f"CAST({gpus} * {ms} AS {d.factor})"
+
+    return (
+        "CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 "
+        "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') "
+        f"THEN CAST(round({q} * {per(3600000)}) AS {d.bigint}) "
+        "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') "
+        f"THEN CAST(round({q} * {per(1000)}) AS {d.bigint}) "
+        f"ELSE {d.ms_between('b.charge_start', 'b.charge_end')} * {gpus} END")
+
+
+def relations(n_keys: int, method: str, cost: str = "billed",
+              window: tuple[str, str] | None = None,
+              dialect: str = "duckdb") -> list[tuple[str, str]]:
+    """``(name, SELECT)`` in dependency order; the last three names include the results.
+
+    ``window``: the telemetry's [start, end) as ISO timestamps (``...Z``); a charge period
+    outside it is not covered (its cost is unallocated, reason ``outside telemetry``).
+    """
+    if method not in METHODS:
+        raise ValueError(method)
+    d = _dialect(dialect)
+    cost_col = COST_COLUMNS[cost]
+    gk = [f"g_{i}" for i in range(n_keys)]
+    g_null = "".join(f"CAST(NULL AS {d.string}) AS {g}, " for g in gk)
+    w_start, w_end = window or ("1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z")
+    units = d.units
+
+    gpu_lines_keys = ("currency, resource_id, host, charge_start, charge_end, "
+                      "pricing_category, instance, gpu_model, no_data_reason")
+    gpu_lines = f"""
+SELECT {gpu_lines_keys}, sum(billed_cost) AS billed_cost,
+       sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
+       sum(billed_gpu_ms) AS billed_gpu_ms, sum(cost_units) AS cost_units,
+       count(*) AS lines
+FROM (
+  SELECT b.currency,
+         CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
+              THEN NULL ELSE b.resource_id END AS resource_id,
+         b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
+         {_billed_gpu_ms(d)} AS billed_gpu_ms,
+         CAST(b.{cost_col} * {UNITS_PER_USD} AS {units}) AS cost_units,
+         CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
+              THEN 'outside telemetry'
+              WHEN h.host IS NULL THEN 'no telemetry for this node'
+              ELSE NULL END AS no_data_reason
+  FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
+  LEFT JOIN host_map h ON b.resource_id = h.resource_id
+) x
+GROUP BY {gpu_lines_keys}"""
+
+    lg_keys = "currency, resource_id, host, charge_start, charge_end"
+    line_groups = f"""
+SELECT row_number() OVER (ORDER BY {lg_keys}) AS line_id, l.*
+FROM (
+  SELECT {lg_keys}, sum(cost_units) AS cost_units, sum(billed_gpu_ms) AS billed_gpu_ms
+  FROM gpu_lines WHERE no_data_reason IS NULL
+  GROUP BY {lg_keys}
+) l"""
+
+    meas_keys = "l.line_id, u.held" + "".join(f", u.{g}" for g in gk)
+    meas = f"""
+SELECT {meas_keys},
+       sum(u.idle_ms) AS idle_ms, sum(u.underutilized_ms) AS underutilized_ms,
+       sum(u.productive_ms) AS productive_ms, sum(u.compute_bound_ms) AS compute_bound_ms,
+       sum(u.unobserved_ms) AS unobserved_ms
+FROM line_groups l JOIN usage_hours u
+  ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+GROUP BY {meas_keys}"""
+
+    per_phase = []
+    for p in PHASE_COLS:
+        if method == "allocation":
+            kind = "CASE WHEN m.held THEN 'team' ELSE 'idle' END"
+        else:
+            kind = ("'idle'" if p == "idle"
+                    else "CASE WHEN NOT m.held THEN 'idle' ELSE 'team' END")
+        reason = "CASE WHEN m.held THEN 'held' ELSE 'unheld' END"
+        per_phase.append(
+            f"SELECT m.line_id, {kind} AS kind, {reason} AS reason, "
+            + "".join(f"m.{g}, " for g in gk)
+            + f"'{p}' AS phase, m.{p}_ms AS w FROM meas m")
+    weights = f"""
+WITH measured AS (
+  SELECT line_id, sum(idle_ms + underutilized_ms + productive_ms + compute_bound_ms
+                      + unobserved_ms) AS measured_ms
+  FROM meas GROUP BY line_id
+), caps AS (
+  SELECT l.line_id, l.cost_units, COALESCE(m.measured_ms, 0) AS measured_ms,
+         greatest(l.billed_gpu_ms, COALESCE(m.measured_ms, 0)) AS cap_ms,
+         'telemetry gap' AS no_data_reason
+  FROM line_groups l LEFT JOIN measured m ON l.line_id = m.line_id
+), parts AS (
+  {' UNION ALL '.join(per_phase)}
+  UNION ALL
+  SELECT m.line_id, 'unallocated' AS kind, 'telemetry gap' AS reason, {g_null}
+         'unobserved' AS phase, m.unobserved_ms AS w FROM meas m
+  UNION ALL
+  SELECT line_id, 'unallocated', no_data_reason, {g_null} 'unobserved',
+         cap_ms - measured_ms FROM caps
+  UNION ALL  -- a line with no capacity at all (a credit on a node never measured)
+  SELECT line_id, 'unallocated', no_data_reason, {g_null} 'unobserved',
+         CAST(1 AS {d.bigint}) FROM caps
+  WHERE cap_ms = 0
+)
+SELECT p.*, c.cost_units, greatest(c.cap_ms, 1) AS cap_ms
+FROM parts p JOIN caps c ON p.line_id = c.line_id WHERE p.w > 0"""
+
+    a_keys = ("l.currency, l.charge_start, l.charge_end, w.kind, w.reason, "
+              + "".join(f"w.{g}, " for g in gk) + "w.phase")
+    u_keys = "currency, charge_start, charge_end, no_data_reason"
+    share = d.idiv(f"CAST(w.cost_units AS {units}) * w.w", "w.cap_ms")
+    alloc = f"""
+SELECT {a_keys},
+       CAST(sum({share}) AS {units}) AS units,
+       sum(w.w) AS gpu_ms
+FROM weights w JOIN line_groups l ON w.line_id = l.line_id
+GROUP BY {a_keys}
+UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
+SELECT currency, charge_start, charge_end, 'unallocated', no_data_reason, {g_null}
+       'unobserved', CAST(sum(cost_units) AS {units}), sum(billed_gpu_ms)
+FROM gpu_lines WHERE no_data_reason IS NOT NULL
+GROUP BY {u_keys}"""
+
+    p_keys = "currency, charge_start, charge_end"
+    period_totals = f"""
+SELECT {p_keys}, CAST(sum(cost_units) AS {units}) AS units,
+       sum(billed_gpu_ms) AS billed_gpu_ms
+FROM gpu_lines GROUP BY {p_keys}"""
+    return [("gpu_lines", gpu_lines), ("line_groups", line_groups), ("meas", meas),
+            ("weights", weights), ("alloc", alloc), ("period_totals", period_totals)]
+
+
+def script(n_keys: int, method: str, cost: str = "billed",
+           window: tuple[str, str] | None = None, dialect: str = "duckdb") -> str:
+    """The whole query as a script a data team runs: one ``CREATE TABLE name AS SELECT`` per
+    derived relation, in order (DuckDB: temp tables, so it runs again in one session)."""
+    create = "CREATE OR REPLACE TEMP TABLE" if dialect == "duckdb" else "CREATE TABLE"
+    return "".join(f"\n{create} {name} AS{sql.rstrip()};\n"
+                   for name, sql in relations(n_keys, method, cost, window, dialect))

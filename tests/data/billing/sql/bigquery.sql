@@ -1,0 +1,127 @@
+-- inputs (bigquery)
+CREATE TABLE bill_lines (
+  currency STRING,
+  resource_id STRING,
+  resource_name STRING,
+  sku_text STRING,
+  service STRING,
+  charge_category STRING,
+  pricing_category STRING,
+  charge_start TIMESTAMP,
+  charge_end TIMESTAMP,
+  quantity BIGNUMERIC,
+  unit STRING,
+  billed_cost BIGNUMERIC,
+  effective_cost BIGNUMERIC,
+  list_cost BIGNUMERIC
+);
+
+CREATE TABLE gpu_skus (
+  sku_text STRING,
+  instance STRING,
+  gpu_model STRING,
+  gpus_per_instance INT64,
+  per_gpu BOOL
+);
+
+CREATE TABLE host_map (
+  resource_id STRING,
+  host STRING
+);
+
+CREATE TABLE usage_hours (
+  host STRING,
+  period_start TIMESTAMP,
+  held BOOL,
+  g_0 STRING,
+  g_1 STRING,
+  idle_ms INT64,
+  underutilized_ms INT64,
+  productive_ms INT64,
+  compute_bound_ms INT64,
+  unobserved_ms INT64
+);
+
+-- the join: method allocation, cost billed, window 2026-10-05T00:00:00Z .. 2026-10-05T06:00:00Z
+
+CREATE TABLE gpu_lines AS
+SELECT currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, sum(billed_cost) AS billed_cost,
+       sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
+       sum(billed_gpu_ms) AS billed_gpu_ms, sum(cost_units) AS cost_units,
+       count(*) AS lines
+FROM (
+  SELECT b.currency,
+         CASE WHEN b.charge_end <= TIMESTAMP '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMP '2026-10-05 06:00:00+00'
+              THEN NULL ELSE b.resource_id END AS resource_id,
+         b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
+         CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') THEN CAST(round(CAST(b.quantity AS BIGNUMERIC) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS BIGNUMERIC)) AS INT64) WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') THEN CAST(round(CAST(b.quantity AS BIGNUMERIC) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 AS BIGNUMERIC)) AS INT64) ELSE TIMESTAMP_DIFF(b.charge_end, b.charge_start, MILLISECOND) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END AS billed_gpu_ms,
+         CAST(b.billed_cost * 1000000000000 AS BIGNUMERIC) AS cost_units,
+         CASE WHEN b.charge_end <= TIMESTAMP '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMP '2026-10-05 06:00:00+00'
+              THEN 'outside telemetry'
+              WHEN h.host IS NULL THEN 'no telemetry for this node'
+              ELSE NULL END AS no_data_reason
+  FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
+  LEFT JOIN host_map h ON b.resource_id = h.resource_id
+) x
+GROUP BY currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason;
+
+CREATE TABLE line_groups AS
+SELECT row_number() OVER (ORDER BY currency, resource_id, host, charge_start, charge_end) AS line_id, l.*
+FROM (
+  SELECT currency, resource_id, host, charge_start, charge_end, sum(cost_units) AS cost_units, sum(billed_gpu_ms) AS billed_gpu_ms
+  FROM gpu_lines WHERE no_data_reason IS NULL
+  GROUP BY currency, resource_id, host, charge_start, charge_end
+) l;
+
+CREATE TABLE meas AS
+SELECT l.line_id, u.held, u.g_0, u.g_1,
+       sum(u.idle_ms) AS idle_ms, sum(u.underutilized_ms) AS underutilized_ms,
+       sum(u.productive_ms) AS productive_ms, sum(u.compute_bound_ms) AS compute_bound_ms,
+       sum(u.unobserved_ms) AS unobserved_ms
+FROM line_groups l JOIN usage_hours u
+  ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+GROUP BY l.line_id, u.held, u.g_0, u.g_1;
+
+CREATE TABLE weights AS
+WITH measured AS (
+  SELECT line_id, sum(idle_ms + underutilized_ms + productive_ms + compute_bound_ms
+                      + unobserved_ms) AS measured_ms
+  FROM meas GROUP BY line_id
+), caps AS (
+  SELECT l.line_id, l.cost_units, COALESCE(m.measured_ms, 0) AS measured_ms,
+         greatest(l.billed_gpu_ms, COALESCE(m.measured_ms, 0)) AS cap_ms,
+         'telemetry gap' AS no_data_reason
+  FROM line_groups l LEFT JOIN measured m ON l.line_id = m.line_id
+), parts AS (
+  SELECT m.line_id, CASE WHEN m.held THEN 'team' ELSE 'idle' END AS kind, CASE WHEN m.held THEN 'held' ELSE 'unheld' END AS reason, m.g_0, m.g_1, 'idle' AS phase, m.idle_ms AS w FROM meas m UNION ALL SELECT m.line_id, CASE WHEN m.held THEN 'team' ELSE 'idle' END AS kind, CASE WHEN m.held THEN 'held' ELSE 'unheld' END AS reason, m.g_0, m.g_1, 'underutilized' AS phase, m.underutilized_ms AS w FROM meas m UNION ALL SELECT m.line_id, CASE WHEN m.held THEN 'team' ELSE 'idle' END AS kind, CASE WHEN m.held THEN 'held' ELSE 'unheld' END AS reason, m.g_0, m.g_1, 'productive' AS phase, m.productive_ms AS w FROM meas m UNION ALL SELECT m.line_id, CASE WHEN m.held THEN 'team' ELSE 'idle' END AS kind, CASE WHEN m.held THEN 'held' ELSE 'unheld' END AS reason, m.g_0, m.g_1, 'compute_bound' AS phase, m.compute_bound_ms AS w FROM meas m
+  UNION ALL
+  SELECT m.line_id, 'unallocated' AS kind, 'telemetry gap' AS reason, CAST(NULL AS STRING) AS g_0, CAST(NULL AS STRING) AS g_1, 
+         'unobserved' AS phase, m.unobserved_ms AS w FROM meas m
+  UNION ALL
+  SELECT line_id, 'unallocated', no_data_reason, CAST(NULL AS STRING) AS g_0, CAST(NULL AS STRING) AS g_1,  'unobserved',
+         cap_ms - measured_ms FROM caps
+  UNION ALL  -- a line with no capacity at all (a credit on a node never measured)
+  SELECT line_id, 'unallocated', no_data_reason, CAST(NULL AS STRING) AS g_0, CAST(NULL AS STRING) AS g_1,  'unobserved',
+         CAST(1 AS INT64) FROM caps
+  WHERE cap_ms = 0
+)
+SELECT p.*, c.cost_units, greatest(c.cap_ms, 1) AS cap_ms
+FROM parts p JOIN caps c ON p.line_id = c.line_id WHERE p.w > 0;
+
+CREATE TABLE alloc AS
+SELECT l.currency, l.charge_start, l.charge_end, w.kind, w.reason, w.g_0, w.g_1, w.phase,
+       CAST(sum((CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) + CASE WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w >= 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) < 0 THEN -1 WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w >= 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) >= w.cap_ms THEN 1 WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w < 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) > 0 THEN 1 WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w < 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) <= -w.cap_ms THEN -1 ELSE 0 END)) AS BIGNUMERIC) AS units,
+       sum(w.w) AS gpu_ms
+FROM weights w JOIN line_groups l ON w.line_id = l.line_id
+GROUP BY l.currency, l.charge_start, l.charge_end, w.kind, w.reason, w.g_0, w.g_1, w.phase
+UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
+SELECT currency, charge_start, charge_end, 'unallocated', no_data_reason, CAST(NULL AS STRING) AS g_0, CAST(NULL AS STRING) AS g_1, 
+       'unobserved', CAST(sum(cost_units) AS BIGNUMERIC), sum(billed_gpu_ms)
+FROM gpu_lines WHERE no_data_reason IS NOT NULL
+GROUP BY currency, charge_start, charge_end, no_data_reason;
+
+CREATE TABLE period_totals AS
+SELECT currency, charge_start, charge_end, CAST(sum(cost_units) AS BIGNUMERIC) AS units,
+       sum(billed_gpu_ms) AS billed_gpu_ms
+FROM gpu_lines GROUP BY currency, charge_start, charge_end;
