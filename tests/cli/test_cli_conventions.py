@@ -162,3 +162,15 @@ def test_bill_compare_format_given_twice_is_an_error(tmp_path: Path) -> None:
              "markdown")
     assert p.returncode == 2
     assert "given 2 times (json, markdown): give one" in p.stderr
+
+
+def test_bill_parquet_to_stdout_is_refused_and_csv_goes_to_stdout(tmp_path: Path) -> None:
+    base = ["bill", str(BILL), "--telemetry", str(DEMO)]
+    p = subprocess.run([sys.executable, "-m", "gpuaudit.cli", *base, "--format", "parquet",
+                        "-o", "-"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 2 and "cannot go to stdout" in p.stderr
+    assert not (tmp_path / "-").exists()  # no file named '-'
+    c = subprocess.run([sys.executable, "-m", "gpuaudit.cli", *base, "--format", "csv", "-o",
+                        "-"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert c.returncode == 0 and c.stdout.startswith("period_start,")
+    assert not (tmp_path / "-").exists()

@@ -122,6 +122,10 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
     in_fmt, out_fmt = _formats(formats)
     if out_fmt == "parquet" and output is None:
         raise InputError("--format parquet needs -o FILE", fix="add -o showback.parquet")
+    if out_fmt == "parquet" and str(output) == "-":
+        raise InputError("a Parquet showback is binary and cannot go to stdout (-o -)",
+                         fix="give a file path, e.g. -o showback.parquet, or --format csv "
+                         "-o - for the same table as text")
     aliases: dict[str, str] = {}
     for item in host_alias:
         h, sep, r = item.partition("=")
