@@ -143,3 +143,34 @@ def test_long_steps_show_progress_on_a_terminal_only() -> None:
     assert "analysing" not in _stderr_on_a_terminal("-q", "trace", str(TRACE), "--price", "2")
     p = _run("trace", str(TRACE), "--price", "2")
     assert p.returncode == 0 and "analysing" not in p.stderr
+
+
+BILL = Path(__file__).parents[1] / "data" / "billing" / "focus_1.0_sample.csv"
+
+
+@pytest.mark.parametrize("formats", [("json", "markdown"), ("focus", "cur")])
+def test_bill_two_formats_of_one_kind_is_an_error(formats: tuple[str, str]) -> None:
+    # bill's --format takes one bill format and one report format; two of a kind kept the last
+    p = _run("bill", str(BILL), "--telemetry", str(DEMO), "--format", formats[0], "--format",
+             formats[1])
+    assert p.returncode == 2, p.stderr
+    assert f"({formats[0]}, {formats[1]}): give one" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_bill_compare_format_given_twice_is_an_error(tmp_path: Path) -> None:
+    p = _run("bill", "compare", str(DEMO), str(DEMO), "--format", "json", "--format",
+             "markdown")
+    assert p.returncode == 2
+    assert "given 2 times (json, markdown): give one" in p.stderr
+
+
+def test_bill_parquet_to_stdout_is_refused_and_csv_goes_to_stdout(tmp_path: Path) -> None:
+    base = ["bill", str(BILL), "--telemetry", str(DEMO)]
+    p = subprocess.run([sys.executable, "-m", "gpuaudit.cli", *base, "--format", "parquet",
+                        "-o", "-"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert p.returncode == 2 and "cannot go to stdout" in p.stderr
+    assert not (tmp_path / "-").exists()  # no file named '-'
+    c = subprocess.run([sys.executable, "-m", "gpuaudit.cli", *base, "--format", "csv", "-o",
+                        "-"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert c.returncode == 0 and c.stdout.startswith("period_start,")
+    assert not (tmp_path / "-").exists()

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from gpuaudit.cli.output import write_output
-from gpuaudit.cli.params import Duration, Number, OutputDir, OutputFile
+from gpuaudit.cli.params import Duration, Number, OutputDir, OutputFile, one_value
 from gpuaudit.errors import InputError
 from gpuaudit.validate import FLEET_STEP_S, WORKERS
 
@@ -50,9 +50,10 @@ class _BillCommand(click.Command):
 @click.argument("last", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.argument("this", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
-              default="terminal", show_default=True, help="Report format.")
+              multiple=True, default=["terminal"], show_default=True, callback=one_value,
+              help="Report format.")
 @click.option("-o", "--output", type=OutputFile(), default=None,
-              help="Write the comparison here instead of stdout.")
+              help="Write the comparison here instead of stdout ('-': stdout).")
 def compare_cmd(last: Path, this: Path, fmt: str, output: Path | None) -> None:
     """Realised savings: per team and per remediation, what last month's bill report
     projected and what this month's bill shows."""
@@ -132,6 +133,10 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
                          f"--dialect {dialect})")
     if out_fmt == "parquet" and output is None:
         raise InputError("--format parquet needs -o FILE", fix="add -o showback.parquet")
+    if out_fmt == "parquet" and str(output) == "-":
+        raise InputError("a Parquet showback is binary and cannot go to stdout (-o -)",
+                         fix="give a file path, e.g. -o showback.parquet, or --format csv "
+                         "-o - for the same table as text")
     aliases: dict[str, str] = {}
     for item in host_alias:
         h, sep, r = item.partition("=")
@@ -155,17 +160,25 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
 
 def _formats(values: tuple[str, ...]) -> tuple[str | None, str]:
     in_fmt: str | None = None
-    out_fmt = "terminal"
+    out_fmt: str | None = None
     for v in values:
-        if v in INPUT_FORMATS:
-            in_fmt = v
-        elif v in OUTPUT_FORMATS:
-            out_fmt = v
+        if v in INPUT_FORMATS or v in OUTPUT_FORMATS:
+            kind = "bill" if v in INPUT_FORMATS else "report"
+            had = in_fmt if v in INPUT_FORMATS else out_fmt
+            if had is not None and had != v:
+                raise InputError(
+                    f"--format given two {kind} formats ({had}, {v}): give one",
+                    fix=f"at most one {kind} format and one of the other kind "
+                    "(--format cur --format json); run the command once per report format")
+            if v in INPUT_FORMATS:
+                in_fmt = v
+            else:
+                out_fmt = v
         else:
             raise InputError(f"unknown --format {v!r}",
                              fix=f"bill formats: {', '.join(INPUT_FORMATS)}; report formats: "
                              f"{', '.join(OUTPUT_FORMATS)}")
-    return in_fmt, out_fmt
+    return in_fmt, out_fmt or "terminal"
 
 
 def emit_bill(result: Any, fmt: str, output: Path | None) -> None:

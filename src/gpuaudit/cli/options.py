@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import click
 
 from gpuaudit.cli.output import write_output
-from gpuaudit.cli.params import Money, Number, OutputFile
+from gpuaudit.cli.params import Money, Number, OutputFile, one_value
 from gpuaudit.report import render
 from gpuaudit.result import FORMATS, AuditResult
 from gpuaudit.validate import ENERGY_USD_PER_KWH, PRICE_USD_PER_GPU_HOUR, count_quantity
@@ -65,14 +65,6 @@ def output_options(f: F) -> F:
                      default=["terminal"], show_default=True, callback=one_value,
                      help="Report format.")(f)
     return f
-
-
-def one_value(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str:
-    """A single-valued option given more than once is a mistake, not "the last one wins"."""
-    if len(value) > 1:
-        raise click.BadParameter(f"given {len(value)} times ({', '.join(value)}): give one",
-                                 ctx=ctx, param=param)
-    return value[0]
 
 
 def pricing_kwargs(kw: dict[str, Any]) -> dict[str, Any]:

@@ -32,7 +32,7 @@ else:
     _ParamType = click.ParamType
 
 __all__ = ["Duration", "Money", "Number", "OutputDir", "OutputFile", "Parsed", "PromDuration",
-           "Time", "TimeZone"]
+           "Time", "TimeZone", "one_value"]
 
 
 def _fail(t: _ParamType, exc: InputError, param: click.Parameter | None,
@@ -211,3 +211,11 @@ class SamplesPath(click.Path):
             self.fail(f"File {str(path)!r} does not exist (nor a recording journal "
                       f"{path.name}.partial.arrows beside it).", param, ctx)
         return path
+
+
+def one_value(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> str:
+    """A single-valued option given more than once is a mistake, not "the last one wins"."""
+    if len(value) > 1:
+        raise click.BadParameter(f"given {len(value)} times ({', '.join(value)}): give one",
+                                 ctx=ctx, param=param)
+    return value[0]

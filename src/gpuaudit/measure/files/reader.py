@@ -388,6 +388,7 @@ class FileSource:
 
     def _setup_parquet(self) -> None:
         path = self.path
+        shown: Path = getattr(self, "shown_path", None) or path  # where notes and errors point
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as exc:
@@ -447,7 +448,7 @@ class FileSource:
                 row += batch.num_rows
                 if batch.num_columns < len(full):
                     batch = fill(batch)
-                yield batch, _at_row(path, base)
+                yield batch, _at_row(shown, base)
 
         self._raw = raw
 
@@ -710,22 +711,33 @@ def _exposition_source(path: Path, **kw: Any) -> FileSource:
 
     from gpuaudit.measure.fleet.dcgm import parse_metrics_text
 
+    # through the bounded reader: a .prom.gz is inflated, within --max-input-bytes
+    with open_stream(path) as f:
+        try:
+            raw = b"".join(bytes(c) for c in iter(lambda: f.read(1 << 20), b""))
+        except OSError as exc:
+            raise _decompress_error(path, exc) from exc
     try:
-        text = path.read_bytes().decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _utf8_error(path, path.read_bytes()[: exc.start].count(b"\n") + 1,
-                          path.read_bytes()[exc.start]) from None
+        raise _utf8_error(path, raw[: exc.start].count(b"\n") + 1, raw[exc.start]) from None
+    if not re.search(r"^DCGM_FI_", text, re.M):
+        raise InputError(
+            "this is a Prometheus metrics page without dcgm-exporter series (no DCGM_FI_* "
+            "metric), not GPU samples", where=str(path),
+            fix="save dcgm-exporter's page (curl http://<node>:9400/metrics > node.prom), or "
+            "record it over time with gpuaudit scrape http://<node>:9400/metrics -o run.parquet")
     ts_ns = os.stat(path).st_mtime_ns
     table, notes = parse_metrics_text(text, ts_ns=ts_ns, default_host=kw.get("host")
-                                      or path.stem, where=str(path))
+                                      or _stem(path), where=str(path))
     out = Path(_scratch_dir()) / (path.name + ".parquet")
     write_recording(Recording(table=table, source="dcgm-exporter page",
                               origin=f"a saved dcgm-exporter page {path}",
                               interval_s=DCGM_EXPORTER_INTERVAL_S,
                               notes=tuple(notes)), out)
-    src = FileSource(out, fmt="parquet", mapping=None, fields=None, host=kw.get("host"),
-                     gpu_model=kw.get("gpu_model"), tz="UTC",
-                     batch_rows=kw.get("batch_rows", 1 << 20))
+    src = _PageSource(path, out, fmt="parquet", mapping=None, fields=None,
+                      host=kw.get("host"), gpu_model=kw.get("gpu_model"), tz="UTC",
+                      batch_rows=kw.get("batch_rows", 1 << 20))
     src.origin = f"a saved dcgm-exporter page {path} (one sample per GPU)"
     src._book.add("one dcgm-exporter page is a snapshot: one sample per GPU, standing for one "
                   f"sampling interval ({DCGM_EXPORTER_INTERVAL_S:g} s, dcgm-exporter's default "
@@ -935,3 +947,10 @@ def _csv_blocks(path: Path, names: list[str], header_lines: int,
         raise _decompress_error(path, exc) from exc
 
 
+class _PageSource(FileSource):
+    """A saved dcgm-exporter page read through the recording it was parsed into; notes and
+    errors name the page (``node.prom: row N``, the Nth GPU sample), not the scratch file."""
+
+    def __init__(self, shown: Path, path: Path, **kw: Any) -> None:
+        self.shown_path = shown
+        super().__init__(path, **kw)
