@@ -230,8 +230,9 @@ def step_series(samples: pa.Table, step_ts_ns: np.ndarray, step_counts: np.ndarr
     """Cost, GPU-hours and utilisation at up to ``max_points`` training steps.
 
     Cost and GPU-hours so far are the audit's totals times the share of sample rows taken by
-    that step's time (sampling is periodic, so rows measure GPU-time; the last step after the
-    last sample carries the whole total). None when no step was counted or nothing sampled.
+    that step's time (sampling is periodic, so rows measure GPU-time); the last counted step
+    carries the whole total (the tail of the run after it is its work too), so the curve ends
+    at the audit's cost and its cost per step at the scalar ``usd_per_step``. None when no step was counted or nothing sampled.
     """
     if max_points < 1:
         raise ValueError(f"max_points must be >= 1, got {max_points}")
@@ -252,6 +253,7 @@ def step_series(samples: pa.Table, step_ts_ns: np.ndarray, step_counts: np.ndarr
     sample_ts = sample_ts[order]
     n = sample_ts.size
     upto = np.searchsorted(sample_ts, ts, side="right")  # rows taken by each step's time
+    upto[-1] = n  # the run's tail after its last step belongs to that step
     share = upto / n
     cost = cost_usd * share
     hours = gpu_hours * share
