@@ -67,6 +67,7 @@ FREE_TEXT = {
     "--prometheus": "a URL",
     "--recording": "an input file that must exist (click.Path(exists=True))",
     "--map-file": "an input file that must exist (click.Path(exists=True))",
+    "--web.config.file": "an input file, read and checked by integrate.webconfig",
     "--match": "LABEL=VALUE, parsed by cli.fleet._matchers",
     "--bearer-token-file": "an input file",
     "--bearer-token-env": "an environment variable name",
