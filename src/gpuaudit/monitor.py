@@ -25,6 +25,7 @@ from __future__ import annotations
 import functools
 import os
 import sys
+import time
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -120,6 +121,10 @@ class Monitor:
         self._sampler: Any = None
         self._totals: dict[str, float | None] = {"steps": 0, "samples": None, "tokens": None}
         self._marks: list[str] = []
+        from gpuaudit.integrate.trackers import StepLog
+
+        #: when the step counter reached each value (the trackers' training-step axis)
+        self.step_log = StepLog()
         self.pricing = dict(pricing or {})
         self.trackers: list[Any] = list(trackers)
         if mlflow or wandb:
@@ -188,7 +193,9 @@ class Monitor:
                 pricing.setdefault("counts", counts_from(rec))
                 summary = summarize(audit(rec, **pricing), labels=self.labels,
                                     recording_path=None if self.output is None
-                                    else str(self.output), samples=rec.table)
+                                    else str(self.output), samples=rec.table,
+                                    steps=self.step_log.arrays() if len(self.step_log)
+                                    else None)
         except Exception as exc:  # the user's work matters more than our logging
             summary = nothing_sampled(f"the audit failed: {type(exc).__name__}: {exc}",
                                       labels=self.labels, counts=counts)
@@ -206,6 +213,8 @@ class Monitor:
         """Count a training/inference step and, optionally, samples and tokens in it."""
         t = self._totals
         t["steps"] = (t["steps"] or 0) + steps
+        if steps:
+            self.step_log.add(time.time_ns(), int(t["steps"] or 0))
         if samples is not None:
             t["samples"] = (t["samples"] or 0) + samples
         if tokens is not None:

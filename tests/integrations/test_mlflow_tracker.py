@@ -81,6 +81,19 @@ def test_monitor_logs_to_the_active_run(mlflow_server: str, tmp_path: Path,
     assert all(0 <= p.value <= 100 for p in util0) and all(p.value == 0 for p in util1)
     power = client.get_metric_history(run_id, "gpuaudit/gpu0/power_w")
     assert len(power) == len(util0) and all(70 <= p.value <= 700 for p in power)
+    # on the training step (m.step() ran 8 times), beside a loss logged per step: not seconds
+    assert {p.step for p in util0} <= set(range(0, 9)) and max(p.step for p in util0) >= 6
+    cost = sorted(client.get_metric_history(run_id, "gpuaudit/step/cost_usd"),
+                  key=lambda p: p.step)
+    assert [p.step for p in cost] == list(range(1, 9))
+    values = [p.value for p in cost]
+    assert values == sorted(values)
+    assert math.isclose(cost[-1].value, float(total.observed_cost), rel_tol=1e-9)
+    per_step = {p.step: p.value
+                for p in client.get_metric_history(run_id, "gpuaudit/step/usd_per_step")}
+    assert all(math.isclose(per_step[p.step], p.value / p.step, rel_tol=1e-9) for p in cost)
+    hours = client.get_metric_history(run_id, "gpuaudit/step/gpu_hours")
+    assert math.isclose(max(p.value for p in hours), float(total.gpu_hours), rel_tol=1e-9)
 
     # artifacts: the HTML report, the recommendations as Markdown and JSON
     arts = {a.path for a in client.list_artifacts(run_id, "gpuaudit")}
@@ -194,12 +207,15 @@ def test_run_cli_unknown_mlflow_run_id_fails_before_the_job(mlflow_server: str, 
 def test_run_cli_without_gpu_tags_why(mlflow_server: str, libdir: Path, tmp_path: Path) -> None:
     env = fake_gpu_env(libdir, tmp_path, {"missing": ["nvmlInit"]})
     env["MLFLOW_TRACKING_URI"] = mlflow_server
-    p = _run_cli(["--mlflow", "--", sys.executable, "-c", CHILD, "0"], env, tmp_path)
+    p = _run_cli(["--mlflow", "--steps", "100", "--", sys.executable, "-c", CHILD, "0"], env,
+                 tmp_path)
     assert p.returncode == 0, p.stderr
     run_id = _child_run_id(p.stdout)
     got = _client(mlflow_server).get_run(run_id)
     tags = got.data.tags
     assert tags["gpuaudit.sampled"] == "false"
+    # the counted work is kept (issue 26): only what was counted, no invented zeros
+    assert {k: v for k, v in got.data.metrics.items() if k.startswith("gpuaudit/")} == {
+        "gpuaudit/steps": 100.0}
     assert "libnvidia-ml.so.1" in tags["gpuaudit.not_sampled_reason"]
-    assert not any(k.startswith("gpuaudit/") for k in got.data.metrics)  # no invented zeros
     assert got.data.metrics["loss"] == 0.5 and got.info.status == "FINISHED"

@@ -105,6 +105,14 @@ def test_monitor_starts_a_run_and_the_block_logs_into_it(wandb_dir: Path) -> Non
     _check_audit(run, m.recording, 256.0)
     assert any(h.get("loss") == 0.5 for h in run.history)
     assert run.config["gpuaudit"]["gpuaudit.label.team"] == "vision"  # type: ignore[index]
+    # the cost on the training step (8 counted steps), against its own x-axis
+    by_step = [h for h in run.history if "gpuaudit/step/cost_usd" in h]
+    assert [int(h["gpuaudit/train_step"]) for h in by_step] == list(range(1, 9))  # type: ignore[call-overload]
+    costs = [float(h["gpuaudit/step/cost_usd"]) for h in by_step]  # type: ignore[arg-type]
+    assert costs == sorted(costs)
+    assert math.isclose(costs[-1], float(run.summary["gpuaudit/cost_usd"]), rel_tol=1e-9)  # type: ignore[arg-type]
+    axes = {m.glob_name or m.name: m.step_metric for m in run.of("metric")}
+    assert axes["gpuaudit/step/usd_per_step"] == "gpuaudit/train_step"
     assert run.exit_code == 0 and "gpuaudit-not-sampled" not in run.tags
 
 
@@ -180,7 +188,7 @@ def test_run_cli_uses_wandb_run_id(libdir: Path, tmp_path: Path) -> None:
 
 
 def test_run_cli_without_gpu_tags_why(libdir: Path, tmp_path: Path) -> None:
-    p = _cli(["--", sys.executable, "-c", CHILD, "0"],
+    p = _cli(["--steps", "100", "--", sys.executable, "-c", CHILD, "0"],
              _env(libdir, tmp_path, {"missing": ["nvmlInit"]}), tmp_path)
     assert p.returncode == 0, p.stderr
     run_id = next(ln.split("=", 1)[1] for ln in p.stdout.splitlines()
@@ -191,4 +199,6 @@ def test_run_cli_without_gpu_tags_why(libdir: Path, tmp_path: Path) -> None:
     assert isinstance(config, dict) and config["gpuaudit.sampled"] == "false"
     assert "libnvidia-ml.so.1" in str(config["gpuaudit.not_sampled_reason"])
     assert ours.summary["gpuaudit/sampled"] is False
-    assert not [k for k in ours.summary if k.startswith("gpuaudit/") and k != "gpuaudit/sampled"]
+    # the counted work is kept (issue 26), nothing else invented
+    assert {k: v for k, v in ours.summary.items() if k.startswith("gpuaudit/")} == {
+        "gpuaudit/sampled": False, "gpuaudit/steps": 100.0}

@@ -251,7 +251,8 @@ def run_cmd(ctx: click.Context, /, hz: float, labels: tuple[str, ...], record: P
             click.echo(f"gpuaudit: report failed: {exc}", err=True)
     if trackers:
         _log_trackers(trackers, result, recording, unavailable, label_map, code,
-                      record_path if recording is not None else None)
+                      record_path if recording is not None else None,
+                      counts=pricing.get("counts"))
     ctx.exit(code)
 
 
@@ -265,8 +266,10 @@ def _audit(recording: Any, pricing: dict[str, Any]) -> Any:
 
 
 def _log_trackers(trackers: list[Any], result: Any, recording: Any, unavailable: str | None,
-                  labels: dict[str, str], code: int, record: str | None) -> None:
-    """Send the audit (or why there is none) to each tracker, tagged with the exit code."""
+                  labels: dict[str, str], code: int, record: str | None, *,
+                  counts: dict[str, float] | None = None) -> None:
+    """Send the audit (or why there is none) to each tracker, tagged with the exit code;
+    the counted work (``--steps``, ``--tokens``, ``--samples``) is sent even with no GPU."""
     from gpuaudit.integrate.tracker_runs import finish_trackers
     from gpuaudit.integrate.trackers import nothing_sampled, summarize
 
@@ -279,11 +282,11 @@ def _log_trackers(trackers: list[Any], result: Any, recording: Any, unavailable:
                                 samples=recording.table)
         else:
             why = unavailable or "the audit of the recording failed"
-            summary = nothing_sampled(why, labels=labels, exit_code=code)
+            summary = nothing_sampled(why, labels=labels, exit_code=code, counts=counts)
     except Exception as exc:
         say(f"gpuaudit: tracker summary failed: {type(exc).__name__}: {exc}")
         summary = nothing_sampled(f"the tracker summary failed: {exc}", labels=labels,
-                                  exit_code=code)
+                                  exit_code=code, counts=counts)
     finish_trackers(trackers, summary, failed=code != 0, say=say)
 
 

@@ -8,8 +8,11 @@ too: ``MLFLOW_TRACKING_URI`` or ``mlflow.set_tracking_uri``, else MLflow's defau
 A caller holding a run elsewhere (Lightning's ``MLFlowLogger``) passes ``run_id`` and
 ``tracking_uri``.
 
-What goes where (all under ``gpuaudit``): scalar metrics at step 0, time series as metrics
-whose step is the whole second since the first sample, tags ``gpuaudit.*``, and artifacts
+What goes where (all under ``gpuaudit``): scalar metrics at step 0; time series as metrics
+whose step is the training step reached at that time when steps were counted (``m.step()``,
+the callbacks), so they line up beside a loss logged per step, else the whole second since the
+first sample; on the training step also ``gpuaudit/step/cost_usd``, ``gpuaudit/step/gpu_hours``
+(so far), ``gpuaudit/step/util_gpu_pct`` and the cumulative ``gpuaudit/step/usd_per_step``; tags ``gpuaudit.*``, and artifacts
 ``gpuaudit/report.html``, ``gpuaudit/report.json``, ``gpuaudit/recommendations.md`` and
 ``gpuaudit/recommendations.json``. Batches respect MLflow's own request limits
 (``mlflow.utils.validation``: 1,000 metrics, 100 tags per ``log_batch``; 8,000 characters a
@@ -100,9 +103,14 @@ class MlflowTracker:
         tags.append(RunTag(f"{PREFIX}.status", "failed" if failed else "finished"))
         metrics = [Metric(k[:key_max], v, now_ms, 0) for k, v in summary.metrics.items()]
         if summary.series is not None:
-            for elapsed_s, ts_ms, values in summary.series.rows():
-                step = int(elapsed_s)
+            on_step = summary.series_steps
+            for i, (elapsed_s, ts_ms, values) in enumerate(summary.series.rows()):
+                step = int(on_step[i]) if on_step is not None else int(elapsed_s)
                 metrics += [Metric(f"{PREFIX}/{k}"[:key_max], v, ts_ms, step)
+                            for k, v in values.items()]
+        if summary.step_series is not None:
+            for step, ts_ms, values in summary.step_series.rows():
+                metrics += [Metric(f"{PREFIX}/step/{k}"[:key_max], v, ts_ms, step)
                             for k, v in values.items()]
         per_batch = _limit("MAX_METRICS_PER_BATCH")
         tags_per_batch = _limit("MAX_PARAMS_TAGS_PER_BATCH")

@@ -32,11 +32,14 @@ __all__ = [
     "PREFIX",
     "SERIES_COLUMNS",
     "Series",
+    "StepLog",
+    "StepSeries",
     "Tracker",
     "TrackerSummary",
     "downsample",
     "nothing_sampled",
     "require",
+    "step_series",
     "summarize",
 ]
 
@@ -161,6 +164,131 @@ def downsample(table: pa.Table, max_points: int = DEFAULT_MAX_POINTS,
     return Series(elapsed, ts_ms, out)
 
 
+class StepLog:
+    """When the training step counter (``m.step()``, the callbacks) reached each value.
+
+    Appends are O(1); past ``cap`` entries every other one is dropped and only every
+    ``stride``-th call is kept from then on, so memory stays bounded on long runs while every
+    kept entry is a real (time, step) pair.
+    """
+
+    def __init__(self, cap: int = 20_000) -> None:
+        self.cap = max(int(cap), 2)
+        self.ts_ns: list[int] = []
+        self.steps: list[int] = []
+        self._stride = 1
+        self._calls = 0
+        self._last: tuple[int, int] | None = None
+
+    def add(self, ts_ns: int, step: int) -> None:
+        """The counter reached ``step`` at ``ts_ns`` (Unix nanoseconds)."""
+        self._last = (int(ts_ns), int(step))
+        self._calls += 1
+        if (self._calls - 1) % self._stride:
+            return
+        self.ts_ns.append(int(ts_ns))
+        self.steps.append(int(step))
+        if len(self.steps) >= self.cap:
+            del self.ts_ns[1::2], self.steps[1::2]
+            self._stride *= 2
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ts_ns, step) as int64 arrays, the latest step always included."""
+        ts, st = list(self.ts_ns), list(self.steps)
+        if self._last is not None and (not st or st[-1] != self._last[1]):
+            ts.append(self._last[0])
+            st.append(self._last[1])
+        return np.asarray(ts, dtype=np.int64), np.asarray(st, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+
+@dataclass(frozen=True)
+class StepSeries:
+    """GPU cost on the training step: at each logged step ``steps[i]`` (reached at
+    ``ts_ms[i]``), ``columns[name][i]``: ``cost_usd`` and ``gpu_hours`` so far,
+    ``usd_per_step`` (cumulative cost over steps so far), ``util_gpu_pct`` (mean over every
+    GPU's readings since the previous logged step; NaN where none)."""
+
+    steps: np.ndarray  # int64, increasing
+    ts_ms: np.ndarray  # int64
+    columns: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return int(self.steps.size)
+
+    def rows(self) -> Iterator[tuple[int, int, dict[str, float]]]:
+        for i in range(len(self)):
+            values = {k: float(c[i]) for k, c in self.columns.items() if not np.isnan(c[i])}
+            yield int(self.steps[i]), int(self.ts_ms[i]), values
+
+
+def step_series(samples: pa.Table, step_ts_ns: np.ndarray, step_counts: np.ndarray, *,
+                cost_usd: float, gpu_hours: float,
+                max_points: int = DEFAULT_MAX_POINTS) -> StepSeries | None:
+    """Cost, GPU-hours and utilisation at up to ``max_points`` training steps.
+
+    Cost and GPU-hours so far are the audit's totals times the share of sample rows taken by
+    that step's time (sampling is periodic, so rows measure GPU-time); the last counted step
+    carries the whole total (the tail of the run after it is its work too), so the curve ends
+    at the audit's cost and its cost per step at the scalar ``usd_per_step``. None when no step was counted or nothing sampled.
+    """
+    if max_points < 1:
+        raise ValueError(f"max_points must be >= 1, got {max_points}")
+    ts = np.asarray(step_ts_ns, dtype=np.int64)
+    st = np.asarray(step_counts, dtype=np.int64)
+    keep_steps = st > 0
+    ts, st = ts[keep_steps], st[keep_steps]
+    if st.size == 0 or samples.num_rows == 0:
+        return None
+    # one entry per step value (the time it was first reached), steps increasing
+    st, first = np.unique(st, return_index=True)
+    ts = ts[first]
+    if st.size > max_points:
+        pick = np.unique(np.linspace(0, st.size - 1, max_points).round().astype(np.int64))
+        st, ts = st[pick], ts[pick]
+    sample_ts = table_ts_ns(samples)
+    order = np.argsort(sample_ts, kind="stable")
+    sample_ts = sample_ts[order]
+    n = sample_ts.size
+    upto = np.searchsorted(sample_ts, ts, side="right")  # rows taken by each step's time
+    upto[-1] = n  # the run's tail after its last step belongs to that step
+    share = upto / n
+    cost = cost_usd * share
+    hours = gpu_hours * share
+    util = np.full(st.size, np.nan)
+    if "util_gpu_pct" in samples.column_names:
+        u = np.asarray(samples.column("util_gpu_pct").cast(pa.float64())
+                       .to_numpy(zero_copy_only=False), dtype=np.float64)[order]
+        seen = ~np.isnan(u)
+        csum = np.concatenate([[0.0], np.cumsum(np.where(seen, u, 0.0))])
+        ccount = np.concatenate([[0], np.cumsum(seen)])
+        lo = np.concatenate([[0], upto[:-1]])
+        cnt = ccount[upto] - ccount[lo]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            util = np.where(cnt > 0, (csum[upto] - csum[lo]) / np.maximum(cnt, 1), np.nan)
+    cols = {"cost_usd": cost, "gpu_hours": hours, "usd_per_step": cost / st,
+            "util_gpu_pct": util}
+    return StepSeries(st, ts // 1_000_000, cols)
+
+
+def table_ts_ns(table: pa.Table) -> np.ndarray:
+    """The sample table's ``ts`` as int64 Unix nanoseconds."""
+    return np.asarray(table.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False),
+                      dtype=np.int64)
+
+
+def step_at(step_ts_ns: np.ndarray, step_counts: np.ndarray, ts_ms: np.ndarray) -> np.ndarray:
+    """The training step reached at each time ``ts_ms`` (0 before the first counted step)."""
+    order = np.argsort(step_ts_ns, kind="stable")
+    t = np.asarray(step_ts_ns, dtype=np.int64)[order]
+    s = np.maximum.accumulate(np.asarray(step_counts, dtype=np.int64)[order]) if t.size \
+        else np.zeros(0, dtype=np.int64)
+    i = np.searchsorted(t, np.asarray(ts_ms, dtype=np.int64) * 1_000_000, side="right")
+    return np.where(i > 0, s[np.maximum(i - 1, 0)] if s.size else 0, 0).astype(np.int64)
+
+
 @dataclass(frozen=True)
 class TrackerSummary:
     """Everything a tracker receives for one run (see the module doc)."""
@@ -173,6 +301,10 @@ class TrackerSummary:
     report_json: str | None = None
     series: Series | None = None
     counts: dict[str, float] = field(default_factory=dict)
+    #: GPU cost on the training step (None: no step was counted)
+    step_series: StepSeries | None = None
+    #: the training step reached at each point of ``series`` (None: no step was counted)
+    series_steps: np.ndarray | None = None
 
     @property
     def sampled(self) -> bool:
@@ -239,10 +371,13 @@ def _markdown(rows: tuple[dict[str, Any], ...], doc: Mapping[str, Any]) -> str:
 def summarize(report: Any, *, labels: Mapping[str, str] | None = None,
               exit_code: int | None = None, recording_path: str | None = None,
               max_points: int = DEFAULT_MAX_POINTS, samples: pa.Table | None = None,
-              html: bool = True) -> TrackerSummary:
+              html: bool = True,
+              steps: tuple[np.ndarray, np.ndarray] | None = None) -> TrackerSummary:
     """The summary of an audited run: ``report`` is :func:`gpuaudit.audit`'s result.
 
-    ``samples``: the sample table for the time series (None: no series).
+    ``samples``: the sample table for the time series (None: no series). ``steps``: when the
+    training step counter reached each value, ``(ts_ns, step)`` (:class:`StepLog`), which puts
+    the series on the training step and adds the cost-per-step curve.
     """
     doc = report.to_dict()
     cost = report.cost
@@ -304,14 +439,22 @@ def summarize(report: Any, *, labels: Mapping[str, str] | None = None,
     if rows:
         tags[f"{p}.top_recommendation"] = f"{rows[0]['id']}: {rows[0]['title']}"
     series = None
+    by_step: StepSeries | None = None
+    series_steps: np.ndarray | None = None
     if samples is not None and samples.num_rows:
         series = downsample(samples, max_points)
+        if steps is not None and len(steps[0]):
+            by_step = step_series(samples, steps[0], steps[1],
+                                  cost_usd=float(total.observed_cost),
+                                  gpu_hours=float(total.gpu_hours), max_points=max_points)
+            if by_step is not None:
+                series_steps = step_at(steps[0], steps[1], series.ts_ms)
     return TrackerSummary(
         metrics=metrics, tags=tags, recommendations=rows,
         recommendations_md=_markdown(rows, doc),
         html=report.render("html") if html else None,
         report_json=json.dumps(doc, indent=2, default=str),
-        series=series, counts=counts)
+        series=series, counts=counts, step_series=by_step, series_steps=series_steps)
 
 
 class Tracker(Protocol):

@@ -11,7 +11,10 @@ ended to add its numbers. Offline mode works the same way (``wandb sync`` merges
 What goes where: scalars into the run summary under ``gpuaudit/...``; tags and labels into
 the run config under ``gpuaudit`` (and the run tag ``gpuaudit-not-sampled`` when nothing was
 sampled); time series as history rows against their own x-axis ``gpuaudit/elapsed_s``
-(``define_metric``), so they never fight the workload's steps; the recommendations as a
+(``define_metric``), so they never fight the workload's steps; when steps were counted
+(``m.step()``, the callbacks), cost and GPU-hours so far, utilisation and the cumulative
+cost per step against the x-axis ``gpuaudit/train_step`` (the training step), with the
+series' own rows carrying it too, so a chart of the loss per step can use the same axis; the recommendations as a
 ``wandb.Table`` (``gpuaudit/recommendations``); the HTML report as a ``wandb.Html`` panel
 (``gpuaudit/report``) and, with the JSON report and the recommendations, as the artifact
 ``gpuaudit-report-<run id>`` of type ``gpuaudit-report``. Points per series stay far under
@@ -107,10 +110,23 @@ class WandbTracker:
             run.define_metric(x, hidden=False)
             for name in summary.series.columns:
                 run.define_metric(f"{p}/{name}", step_metric=x)
+            on_step = summary.series_steps
             for i, (elapsed_s, _ts_ms, values) in enumerate(summary.series.rows()):
                 if i >= WANDB_MAX_POINTS:
                     break
-                run.log({x: elapsed_s, **{f"{p}/{k}": v for k, v in values.items()}})
+                row: dict[str, Any] = {x: elapsed_s}
+                if on_step is not None:
+                    row[f"{p}/train_step"] = int(on_step[i])
+                run.log({**row, **{f"{p}/{k}": v for k, v in values.items()}})
+        if summary.step_series is not None and len(summary.step_series):
+            xs = f"{p}/train_step"
+            run.define_metric(xs, hidden=False)
+            for name in summary.step_series.columns:
+                run.define_metric(f"{p}/step/{name}", step_metric=xs)
+            for i, (step, _ts_ms, values) in enumerate(summary.step_series.rows()):
+                if i >= WANDB_MAX_POINTS:
+                    break
+                run.log({xs: step, **{f"{p}/step/{k}": v for k, v in values.items()}})
         final: dict[str, Any] = {}
         if summary.recommendations:
             cols = list(summary.recommendations[0])
