@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 from gpuaudit.classify.usage import IDLE_BELOW_PCT, OnsetLag
 from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["MAX_ONSETS", "busy_onsets", "onset_lags"]
+__all__ = ["MAX_ONSETS", "OnsetAcc", "busy_onsets", "onset_lags"]
 
 #: Onsets kept per GPU (the first ones): 20,000 steps are far more than a lag needs.
 MAX_ONSETS = 20_000
@@ -78,6 +78,124 @@ def busy_onsets(source: SampleSource | Recording, uuids: Sequence[str]
             out[name].append(part)
             kept[name] += int(part.size)
     return {n: np.concatenate(v) if v else np.zeros(0, np.int64) for n, v in out.items()}
+
+
+class OnsetAcc:
+    """Busy onsets gathered in classify's own pass (:class:`~gpuaudit.classify.phases._Engine`),
+    so the lags need no second read of the samples: the same onsets :func:`busy_onsets`
+    finds, for every series (which GPUs share a job is known only at the end).
+
+    Fed each batch's new rows grouped by series in time order; stitched across row-group
+    ranges by :meth:`absorb`. Per series it keeps the last reading's busy state and its first
+    reading (time, busy), the state a range that read the earlier rows hands on.
+    """
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.last_busy = np.zeros(0, dtype=bool)  # True before any reading: no onset
+        self.head_seen = np.zeros(0, dtype=bool)
+        self.head_busy = np.zeros(0, dtype=bool)
+        self.head_ts = np.zeros(0, dtype=np.int64)
+        self.kept = np.zeros(0, dtype=np.int64)
+        #: (series codes, onset times) per batch, each grouped by series in time order
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def grow(self, n: int) -> None:
+        if n <= self.size:
+            return
+        new = max(n, 2 * self.size, 64)
+
+        def grown(a: np.ndarray, fill: object) -> np.ndarray:
+            out = np.full(new, fill, dtype=a.dtype)
+            out[: a.shape[0]] = a
+            return out
+
+        self.last_busy = grown(self.last_busy, True)
+        self.head_seen = grown(self.head_seen, False)
+        self.head_busy = grown(self.head_busy, False)
+        self.head_ts = grown(self.head_ts, 0)
+        self.kept = grown(self.kept, 0)
+        self.size = new
+
+    def add(self, c: np.ndarray, ts: np.ndarray, util: np.ndarray) -> None:
+        """Rows of series ``c`` (grouped by series, each in time order) at ``ts`` with
+        utilization ``util`` (``util_gpu_pct``, NaN where not read: such rows are skipped)."""
+        ok = ~np.isnan(util)
+        if not ok.all():
+            c, ts, util = c[ok], ts[ok], util[ok]
+        n = c.shape[0]
+        if n == 0:
+            return
+        busy = util >= IDLE_BELOW_PCT
+        first = np.ones(n, dtype=bool)
+        first[1:] = c[1:] != c[:-1]
+        fc = c[first]
+        fresh = ~self.head_seen[fc]
+        if fresh.any():
+            self.head_seen[fc[fresh]] = True
+            self.head_busy[fc[fresh]] = busy[first][fresh]
+            self.head_ts[fc[fresh]] = ts[first][fresh]
+        prev = np.empty(n, dtype=bool)
+        prev[1:] = busy[:-1]
+        prev[first] = self.last_busy[fc]
+        last = np.ones(n, dtype=bool)
+        last[:-1] = first[1:]
+        self.last_busy[c[last]] = busy[last]
+        onset = busy & ~prev
+        if not onset.any():
+            return
+        oc, ots = c[onset], ts[onset]
+        # the first MAX_ONSETS per series: each onset's rank within its series here
+        start = np.ones(oc.shape[0], dtype=bool)
+        start[1:] = oc[1:] != oc[:-1]
+        idx = np.arange(oc.shape[0])
+        rank = idx - np.maximum.accumulate(np.where(start, idx, 0))
+        keep = rank < MAX_ONSETS - self.kept[oc]
+        if not keep.all():
+            oc, ots = oc[keep], ots[keep]
+        if oc.shape[0]:
+            self.kept += np.bincount(oc, minlength=self.size)[: self.size]
+            self.parts.append((oc, ots))
+
+    def absorb(self, other: OnsetAcc, m: np.ndarray) -> None:
+        """Continue with ``other``, which read the rows that follow and whose series ``i`` is
+        ``m[i]`` here. ``other`` took each series' first reading for no onset; it is one
+        where this side's last reading was below the threshold."""
+        n_other = m.shape[0]
+        other.grow(n_other)
+        self.grow(int(m.max()) + 1 if n_other else 0)
+        sc = np.flatnonzero(other.head_seen[:n_other])
+        ms = m[sc]
+        boundary = other.head_busy[sc] & ~self.last_busy[ms]
+        if boundary.any():
+            order = np.argsort(ms[boundary], kind="stable")
+            bc = ms[boundary][order]
+            self.parts.append((bc, other.head_ts[sc][boundary][order]))
+            self.kept[bc] += 1
+        for oc, ots in other.parts:
+            mc = m[oc]
+            self.parts.append((mc, ots))
+            self.kept += np.bincount(mc, minlength=self.size)[: self.size]
+        fresh = ~self.head_seen[ms]
+        self.head_seen[ms[fresh]] = True
+        self.head_busy[ms[fresh]] = other.head_busy[sc[fresh]]
+        self.head_ts[ms[fresh]] = other.head_ts[sc[fresh]]
+        self.last_busy[ms] = other.last_busy[sc]
+
+    def onsets(self, uuids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Busy-onset times (ns) per GPU, as :func:`busy_onsets` gives them; ``uuids``: the
+        series in code order."""
+        if self.parts:
+            c = np.concatenate([p[0] for p in self.parts])
+            t = np.concatenate([p[1] for p in self.parts])
+            order = np.argsort(c, kind="stable")
+            c, t = c[order], t[order]
+            bounds = np.searchsorted(c, np.arange(len(uuids) + 1))
+        else:
+            t = np.zeros(0, dtype=np.int64)
+            bounds = np.zeros(len(uuids) + 1, dtype=np.int64)
+        return {u: t[bounds[k]: min(bounds[k + 1], bounds[k] + MAX_ONSETS)].astype(np.int64)
+                for k, u in enumerate(uuids)}
 
 
 def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str]]

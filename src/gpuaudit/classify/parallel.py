@@ -54,14 +54,14 @@ def available_cpus() -> int:
 
 
 def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,
-              cap_intervals: float, grid: Grid | None = None) -> _Engine:
+              cap_intervals: float, grid: Grid | None = None, onsets: bool = False) -> _Engine:
     """One range through a phase engine, not finished: its carried rows stay pending."""
     from gpuaudit._heap import keep_freed_memory
     from gpuaudit.classify.phases import _Engine
 
     keep_freed_memory()
     source = recipe()
-    engine = _Engine(by, interval_s, cap_intervals, grid)
+    engine = _Engine(by, interval_s, cap_intervals, grid, onsets)
     for i, batch in enumerate(source.batches()):
         engine.feed(batch, position=f"{source.origin} (batch {i})")
     engine.detach()
@@ -70,20 +70,20 @@ def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,
 
 def classify_ranges(recipes: Sequence[Recipe], by: tuple[str, ...], interval_s: float,
                     cap_intervals: float, *, grid: Grid | None = None,
-                    processes: bool = True) -> _Engine:
+                    onsets: bool = False, processes: bool = True) -> _Engine:
     """Every range through its own engine (ranges after the first in worker processes when
     ``processes``), stitched in order into one engine, not yet finished."""
     workers: list[subprocess.Popen[bytes] | None] = []
     if processes:
         for recipe in recipes[1:]:
-            workers.append(_start(recipe, by, interval_s, cap_intervals, grid))
+            workers.append(_start(recipe, by, interval_s, cap_intervals, grid, onsets))
     try:
-        engine = run_range(recipes[0], by, interval_s, cap_intervals, grid)
+        engine = run_range(recipes[0], by, interval_s, cap_intervals, grid, onsets)
         for k, recipe in enumerate(recipes[1:]):
             proc = workers[k] if processes else None
             other = _collect(proc) if proc is not None else None
             if other is None:
-                other = run_range(recipe, by, interval_s, cap_intervals, grid)
+                other = run_range(recipe, by, interval_s, cap_intervals, grid, onsets)
             try:
                 engine.absorb(other, position=f"the start of range {k + 2} of {len(recipes)}")
             except SampleTableError as exc:
@@ -97,8 +97,9 @@ def classify_ranges(recipes: Sequence[Recipe], by: tuple[str, ...], interval_s: 
 
 
 def _start(recipe: Recipe, by: tuple[str, ...], interval_s: float, cap_intervals: float,
-           grid: Grid | None) -> subprocess.Popen[bytes] | None:
-    task = pickle.dumps((recipe, by, interval_s, cap_intervals, grid), pickle.HIGHEST_PROTOCOL)
+           grid: Grid | None, onsets: bool = False) -> subprocess.Popen[bytes] | None:
+    task = pickle.dumps((recipe, by, interval_s, cap_intervals, grid, onsets),
+                        pickle.HIGHEST_PROTOCOL)
     env = dict(os.environ)
     # the worker imports this very copy of gpuaudit, wherever it was imported from
     here = str(Path(__file__).resolve().parents[2])
@@ -141,10 +142,10 @@ _WORKER = "import sys; from gpuaudit.classify.parallel import _main; sys.exit(_m
 
 
 def _main() -> int:
-    recipe, by, interval_s, cap_intervals, grid = pickle.loads(sys.stdin.buffer.read())
+    recipe, by, interval_s, cap_intervals, grid, onsets = pickle.loads(sys.stdin.buffer.read())
     out: tuple[str, Any]
     try:
-        out = ("ok", run_range(recipe, by, interval_s, cap_intervals, grid))
+        out = ("ok", run_range(recipe, by, interval_s, cap_intervals, grid, onsets))
     except Exception as exc:  # sent back whole, raised in the caller
         out = ("error", exc)
     sys.stdout.buffer.write(pickle.dumps(out, pickle.HIGHEST_PROTOCOL))

@@ -107,11 +107,12 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     engine: _Engine | None = None
     if recipes is not None and interval is not None:
         try:
-            engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid)
+            engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid,
+                                     onsets=timeline)
         except BoundaryOrderError:
             engine = None  # one pass again: the reader names the file row of the bad sample
     if engine is None:
-        engine = _Engine(keys, interval, cap_intervals, grid)
+        engine = _Engine(keys, interval, cap_intervals, grid, onsets=timeline)
         for i, batch in enumerate(samples.batches()):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))
@@ -150,20 +151,23 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
                                                         usage.timeline))
     usage = replace(usage, job_patterns=job_patterns(series, usage.patterns))
     if timeline and (isinstance(samples, Recording) or getattr(samples, "rereadable", False)):
-        usage = replace(usage, onset_lags=_lags(samples, series))
+        usage = replace(usage, onset_lags=_lags(samples, series, engine))
     return usage
 
 
-def _lags(samples: SampleSource | Recording, series: Sequence[SeriesSignals]
-          ) -> tuple[OnsetLag, ...]:
-    """The busy-onset lags of the GPUs in jobs of two or more (one more pass, three
-    columns), for stragglers by time lag (classify.lag)."""
+def _lags(samples: SampleSource | Recording, series: Sequence[SeriesSignals],
+          engine: _Engine) -> tuple[OnsetLag, ...]:
+    """The busy-onset lags of the GPUs in jobs of two or more, for stragglers by time lag
+    (classify.lag): from the onsets the engine gathered in its pass, else from one more pass
+    over three columns."""
     jobs: dict[str, list[str]] = {}
     for s in series:
         jobs.setdefault(job_key(s), []).append(s.gpu_uuid)
     jobs = {k: v for k, v in jobs.items() if len(v) >= 2}
     if not jobs:
         return ()
+    if engine.onsets is not None:
+        return onset_lags(engine.onsets.onsets(list(engine.series_index)), jobs)
     return onset_lags(busy_onsets(samples, [u for v in jobs.values() for u in v]), jobs)
 
 

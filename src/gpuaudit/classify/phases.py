@@ -42,6 +42,7 @@ from gpuaudit.classify.accumulate import (
     weigh,
 )
 from gpuaudit.classify.coding import Coding
+from gpuaudit.classify.lag import OnsetAcc
 from gpuaudit.classify.rows import (
     NS,
     Rows,
@@ -51,12 +52,12 @@ from gpuaudit.classify.rows import (
     read_rows,
     sort_and_step,
 )
+from gpuaudit.schema import ImportNote, series_order
 from gpuaudit.classify.signals import Signals, signal_columns
 from gpuaudit.classify.signals import timeline_signals as _timeline_signals  # patched by a bench
 from gpuaudit.classify.timeline import Grid, TimelineAcc
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals
 from gpuaudit.errors import InputError
-from gpuaudit.schema import ImportNote
 
 __all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
 
@@ -139,7 +140,7 @@ class _Engine:
     """
 
     def __init__(self, by: tuple[str, ...], interval_s: float | None, cap_intervals: float,
-                 grid: Grid | None = None):
+                 grid: Grid | None = None, onsets: bool = False):
         self.by = by
         self.interval_s = interval_s
         self.cap_intervals = cap_intervals
@@ -149,6 +150,8 @@ class _Engine:
         self.signals = Signals()
         # the report's timeline, folded into this pass when its buckets are known up front
         self.timeline = TimelineAcc(grid) if grid is not None else None
+        # busy onsets for the lags (classify.lag), gathered here rather than in a second read
+        self.onsets = OnsetAcc() if onsets else None
         #: rows whose successor has not arrived yet (carried to the next batch)
         self.pending: Rows | None = None
         self.t_min: int | None = None
@@ -181,10 +184,16 @@ class _Engine:
             # a time-sliced GPU's rows of one timestamp may straddle the batch boundary:
             # process the carried rows together with the batch
             self.pending = None
+            if self.onsets is not None:
+                order = series_order(rows["code"])
+                self.onsets.add(rows["code"][order], rows["ts"][order],
+                                rows.get("util", rows["u"])[order])
             self._process(concat(pending, rows), final=False, position=position)
             return
         self.pending = None
         r, dt_ns, done = sort_and_step(rows, position, self.coding.uuid_of)
+        if self.onsets is not None:
+            self.onsets.add(r["code"], r["ts"], r.get("util", r["u"]))
         if pending is not None:
             self._resolve_carried(pending, r, position)
         self._finish_rows(r, dt_ns, done)
@@ -217,6 +226,8 @@ class _Engine:
     def _grow_series(self, n: int) -> None:
         self.stats.grow(n)
         self.signals.grow(n)
+        if self.onsets is not None:
+            self.onsets.grow(n)
 
     def _process(self, rows: Rows, *, final: bool, position: str,
                  ends: Mapping[str, int] | None = None) -> None:
@@ -325,6 +336,10 @@ class _Engine:
             self.timeline.absorb(other.timeline, m, self.coding.n_series)
         else:
             self.timeline = None
+        if self.onsets is not None and other.onsets is not None:
+            self.onsets.absorb(other.onsets, m)
+        else:
+            self.onsets = None
         if other.t_min is not None:
             self.t_min = other.t_min if self.t_min is None else min(self.t_min, other.t_min)
         if other.t_end is not None:

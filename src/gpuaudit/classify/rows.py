@@ -2,8 +2,8 @@
 
 The phase engine (:mod:`gpuaudit.classify.phases`) works on *row dicts*: column name -> one
 NumPy array per column, all of one length. The keys are ``code`` (series), ``ts`` (epoch ns),
-``cell``, ``u`` (utilization %, NaN: no reading), optionally ``share`` (a time-sliced GPU's
-share), ``sm`` (SM activity 0-1) and the signal columns of :mod:`gpuaudit.classify.signals`
+``cell``, ``u`` (utilization %, NaN: no reading), optionally ``util`` (``util_gpu_pct`` alone,
+where ``u`` fell back to ``gr_engine_active``), ``share`` (a time-sliced GPU's share), ``sm`` (SM activity 0-1) and the signal columns of :mod:`gpuaudit.classify.signals`
 (``sig_*``, ``max_*``, ``thermal``/``powercap``). A row dict may omit an optional key where
 the batch had no value for it; :func:`concat` fills such gaps with neutral values.
 
@@ -53,6 +53,7 @@ def read_rows(batch: pa.RecordBatch, ts: np.ndarray, codes: np.ndarray,
         u = np.full(batch.num_rows, np.nan)
     gr = float_column(batch, "gr_engine_active")
     if gr is not None:
+        rows["util"] = u  # util_gpu_pct alone: what the busy onsets read (classify.lag)
         u = np.where(np.isnan(u), gr * 100.0, u)
     rows["u"] = u
     share = float_column(batch, "gpu_share")

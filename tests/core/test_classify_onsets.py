@@ -1,0 +1,135 @@
+"""The busy onsets of the lags (classify.lag), gathered in classify's own pass, are exactly
+the onsets a second read of the samples finds, however the rows are batched or split into
+row-group ranges."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from coretables import recording, series_table
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuaudit.classify import classify, parallel, passes
+from gpuaudit.classify.lag import busy_onsets, onset_lags
+from gpuaudit.classify.parallel import classify_ranges
+from gpuaudit.classify.phases import _Engine
+from gpuaudit.measure.files import open_samples
+from gpuaudit.measure.parquet_io import write_recording
+from gpuaudit.schema import Recording
+
+UTILS = [0.0, 5.0, 9.0, 10.0, 50.0, 100.0]
+
+
+@st.composite
+def tables(draw):
+    """A few GPUs (two on one host: a job) switching between idle and busy, with missing
+    readings, readings only from gr_engine_active (which onsets do not read), rows left out
+    (late starts, gaps)."""
+    n_gpus = draw(st.integers(1, 4))
+    length = draw(st.integers(2, 50))
+    util, gr = {}, {}
+    for g in range(n_gpus):
+        vals = draw(st.lists(st.one_of(st.none(), st.sampled_from(UTILS)), min_size=length,
+                             max_size=length))
+        name = f"GPU-{g}"
+        util[name] = vals
+        gr[name] = [draw(st.sampled_from([None, 0.02, 0.5])) if v is None else None
+                    for v in vals]
+    table = series_table(util, extra={"gr_engine_active": gr})
+    keep = draw(st.lists(st.booleans(), min_size=table.num_rows, max_size=table.num_rows))
+    if any(keep):
+        table = table.filter(pa.array(keep))
+    return table
+
+
+def _uuids(table: pa.Table) -> list[str]:
+    return sorted(set(table.column("gpu_uuid").to_pylist()))
+
+
+def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray], uuids: list[str]) -> None:
+    for u in uuids:
+        assert a[u].dtype == np.int64 and np.array_equal(a[u], b[u]), u
+
+
+@settings(max_examples=60, deadline=None)
+@given(tables(), st.lists(st.integers(1, 200), max_size=5))
+def test_property_onsets_in_the_pass_equal_a_second_read(table, cuts):
+    uuids = _uuids(table)
+    expected = busy_onsets(recording(table), uuids)
+    engine = _Engine((), 1.0, 3.0, onsets=True)
+    lo = 0
+    for c in [*sorted(set(cuts)), table.num_rows]:
+        if c > lo:
+            for batch in table.slice(lo, c - lo).to_batches():
+                engine.feed(batch, position="test")
+            lo = c
+    engine.finish()
+    assert engine.onsets is not None
+    _same(engine.onsets.onsets(list(engine.series_index)), expected, uuids)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tables(), st.integers(1, 9), st.integers(2, 5))
+def test_property_onsets_stitched_across_ranges_equal_a_second_read(table, rows_per_group,
+                                                                    parts):
+    uuids = _uuids(table)
+    expected = busy_onsets(recording(table), uuids)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.parquet"
+        write_recording(recording(table), path, row_group_rows=rows_per_group)
+        recipes = open_samples(path, batch_rows=3).split(parts)
+        if recipes is None:
+            return
+        engine = classify_ranges(recipes, (), 1.0, 3.0, onsets=True, processes=False)
+        engine.finish()
+    assert engine.onsets is not None
+    _same(engine.onsets.onsets(list(engine.series_index)), expected, uuids)
+
+
+def test_onsets_keep_the_first_max_onsets_per_gpu(monkeypatch):
+    """A GPU switching every sample: only the first MAX_ONSETS onsets are kept, across
+    batches and ranges as in one read."""
+    monkeypatch.setattr("gpuaudit.classify.lag.MAX_ONSETS", 7)
+    table = series_table({"GPU-a": [0.0, 100.0] * 30, "GPU-b": [100.0, 0.0] * 30})
+    expected = busy_onsets(recording(table), ["GPU-a", "GPU-b"])
+    assert expected["GPU-a"].size == 7
+    engine = _Engine((), 1.0, 3.0, onsets=True)
+    for batch in table.to_batches(max_chunksize=9):
+        engine.feed(batch, position="test")
+    assert engine.onsets is not None
+    _same(engine.onsets.onsets(["GPU-a", "GPU-b"]), expected, ["GPU-a", "GPU-b"])
+
+
+def test_classify_reads_the_samples_once_for_the_lags(tmp_path, monkeypatch):
+    """A job of two GPUs, one a sample late at each step: the lags come out as a second read
+    gives them, and classify reads the file only once (no busy_onsets pass)."""
+    pattern = ([0.0] * 3 + [100.0] * 3) * 20
+    table = series_table({"GPU-a": pattern, "GPU-b": [0.0] + pattern[:-1]})
+    path = tmp_path / "r.parquet"
+    write_recording(recording(table), path, row_group_rows=17)
+    jobs = {"h1": ["GPU-a", "GPU-b"]}
+    expected = onset_lags(busy_onsets(recording(table), ["GPU-a", "GPU-b"]), jobs)
+    assert expected and expected[0].steps > 10
+
+    def no_second_read(*a: object, **k: object) -> None:
+        raise AssertionError("the lags read the samples again")
+
+    monkeypatch.setattr(passes, "busy_onsets", no_second_read)
+    monkeypatch.setattr(parallel, "_start", lambda *a, **k: None)
+    for workers in (1, 3):
+        usage = classify(open_samples(path, batch_rows=5), workers=workers)
+        assert usage.onset_lags == expected
+    lag_b = {lg.gpu_uuid: lg for lg in expected}["GPU-b"]
+    assert lag_b.median_lag_s == pytest.approx(1.0)
+
+
+def test_no_onsets_gathered_without_a_timeline():
+    table = series_table({"GPU-a": [0.0, 100.0] * 5, "GPU-b": [0.0, 100.0] * 5})
+    usage = classify(Recording(table=table, source="t", origin="t", interval_s=1.0),
+                     timeline=False)
+    assert usage.onset_lags == ()
