@@ -109,7 +109,7 @@ def test_classify_reads_the_samples_once_for_the_lags(tmp_path, monkeypatch):
     """A job of two GPUs, one a sample late at each step: the lags come out as a second read
     gives them, and classify reads the file only once (no busy_onsets pass)."""
     pattern = ([0.0] * 3 + [100.0] * 3) * 20
-    table = series_table({"GPU-a": pattern, "GPU-b": [0.0] + pattern[:-1]})
+    table = series_table({"GPU-a": pattern, "GPU-b": [0.0, *pattern[:-1]]})
     path = tmp_path / "r.parquet"
     write_recording(recording(table), path, row_group_rows=17)
     jobs = {"h1": ["GPU-a", "GPU-b"]}

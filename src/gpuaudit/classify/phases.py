@@ -52,12 +52,12 @@ from gpuaudit.classify.rows import (
     read_rows,
     sort_and_step,
 )
-from gpuaudit.schema import ImportNote, series_order
 from gpuaudit.classify.signals import Signals, signal_columns
 from gpuaudit.classify.signals import timeline_signals as _timeline_signals  # patched by a bench
 from gpuaudit.classify.timeline import Grid, TimelineAcc
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals
 from gpuaudit.errors import InputError
+from gpuaudit.schema import ImportNote, series_order
 
 __all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
 
