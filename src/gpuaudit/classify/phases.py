@@ -41,6 +41,7 @@ from gpuaudit.classify.accumulate import (
     new_cells,
     weigh,
 )
+from gpuaudit.classify import fused
 from gpuaudit.classify.coding import Coding
 from gpuaudit.classify.lag import OnsetAcc
 from gpuaudit.classify.rows import (
@@ -289,14 +290,23 @@ class _Engine:
         """Rows whose duration is known (grouped by series, in time order) into every
         accumulator."""
         assert self.interval_s is not None
-        w = weigh(r, dt_ns, self.cap_intervals * self.interval_s)
+        cap_s = self.cap_intervals * self.interval_s
+        if self.timeline is not None and self.coding.n_series > _TIMELINE_MAX_SERIES:
+            self.timeline = None  # too wide to hold here: the caller makes a second pass
+        if (dt_ns.shape[0] >= fused.MIN_ROWS and "sm" not in r
+                and not (self.timeline is not None and _timeline_signals(r))
+                and fused.available()):
+            # one compiled loop instead of ~30 NumPy passes (classify.fused)
+            fused.fused_accumulate(self.cells, self.stats, self.timeline,
+                                   self.coding.n_series, r, dt_ns, cap_s)
+            if any(k.startswith(("sig_", "max_")) or k == "thermal" for k in r):
+                self.signals.add(r, np.minimum(dt_ns * (1.0 / _NS), cap_s))
+            return
+        w = weigh(r, dt_ns, cap_s)
         add_phase_seconds(self.cells, r["cell"], w, r.get("sm"))
         if self.timeline is not None:
-            if self.coding.n_series > _TIMELINE_MAX_SERIES:
-                self.timeline = None  # too wide to hold here: the caller makes a second pass
-            else:
-                self.timeline.add(r["code"], r["ts"], w.u_ok, w.read_w, self.coding.n_series,
-                                  _timeline_signals(r))
+            self.timeline.add(r["code"], r["ts"], w.u_ok, w.read_w, self.coding.n_series,
+                              _timeline_signals(r))
         self.stats.add(r["code"], r["u"], w)
         self.signals.add(r, w.obs)
 

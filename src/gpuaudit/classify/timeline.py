@@ -71,7 +71,8 @@ class _Acc:
     def __init__(self, n_buckets: int) -> None:
         self.nb = n_buckets
         self.rows = 0
-        self.w = np.zeros((0, n_buckets))
+        # observed time per (series, bucket) is the sum of ``ph`` over the phases (one
+        # weighted count per row fewer)
         self.uw = np.zeros((0, n_buckets))
         self.ph = np.zeros((0, n_buckets, len(PHASES)))
         # per signal: (time with a reading, time-weighted sum), made on first sight
@@ -87,7 +88,7 @@ class _Acc:
             g[: a.shape[0]] = a
             return g
 
-        for name in ("w", "uw", "ph"):
+        for name in ("uw", "ph"):
             setattr(self, name, grown(getattr(self, name)))
         self.sig = {k: (grown(t), grown(x)) for k, (t, x) in self.sig.items()}
         self.rows = new
@@ -151,7 +152,6 @@ class TimelineAcc:
         rows = int(code.max()) + 1
         size = rows * span
         u = np.where(w_s > 0, u_pct, 0.0)
-        acc.w[:rows, lo:hi] += np.bincount(cell, weights=w_s, minlength=size).reshape(rows, span)
         acc.uw[:rows, lo:hi] += np.bincount(cell, weights=w_s * u,
                                             minlength=size).reshape(rows, span)
         k = len(PHASES)
@@ -179,7 +179,6 @@ class TimelineAcc:
         self.acc.ensure(n_series)
         n = codes.shape[0]
         other.acc.ensure(n)
-        self.acc.w[codes] += other.acc.w[:n]
         self.acc.uw[codes] += other.acc.uw[:n]
         self.acc.ph[codes] += other.acc.ph[:n]
         for name, (t, x) in other.acc.sig.items():
@@ -195,7 +194,7 @@ class TimelineAcc:
         n_gpus = len(uuids)
         keep = min(n_gpus, max_gpus)
         acc.ensure(n_gpus)
-        w = acc.w[:keep]
+        w = acc.ph[:keep].sum(axis=2)
         with np.errstate(invalid="ignore", divide="ignore"):
             util = np.where(w > 0, acc.uw[:keep] / np.where(w > 0, w, 1.0), np.nan)
         phase = np.where(w > 0, np.argmax(acc.ph[:keep], axis=2), -1).astype(np.int8)
@@ -206,7 +205,7 @@ class TimelineAcc:
                                                                            t[:keep], 1.0), np.nan)
         return Timeline(
             start=g.start, bucket_s=g.width_ns / _NS, gpu_uuids=tuple(uuids[:keep]),
-            hosts=tuple(hosts[:keep]), util_pct=util, phase=phase, observed_s=w.copy(),
+            hosts=tuple(hosts[:keep]), util_pct=util, phase=phase, observed_s=w,
             hist_s=self.hist.copy(), truncated_gpus=n_gpus - keep,
             phase_s=acc.ph[:keep].copy(), signals=signals,
         )

@@ -541,13 +541,14 @@ def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
 class _NullFill:
     """Puts back the all-null columns that were not read, as the table's full schema.
 
-    The null arrays are built once per batch length and reused (building ~25 of them per
-    batch cost as much as decoding the data).
+    The null arrays are built once, as long as the longest batch seen, and each batch takes a
+    zero-copy slice of them (building ~25 of them per batch cost as much as decoding the
+    data; batch lengths vary at every row-group edge, so a cache by length missed).
     """
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
-        self._nulls: dict[tuple[int, str], pa.Array] = {}
+        self._nulls: dict[str, pa.Array] = {}
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
@@ -557,13 +558,11 @@ class _NullFill:
             if name in have:
                 arrays.append(batch.column(name))
                 continue
-            blank = self._nulls.get((n, name))
-            if blank is None:
-                if len(self._nulls) > 4 * len(self.names):
-                    self._nulls.clear()  # many distinct batch lengths: keep it bounded
+            blank = self._nulls.get(name)
+            if blank is None or len(blank) < n:
                 blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
-                self._nulls[(n, name)] = blank
-            arrays.append(blank)
+                self._nulls[name] = blank
+            arrays.append(blank.slice(0, n) if len(blank) > n else blank)
         return pa.RecordBatch.from_arrays(arrays, schema=schema.SAMPLE_SCHEMA)
 
 
