@@ -1,4 +1,4 @@
-"""The compiled loop of :mod:`gpuaudit.classify.fused` (imported only there: it imports
+"""The compiled loops of :mod:`gpuaudit.classify.fused` (imported only there: it imports
 numba). Module-level constants are compiled in; the machine code is cached on disk."""
 
 # mypy: ignore-errors
@@ -19,93 +19,142 @@ _N_HIST = len(HIST_EDGES_PCT) - 1
 
 
 @numba.njit(cache=True, nogil=True)
-def accumulate_rows(code, cell, ts, u, dt_ns, share, has_share, cap_s,
-                    idle_s, under_s, prod_s, comp_s, unused_s, headroom_s, busy_s, gap_s,
-                    noread_s, samples,
-                    u2_w, abs_step, steps, idle_runs,
-                    last_u, last_idle, cur_idle, max_idle,
-                    started, head_u, head_idle, head_open, head_run,
-                    gap_hist, gap_edges,
-                    has_tl, tl_start, tl_width, tl_nb, tl_uw, tl_ph, tl_hist):
-    """See gpuaudit.classify.fused: one pass over rows grouped by series, in time order."""
+def first_out_of_order(code, ts, pend, p_ts, last):
+    """The first row whose timestamp does not come after its series' previous one (the
+    carried row ``p_ts`` where ``pend``), or -1; and the earliest and latest timestamp of
+    the carried rows and these. ``last``: scratch, one per series."""
+    lo = np.iinfo(np.int64).max
+    hi = np.iinfo(np.int64).min
+    for c in range(last.shape[0]):
+        if pend[c]:
+            last[c] = p_ts[c]
+            lo = min(lo, p_ts[c])
+            hi = max(hi, p_ts[c])
+        else:
+            last[c] = np.iinfo(np.int64).min
     for i in range(code.shape[0]):
         c = code[i]
-        k = cell[i]
-        dt_s = dt_ns[i] * _INV_NS
-        obs = min(dt_s, cap_s)
-        gap = dt_s - obs
-        obs_w = obs
-        if has_share:
-            obs_w = obs * share[i]
-            gap = gap * share[i]
-        ui = u[i]
-        reading = not np.isnan(ui)
-        u_ok = ui if reading else 0.0
-        read_w = obs_w if reading else 0.0
-        band = (u_ok >= _E1) + (u_ok >= _E2) + (u_ok >= _E3)
-        unused = (u_ok * -0.01 + 1.0) * read_w
-        if band == 0:
-            idle_s[k] += read_w
-        elif band == 1:
-            under_s[k] += read_w
-            unused_s[k] += unused
-        elif band == 2:
-            prod_s[k] += read_w
-            headroom_s[k] += unused
-        else:
-            comp_s[k] += read_w
-            headroom_s[k] += unused
-        busy_s[k] += read_w - unused
-        gap_s[k] += gap
-        if not reading:
-            noread_s[k] += obs_w
-        samples[k] += 1.0
-        # the series' statistics, in time order
-        u2_w[c] += read_w * u_ok * u_ok
-        idle = reading and u_ok < _IDLE
-        if not started[c]:
-            started[c] = True
-            head_u[c] = ui
-            head_idle[c] = idle
-            head_open[c] = idle
-        step = abs(ui - last_u[c])
-        if not np.isnan(step):
-            abs_step[c] += step
-            steps[c] += 1.0
-        prev_idle = last_idle[c]
-        if idle:
-            if prev_idle:
-                cur_idle[c] += read_w
-            else:
-                idle_runs[c] += 1.0
-                cur_idle[c] = read_w
-            if cur_idle[c] > max_idle[c]:
-                max_idle[c] = cur_idle[c]
-        else:
-            if prev_idle:  # an idle stretch ends here
-                length = cur_idle[c]
-                if head_open[c]:  # the leading one: loading, not the loop's cadence
-                    head_run[c] = length
-                    head_open[c] = False
-                elif length > 0:
-                    gap_hist[c, np.searchsorted(gap_edges, length, side="right")] += 1.0
-            cur_idle[c] = 0.0
-        last_u[c] = ui
-        last_idle[c] = idle
-        if has_tl:
-            bucket = (ts[i] - tl_start) // tl_width
-            if bucket < 0:
-                bucket = 0
-            elif bucket > tl_nb - 1:
-                bucket = tl_nb - 1
-            ut = u_ok if read_w > 0 else 0.0
-            tband = (ut >= _E1) + (ut >= _E2) + (ut >= _E3)
-            tl_uw[c, bucket] += read_w * ut
-            tl_ph[c, bucket, tband] += read_w
-            hb = int(ut // 5.0)
-            if hb < 0:
-                hb = 0
-            elif hb > _N_HIST - 1:
-                hb = _N_HIST - 1
-            tl_hist[hb] += read_w
+        t = ts[i]
+        if t <= last[c]:
+            return i, lo, hi
+        last[c] = t
+        lo = min(lo, t)
+        hi = max(hi, t)
+    return -1, lo, hi
 
+
+@numba.njit(cache=True, nogil=True)
+def stream(code, cell, ts, u, util, cap_s,
+           pend, p_ts, p_cell, p_u,
+           cell_acc, unused_col,
+           u2_w, abs_step, steps, idle_runs,
+           last_u, last_idle, cur_idle, max_idle,
+           started, head_u, head_idle, head_open, head_run,
+           gap_hist, gap_edges,
+           has_tl, tl_start, tl_width, tl_lo, tl_hi, tl_uw, tl_ph, tl_hist,
+           has_on, on_last_busy, on_head_seen, on_head_busy, on_head_ts, on_kept, max_onsets,
+           out_oc, out_ots):
+    """One pass over a batch's rows in file order (see gpuaudit.classify.fused). Each row
+    ends its series' carried row, which is accumulated with that duration; the row is then
+    carried. Returns (onsets written to out_oc/out_ots, the latest end accumulated or -1).
+    The timeline's sums go to ``tl_uw[bucket - tl_lo, series]`` and
+    ``tl_ph[bucket - tl_lo, series, band]``: bucket-major, so consecutive rows (consecutive
+    GPUs of one tick) touch neighbouring memory."""
+    n_on = 0
+    t_end = -1
+    for i in range(code.shape[0]):
+        c = code[i]
+        t = ts[i]
+        if has_on:  # busy onsets (classify.lag) read util_gpu_pct alone
+            x = util[i]
+            if not np.isnan(x):
+                busy = x >= _IDLE
+                if not on_head_seen[c]:
+                    on_head_seen[c] = True
+                    on_head_busy[c] = busy
+                    on_head_ts[c] = t
+                if busy and not on_last_busy[c] and on_kept[c] < max_onsets:
+                    out_oc[n_on] = c
+                    out_ots[n_on] = t
+                    n_on += 1
+                    on_kept[c] += 1
+                on_last_busy[c] = busy
+        if pend[c]:
+            # the carried row of series c lasts until this one
+            k = p_cell[c]
+            ui = p_u[c]
+            dt_s = (t - p_ts[c]) * _INV_NS
+            if t > t_end:
+                t_end = t
+            obs = min(dt_s, cap_s)
+            gap = dt_s - obs
+            reading = not np.isnan(ui)
+            u_ok = ui if reading else 0.0
+            read_w = obs if reading else 0.0
+            band = (u_ok >= _E1) + (u_ok >= _E2) + (u_ok >= _E3)
+            unused = (u_ok * -0.01 + 1.0) * read_w
+            # the cell's sums side by side (see fused.CELL_SUMS), no branch on the band
+            cell_acc[k, band] += read_w
+            cell_acc[k, unused_col[band]] += unused
+            cell_acc[k, 6] += read_w - unused
+            cell_acc[k, 7] += gap
+            cell_acc[k, 8] += obs - read_w
+            cell_acc[k, 9] += 1.0
+            # the series' statistics, in time order
+            u2_w[c] += read_w * u_ok * u_ok
+            idle = reading and u_ok < _IDLE
+            if not started[c]:
+                started[c] = True
+                head_u[c] = ui
+                head_idle[c] = idle
+                head_open[c] = idle
+            step = abs(ui - last_u[c])
+            if not np.isnan(step):
+                abs_step[c] += step
+                steps[c] += 1.0
+            if idle:
+                if last_idle[c]:
+                    cur_idle[c] += read_w
+                else:
+                    idle_runs[c] += 1.0
+                    cur_idle[c] = read_w
+                if cur_idle[c] > max_idle[c]:
+                    max_idle[c] = cur_idle[c]
+            else:
+                if last_idle[c]:  # an idle stretch ends here
+                    length = cur_idle[c]
+                    if head_open[c]:  # the leading one: loading, not the loop's cadence
+                        head_run[c] = length
+                        head_open[c] = False
+                    elif length > 0:
+                        gap_hist[c, np.searchsorted(gap_edges, length, side="right")] += 1.0
+                cur_idle[c] = 0.0
+            last_u[c] = ui
+            last_idle[c] = idle
+            if has_tl:
+                # the bucket by comparison, not a 64-bit division: a batch spans a few
+                # (tl_lo .. tl_hi - 1, the clipped buckets of its earliest and latest rows)
+                tp = p_ts[c]
+                bucket = tl_lo
+                while bucket + 1 < tl_hi and tp >= tl_start + (bucket + 1) * tl_width:
+                    bucket += 1
+                ut = u_ok if read_w > 0 else 0.0
+                tband = (ut >= _E1) + (ut >= _E2) + (ut >= _E3)
+                tl_uw[bucket - tl_lo, c] += read_w * ut
+                tl_ph[bucket - tl_lo, c, tband] += read_w
+                # floor(ut / 5), exactly, without a floating-point floor division
+                hb = int(ut * 0.2)
+                if (hb + 1) * 5.0 <= ut:
+                    hb += 1
+                elif hb * 5.0 > ut:
+                    hb -= 1
+                if hb < 0:
+                    hb = 0
+                elif hb > _N_HIST - 1:
+                    hb = _N_HIST - 1
+                tl_hist[hb] += read_w
+        pend[c] = True
+        p_ts[c] = t
+        p_cell[c] = cell[i]
+        p_u[c] = u[i]
+    return n_on, t_end

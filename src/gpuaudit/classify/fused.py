@@ -1,26 +1,31 @@
-"""The engine's accumulation as one compiled loop over the rows (numba), for large inputs.
+"""The engine's pass over a large batch as one compiled loop (numba): order check, step,
+bands, idle stretches, busy onsets and, when asked, the timeline, per row in file order.
 
-:meth:`~gpuaudit.classify.phases._Engine._accumulate` hands over rows whose duration is known
-(grouped by series, in time order). The NumPy path (:mod:`~gpuaudit.classify.accumulate`,
-:class:`~gpuaudit.classify.timeline.TimelineAcc`) makes some thirty passes over them: weights,
-band keys, a weighted ``bincount`` per quantity, steps, idle stretches from running sums, the
-timeline's buckets. Here one loop does it all per row, in registers, into the same
-accumulators (the same arrays, so ranges stitch and finish exactly as before):
+The NumPy path of :class:`~gpuaudit.classify.phases._Engine` groups a batch's rows by series
+(a sort and a gather of every column), finds each row's successor, sets aside the rows whose
+successor has not arrived, and accumulates the rest in some thirty passes (weights, band
+keys, a weighted ``bincount`` per quantity, steps, idle stretches from running sums, the
+timeline's buckets, the onsets). Here no row is moved: each series keeps its carried row (the
+last one seen), and each new row of the series ends it. One loop then does per row what the
+outputs need, into the very accumulators of the NumPy path (so ranges stitch, and the engine
+finishes, exactly as before):
 
-- the row's observed seconds (capped; the rest a gap, weighted by a time-sliced share);
-- its cell's band seconds, unused and busy seconds, gap, no-reading time and sample count;
-- its series' u squared, step from the previous value, idle stretch (begun, continued,
-  closed: the closed ones into the gap histogram, the leading one kept apart as
+- the carried row's observed seconds (capped; the rest a gap) into its cell's band seconds,
+  unused and busy seconds, gap, no-reading time and sample count;
+- its series' u squared, step from the previous value, idle stretch (begun, continued, closed:
+  closed ones into the gap histogram, the leading one kept apart, as
   :class:`~gpuaudit.classify.accumulate.SeriesStats` does);
-- when the timeline is asked for, its bucket's band seconds, utilization-weighted seconds and
-  the histogram.
+- when the timeline is asked for, its bucket's band and utilization-weighted seconds and the
+  histogram (:class:`~gpuaudit.classify.timeline.TimelineAcc`);
+- when the lags are asked for, the new row's busy onset (:class:`~gpuaudit.classify.lag.OnsetAcc`).
 
-Rows with SM activity or a diagnostic signal the timeline buckets take the NumPy path (those
-are DCGM-rich recordings, a few columns more per row); so do batches under
-:data:`MIN_ROWS`, where the compiled loop's one-off cost (importing numba, ~0.5 s, and loading
-its cached machine code) would not pay back. Sums are added in row order rather than per
-batch, so a total may differ from the NumPy path's in the last bits (a property test holds the
-two to 1e-9).
+A batch first passes a compiled order check; one that fails takes the NumPy path, which
+raises the error naming the GPU and time. Batches with time-sliced rows, SM activity or any
+other signal column take the NumPy path (DCGM-rich recordings: a few more columns per row),
+and so do batches under :data:`MIN_ROWS`, where the one-off cost of the loop (importing numba,
+~0.5 s, and loading its machine code, compiled once per machine and cached) would not pay
+back. Sums are added row by row rather than per batch, so a total may differ from the NumPy
+path's in the last bits (a property test holds the two to 1e-9).
 """
 
 from __future__ import annotations
@@ -34,65 +39,119 @@ from gpuaudit.classify.accumulate import GAP_EDGES_S, Grow, SeriesStats
 from gpuaudit.classify.usage import HIST_EDGES_PCT
 
 if TYPE_CHECKING:
+    from gpuaudit.classify.lag import OnsetAcc
     from gpuaudit.classify.timeline import TimelineAcc
 
-__all__ = ["MIN_ROWS", "available", "fused_accumulate"]
+__all__ = ["COLUMNS", "MIN_ROWS", "available", "stream_batch"]
 
-#: From this many rows in a batch on, the compiled loop is used (when numba is installed and
+#: From this many rows in a batch on, the compiled loop is used (when numba imports and
 #: GPUAUDIT_NO_NUMBA is not set).
 MIN_ROWS = 32_768
+#: The row-dict keys the loop handles (see gpuaudit.classify.rows); any other takes NumPy.
+COLUMNS = frozenset(("code", "ts", "cell", "u", "util"))
 
 _N_HIST = len(HIST_EDGES_PCT) - 1
+#: The per-cell sums the loop adds side by side (one row of a scratch array per cell), added
+#: to the engine's cells after each batch; column 10 takes the idle band's unused time,
+#: which no output reads.
+CELL_SUMS = ("idle_s", "underutilized_s", "productive_s", "compute_bound_s",
+             "underutilized_unused_s", "headroom_s", "busy_s", "gap_s", "no_reading_s",
+             "samples")
+_UNUSED_COL = np.array([10, 4, 5, 5], dtype=np.int64)
 _kernel: Any = None
 _state: bool | None = None
 
 
 def available() -> bool:
-    """Whether the compiled loop can be used (numba imports; compiled once per machine and
-    cached beside this module or in the user's cache directory)."""
+    """Whether the compiled loop can be used (numba imports)."""
     global _state, _kernel
     if _state is None:
         _state = False
         if not os.environ.get("GPUAUDIT_NO_NUMBA"):
             try:
-                _kernel = _compile()
+                from gpuaudit.classify import _kernel as kernel  # noqa: PLC0415 - numba
+
+                _kernel = kernel
                 _state = True
             except ImportError:
                 _state = False
     return _state
 
 
-def fused_accumulate(cells: Grow, stats: SeriesStats, timeline: TimelineAcc | None,
-                     n_series: int, r: dict[str, np.ndarray], dt_ns: np.ndarray,
-                     cap_s: float) -> None:
-    """Add rows ``r`` (grouped by series, in time order) lasting ``dt_ns`` to the cells, the
-    series statistics and, when given, the timeline: what ``add_phase_seconds``,
-    ``SeriesStats.add`` and ``TimelineAcc.add`` do, in one loop."""
+def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | None,
+                 n_series: int, cap_s: float, cells: Grow, stats: SeriesStats,
+                 timeline: TimelineAcc | None, onsets: OnsetAcc | None
+                 ) -> tuple[dict[str, np.ndarray], int] | None:
+    """Rows (in file order, keys :data:`COLUMNS`) through the loop, ``pending`` (at most one
+    carried row per series) first. Returns the rows carried on (one per series, the row
+    dict the NumPy path carries) and the latest end accumulated (-1: none); None, having
+    changed nothing, when a timestamp repeats or runs backwards."""
     assert _kernel is not None
+    pend = np.zeros(n_series, dtype=bool)
+    p_ts = np.zeros(n_series, dtype=np.int64)
+    p_cell = np.zeros(n_series, dtype=np.int64)
+    p_u = np.full(n_series, np.nan)
+    if pending is not None and pending["code"].shape[0]:
+        pc = pending["code"]
+        pend[pc] = True
+        p_ts[pc] = pending["ts"]
+        p_cell[pc] = pending["cell"]
+        p_u[pc] = pending["u"]
+    code = np.ascontiguousarray(rows["code"], dtype=np.int64)
+    ts = np.ascontiguousarray(rows["ts"], dtype=np.int64)
+    bad, t_lo, t_hi = _kernel.first_out_of_order(code, ts, pend, p_ts,
+                                                 np.empty(n_series, np.int64))
+    if bad >= 0:
+        return None
     d = cells.data
     s = stats.sums.data
-    share = r.get("share")
+    n_cells = int(rows["cell"].max()) + 1 if rows["cell"].shape[0] else 0
+    if pending is not None and pending["cell"].shape[0]:
+        n_cells = max(n_cells, int(pending["cell"].max()) + 1)
+    cell_acc = np.zeros((n_cells, len(CELL_SUMS) + 1))
     if timeline is not None:
-        timeline.acc.ensure(n_series)
-        acc, g = timeline.acc, timeline.grid
-        tl = (True, g.start_ns, g.width_ns, g.nb, acc.uw, acc.ph, timeline.hist)
+        # the buckets the accumulated rows fall in (a batch spans a few), bucket-major
+        g = timeline.grid
+        b_lo = min(max((t_lo - g.start_ns) // g.width_ns, 0), g.nb - 1)
+        b_hi = min(max((t_hi - g.start_ns) // g.width_ns, 0), g.nb - 1) + 1
+        uw = np.zeros((b_hi - b_lo, n_series))
+        ph = np.zeros((b_hi - b_lo, n_series, 4))
+        tl = (True, g.start_ns, g.width_ns, b_lo, b_hi, uw, ph, timeline.hist)
     else:
-        tl = (False, 0, 1, 1, np.zeros((1, 1)), np.zeros((1, 1, 4)), np.zeros(_N_HIST))
-    _kernel(
-        r["code"], r["cell"], r["ts"], r["u"], dt_ns,
-        share if share is not None else np.ones(1), share is not None, cap_s,
-        d["idle_s"], d["underutilized_s"], d["productive_s"], d["compute_bound_s"],
-        d["underutilized_unused_s"], d["headroom_s"], d["busy_s"], d["gap_s"],
-        d["no_reading_s"], d["samples"],
+        tl = (False, 0, 1, 0, 1, np.zeros((1, 1)), np.zeros((1, 1, 4)), np.zeros(_N_HIST))
+    n = code.shape[0]
+    if onsets is not None:
+        on = (True, onsets.last_busy, onsets.head_seen, onsets.head_busy, onsets.head_ts,
+              onsets.kept, _max_onsets(), np.empty(n, np.int64), np.empty(n, np.int64))
+    else:
+        none_b, none_i = np.zeros(1, dtype=bool), np.zeros(1, dtype=np.int64)
+        on = (False, none_b, none_b, none_b, none_i, none_i, 0, none_i, none_i)
+    u = np.ascontiguousarray(rows["u"], dtype=np.float64)
+    util = np.ascontiguousarray(rows.get("util", u), dtype=np.float64)
+    n_on, t_end = _kernel.stream(
+        code, np.ascontiguousarray(rows["cell"], dtype=np.int64), ts, u, util, float(cap_s),
+        pend, p_ts, p_cell, p_u,
+        cell_acc, _UNUSED_COL,
         s["u2_w"], s["abs_step"], s["steps"], s["idle_runs"],
         stats.last_u, stats.last_idle, stats.cur_idle_run, stats.max_idle_run,
         stats.started, stats.head_u, stats.head_idle, stats.head_open, stats.head_run,
         stats.gap_hist, GAP_EDGES_S,
-        *tl,
+        *tl, *on,
     )
+    for j, name in enumerate(CELL_SUMS):
+        d[name][:n_cells] += cell_acc[:, j]
+    if timeline is not None:
+        timeline.acc.ensure(n_series)
+        timeline.acc.uw[:n_series, b_lo:b_hi] += uw.T
+        timeline.acc.ph[:n_series, b_lo:b_hi] += ph.transpose(1, 0, 2)
+    if onsets is not None and n_on:
+        onsets.parts.append((on[7][:n_on].copy(), on[8][:n_on].copy()))
+    carried = np.flatnonzero(pend)
+    return ({"code": carried, "ts": p_ts[carried], "cell": p_cell[carried],
+             "u": p_u[carried]}, int(t_end))
 
 
-def _compile() -> Any:
-    from gpuaudit.classify import _kernel  # noqa: PLC0415 - imports numba: large inputs only
+def _max_onsets() -> int:
+    from gpuaudit.classify import lag  # noqa: PLC0415 - read at call time (tests lower it)
 
-    return _kernel.accumulate_rows
+    return int(lag.MAX_ONSETS)

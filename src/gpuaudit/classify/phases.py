@@ -180,6 +180,8 @@ class _Engine:
             self.interval_s = infer_interval_s(rows["code"], rows["ts"])
         t0 = int(rows["ts"].min())
         self.t_min = t0 if self.t_min is None else min(self.t_min, t0)
+        if self._stream(rows):
+            return
         pending = self.pending
         if pending is not None and "share" in pending and bool((pending["share"] < 1.0).any()):
             # a time-sliced GPU's rows of one timestamp may straddle the batch boundary:
@@ -198,6 +200,28 @@ class _Engine:
         if pending is not None:
             self._resolve_carried(pending, r, position)
         self._finish_rows(r, dt_ns, done)
+
+    def _stream(self, rows: Rows) -> bool:
+        """A large batch of plain rows (utilization only) through the compiled loop of
+        :mod:`~gpuaudit.classify.fused`: the whole of :meth:`feed` in one pass over the rows.
+        False: the NumPy path below takes it (small, time-sliced, signal columns, no numba,
+        or out of order, whose error the NumPy path raises)."""
+        if (rows["code"].shape[0] < fused.MIN_ROWS or not fused.COLUMNS.issuperset(rows)
+                or (self.pending is not None and not fused.COLUMNS.issuperset(self.pending))
+                or not fused.available()):
+            return False
+        if self.timeline is not None and self.coding.n_series > _TIMELINE_MAX_SERIES:
+            self.timeline = None  # too wide to hold here: the caller makes a second pass
+        assert self.interval_s is not None
+        out = fused.stream_batch(rows, self.pending, self.coding.n_series,
+                                 self.cap_intervals * self.interval_s, self.cells, self.stats,
+                                 self.timeline, self.onsets)
+        if out is None:
+            return False
+        self.pending, end = out
+        if end >= 0:
+            self.t_end = end if self.t_end is None else max(self.t_end, end)
+        return True
 
     def detach(self) -> None:
         """Drop the per-file dictionary cache before the engine is sent to another process."""
@@ -293,15 +317,6 @@ class _Engine:
         cap_s = self.cap_intervals * self.interval_s
         if self.timeline is not None and self.coding.n_series > _TIMELINE_MAX_SERIES:
             self.timeline = None  # too wide to hold here: the caller makes a second pass
-        if (dt_ns.shape[0] >= fused.MIN_ROWS and "sm" not in r
-                and not (self.timeline is not None and _timeline_signals(r))
-                and fused.available()):
-            # one compiled loop instead of ~30 NumPy passes (classify.fused)
-            fused.fused_accumulate(self.cells, self.stats, self.timeline,
-                                   self.coding.n_series, r, dt_ns, cap_s)
-            if any(k.startswith(("sig_", "max_")) or k == "thermal" for k in r):
-                self.signals.add(r, np.minimum(dt_ns * (1.0 / _NS), cap_s))
-            return
         w = weigh(r, dt_ns, cap_s)
         add_phase_seconds(self.cells, r["cell"], w, r.get("sm"))
         if self.timeline is not None:

@@ -1,0 +1,148 @@
+"""The compiled pass (classify.fused) gives what the NumPy path gives: every cell, series
+statistic, pattern, timeline bucket and lag, across batches and row-group ranges, and the
+same error for a GPU whose time runs backwards."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from coretables import recording, series_table
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_classify_parallel import assert_same_usage
+
+from gpuaudit.classify import classify, fused, parallel
+from gpuaudit.classify.usage import Usage
+from gpuaudit.errors import SampleTableError
+from gpuaudit.measure.files import open_samples
+from gpuaudit.measure.parquet_io import write_recording
+from gpuaudit.schema import Recording
+
+UTILS = [0.0, 3.0, 9.0, 10.0, 42.0, 69.0, 70.0, 89.0, 90.0, 99.5, 100.0]
+
+
+@st.composite
+def tables(draw):
+    """GPUs (two hosts) with utilization runs: idle stretches across batches and ranges,
+    missing readings, readings from gr_engine_active only, gaps past the cap, late starts
+    and early ends (rows left out)."""
+    n_gpus = draw(st.integers(1, 5))
+    length = draw(st.integers(2, 60))
+    util, gr, host, pod = {}, {}, {}, {}
+    for g in range(n_gpus):
+        runs = draw(st.lists(st.tuples(st.one_of(st.none(), st.sampled_from(UTILS)),
+                                       st.integers(1, 12)), min_size=1, max_size=8))
+        vals = [v for v, k in runs for _ in range(k)][:length]
+        name = f"GPU-{g}"
+        util[name] = vals
+        gr[name] = [draw(st.sampled_from([None, 0.05, 0.95])) if v is None else None
+                    for v in vals]
+        host[name] = [f"h{g % 2}"] * len(vals)
+        pod[name] = [f"pod-{(i // 7 + g) % 3}" for i in range(len(vals))]
+    table = series_table(util, extra={"gr_engine_active": gr, "pod": pod})
+    table = table.set_column(table.schema.get_field_index("host"), "host",
+                             pa.array([f"h{int(u[4:]) % 2}"
+                                       for u in table.column("gpu_uuid").to_pylist()]))
+    keep = draw(st.lists(st.booleans(), min_size=table.num_rows, max_size=table.num_rows))
+    if any(keep):
+        table = table.filter(pa.array(keep))
+    return table
+
+
+@pytest.fixture
+def taken(monkeypatch):
+    """The compiled pass for every batch, however small; counts the batches it took."""
+    assert fused.available(), "numba is a dependency: it must import"
+    monkeypatch.setattr(fused, "MIN_ROWS", 1)
+    monkeypatch.setattr(parallel, "_start", lambda *a, **k: None)
+    count = [0]
+    real = fused.stream_batch
+
+    def counting(*a, **k):
+        out = real(*a, **k)
+        count[0] += out is not None
+        return out
+
+    monkeypatch.setattr(fused, "stream_batch", counting)
+    return count
+
+
+def _numpy_path(fn):
+    state = fused._state
+    fused._state = False
+    try:
+        return fn()
+    finally:
+        fused._state = state
+
+
+def _same_timeline(a: Usage, b: Usage) -> None:
+    assert (a.timeline is None) == (b.timeline is None)
+    if a.timeline is None or b.timeline is None:
+        return
+    ta, tb = a.timeline, b.timeline
+    assert ta.start == tb.start and ta.bucket_s == tb.bucket_s and ta.gpu_uuids == tb.gpu_uuids
+    np.testing.assert_allclose(ta.observed_s, tb.observed_s, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ta.util_pct, tb.util_pct, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ta.hist_s, tb.hist_s, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ta.phase_s, tb.phase_s, rtol=1e-9, atol=1e-9)
+    assert (ta.phase == tb.phase).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(tables(), st.integers(1, 9), st.integers(1, 4), st.integers(1, 7),
+       st.sampled_from([(), ("pod",), ("host",)]))
+def test_property_the_compiled_pass_equals_the_numpy_path(taken, table, rows_per_group,
+                                                          workers, batch_rows, by):
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.parquet"
+        write_recording(recording(table), path, row_group_rows=rows_per_group)
+
+        def run() -> Usage:
+            return classify(open_samples(path, batch_rows=batch_rows), by=by,
+                            workers=workers)
+
+        before = taken[0]
+        fast = run()
+        assert taken[0] > before  # the compiled pass did take batches
+        slow = _numpy_path(run)
+    assert_same_usage(fast, slow)
+    _same_timeline(fast, slow)
+    assert fast.onset_lags == slow.onset_lags
+    assert sum(fast.overall().phase_shares_pct().values()) in (0, 100)
+
+
+def test_a_time_sliced_batch_after_compiled_ones_continues_them(taken):
+    """Rows with gpu_share (time-slicing) take the NumPy path; a GPU carried over from a
+    compiled batch continues there as if one path had read both."""
+    plain = series_table({"GPU-a": [0.0, 50.0, 95.0, 5.0, 5.0, 80.0] * 4})
+    shared = series_table({"GPU-a": [30.0, 0.0, 0.0, 100.0]}, t0_s=1_700_000_024,
+                          extra={"gpu_share": {"GPU-a": [0.5, 0.5, 0.5, 0.5]}})
+    table = pa.concat_tables([plain, shared])
+    rec = Recording(table=table, source="t", origin="t", interval_s=1.0)
+    fast = classify(rec)
+    assert taken[0] >= 1
+    assert_same_usage(fast, _numpy_path(lambda: classify(rec)))
+
+
+def test_time_running_backwards_is_the_same_error_on_both_paths(taken):
+    util = {f"GPU-{g}": [float(10 * (i % 11)) for i in range(40)] for g in range(3)}
+    table = series_table(util)
+    ts = table.column("ts").cast(pa.int64()).to_numpy().copy()
+    ts[70], ts[73] = ts[73], ts[70]  # GPU-1 goes back a second
+    table = table.set_column(0, "ts", pa.array(ts).cast(pa.timestamp("ns", "UTC")))
+
+    def run() -> Usage:
+        return classify(Recording(table=table, source="t", origin="t", interval_s=1.0))
+
+    with pytest.raises(SampleTableError) as fast:
+        run()
+    with pytest.raises(SampleTableError) as slow:
+        _numpy_path(run)
+    assert str(fast.value) == str(slow.value) and fast.value.column == "ts"
+    assert "GPU-1" in str(fast.value)
