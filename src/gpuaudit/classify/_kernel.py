@@ -2,7 +2,6 @@
 numba). Module-level constants are compiled in; the machine code is cached on disk."""
 
 # mypy: ignore-errors
-# ruff: noqa: ANN001, ANN202, PLR0913, PLR0912, PLR0915
 
 from __future__ import annotations
 

@@ -69,7 +69,7 @@ def available() -> bool:
         _state = False
         if not os.environ.get("GPUAUDIT_NO_NUMBA"):
             try:
-                from gpuaudit.classify import _kernel as kernel  # noqa: PLC0415 - numba
+                from gpuaudit.classify import _kernel as kernel
 
                 _kernel = kernel
                 _state = True
@@ -152,6 +152,6 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
 
 
 def _max_onsets() -> int:
-    from gpuaudit.classify import lag  # noqa: PLC0415 - read at call time (tests lower it)
+    from gpuaudit.classify import lag
 
     return int(lag.MAX_ONSETS)

@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
+from gpuaudit.classify import fused
 from gpuaudit.classify.accumulate import (
     SeriesStats,
     absorb_cells,
@@ -41,7 +42,6 @@ from gpuaudit.classify.accumulate import (
     new_cells,
     weigh,
 )
-from gpuaudit.classify import fused
 from gpuaudit.classify.coding import Coding
 from gpuaudit.classify.lag import OnsetAcc
 from gpuaudit.classify.rows import (
