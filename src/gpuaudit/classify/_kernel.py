@@ -45,7 +45,7 @@ def first_out_of_order(code, ts, pend, p_ts, last):
 @numba.njit(cache=True, nogil=True)
 def stream(code, cell, ts, u, util, cap_s,
            pend, p_ts, p_cell, p_u,
-           cell_acc, unused_col,
+           cell_lo, cell_acc, unused_col,
            u2_w, abs_step, steps, idle_runs,
            last_u, last_idle, cur_idle, max_idle,
            started, head_u, head_idle, head_open, head_run,
@@ -80,7 +80,7 @@ def stream(code, cell, ts, u, util, cap_s,
                 on_last_busy[c] = busy
         if pend[c]:
             # the carried row of series c lasts until this one
-            k = p_cell[c]
+            k = p_cell[c] - cell_lo
             ui = p_u[c]
             dt_s = (t - p_ts[c]) * _INV_NS
             if t > t_end:

@@ -105,10 +105,14 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
         return None
     d = cells.data
     s = stats.sums.data
-    n_cells = int(rows["cell"].max()) + 1 if rows["cell"].shape[0] else 0
+    # the cells these rows touch: a range of ids (cells are numbered as first met, so a
+    # batch's, grouped by the hour say, are the latest few thousand of many)
+    cell = np.ascontiguousarray(rows["cell"], dtype=np.int64)
+    c_lo, c_hi = int(cell.min()), int(cell.max()) + 1
     if pending is not None and pending["cell"].shape[0]:
-        n_cells = max(n_cells, int(pending["cell"].max()) + 1)
-    cell_acc = np.zeros((n_cells, len(CELL_SUMS) + 1))
+        c_lo = min(c_lo, int(pending["cell"].min()))
+        c_hi = max(c_hi, int(pending["cell"].max()) + 1)
+    cell_acc = np.zeros((c_hi - c_lo, len(CELL_SUMS) + 1))
     if timeline is not None:
         # the buckets the accumulated rows fall in (a batch spans a few), bucket-major
         g = timeline.grid
@@ -129,9 +133,9 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
     u = np.ascontiguousarray(rows["u"], dtype=np.float64)
     util = np.ascontiguousarray(rows.get("util", u), dtype=np.float64)
     n_on, t_end = _kernel.stream(
-        code, np.ascontiguousarray(rows["cell"], dtype=np.int64), ts, u, util, float(cap_s),
+        code, cell, ts, u, util, float(cap_s),
         pend, p_ts, p_cell, p_u,
-        cell_acc, _UNUSED_COL,
+        c_lo, cell_acc, _UNUSED_COL,
         s["u2_w"], s["abs_step"], s["steps"], s["idle_runs"],
         stats.last_u, stats.last_idle, stats.cur_idle_run, stats.max_idle_run,
         stats.started, stats.head_u, stats.head_idle, stats.head_open, stats.head_run,
@@ -139,7 +143,7 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
         *tl, *on,
     )
     for j, name in enumerate(CELL_SUMS):
-        d[name][:n_cells] += cell_acc[:, j]
+        d[name][c_lo:c_hi] += cell_acc[:, j]
     if timeline is not None:
         timeline.acc.ensure(n_series)
         timeline.acc.uw[:n_series, b_lo:b_hi] += uw.T
