@@ -297,6 +297,9 @@ def _sharded_usage(
     shard_s = DEFAULT_SHARD_S if shard_s is None else FLEET_SHARD_S.check(shard_s, "shard_s")
     concurrency = int(CONCURRENCY.check(concurrency, "concurrency"))
     stores = parse_stores(urls)
+    from gpuaudit._heap import cap_arenas
+
+    cap_arenas()  # answers are decoded in many threads: see gpuaudit._heap
     kw = dict(client_kwargs or {})
     kw["max_in_flight"] = concurrency
     clients = {st.name: PromClient(st.url, **kw) for st in stores}
