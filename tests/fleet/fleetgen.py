@@ -422,7 +422,7 @@ def import_victoria_metrics(fleet: Fleet, url: str, work: Path, *,
 
 
 @contextlib.contextmanager
-def run_victoria_metrics(data_dir: Path) -> Iterator[str]:
+def run_victoria_metrics(data_dir: Path, *, extra_args: tuple[str, ...] = ()) -> Iterator[str]:
     """Start single-node VictoriaMetrics (Debian's ``victoria-metrics``) on 127.0.0.1 (free
     port) over ``data_dir``; yield its URL; stop it. Caches off, no latency offset, so a
     query sees every imported sample at once."""
@@ -434,7 +434,8 @@ def run_victoria_metrics(data_dir: Path) -> Iterator[str]:
     proc = subprocess.Popen(
         ["victoria-metrics", f"-storageDataPath={data_dir}",
          f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=100y",
-         "-search.disableCache", "-search.latencyOffset=0s", "-selfScrapeInterval=0"],
+         "-search.disableCache", "-search.latencyOffset=0s", "-selfScrapeInterval=0",
+         *extra_args],
         stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:

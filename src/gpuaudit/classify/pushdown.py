@@ -209,15 +209,22 @@ def pull_aggregates(
                 (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
                 groups.setdefault((ulabel, plabel), set()).add((uvalue, pvalue))
             for (ulabel, plabel), pairs in sorted(groups.items()):
-                for part in _batches(sorted(pairs), 200):
+
+                def second(part: list[tuple[str, str]], nm: str = nm, ulabel: str = ulabel,
+                           plabel: str = plabel, a: float = a, b: float = b) -> list[str]:
                     gpus = with_matcher(sel, f'{ulabel}=~"{regex_of({u for u, _ in part})}"')
                     if plabel:
                         gpus = with_matcher(gpus, f'{plabel}=~"{regex_of({p for _, p in part})}"')
+                    out = []
                     for fam in families:
                         qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
                                            family=fam, signals=False)
                         if nm in qs:
-                            jobs2.append((i, nm, qs[nm]))
+                            out.append(qs[nm])
+                    return out
+
+                for part in _batches(sorted(pairs), 200):
+                    jobs2 += [(i, nm, e) for e in _fitting(part, second)]
     _run(client, jobs2, chunks, data, ids, workers, "pushdown, second pass")
     jobs += jobs2
     _settle_edges(ans, chunks)
@@ -232,11 +239,15 @@ def pull_aggregates(
         for name, values in sorted(overlapping.items()):
             a, b = chunks[i]
             data.shared = True
-            for uuids in _batches(sorted(values), 200):
+
+            def shares(uuids: list[str], name: str = name, a: float = a,
+                       b: float = b) -> list[str]:
                 gpus = with_matcher(sel, f'{name}=~"{regex_of(set(uuids))}"')
-                for fam in families:
-                    share_jobs.append((i, "wsum", share_query(gpus, step_s, b - a + step_s,
-                                                              family=fam)))
+                return [share_query(gpus, step_s, b - a + step_s, family=fam)
+                        for fam in families]
+
+            for uuids in _batches(sorted(values), 200):
+                share_jobs += [(i, "wsum", e) for e in _fitting(uuids, shares)]
     _run(client, share_jobs, chunks, data, ids, workers, "time-sliced GPUs")
     data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + len(probes)
     return data
@@ -394,6 +405,23 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
             data.answers.add(name, codes[live] * nchunks + i, vals[live])
     data.answers.flush()
     return out
+
+
+#: the longest PromQL text a query may have: VictoriaMetrics refuses longer ones
+#: (``-search.maxQueryLen``, 16 KiB by default: HTTP 422 "too long query")
+MAX_QUERY_BYTES = 16_000
+
+
+def _fitting(items: list[_T], build: Callable[[list[_T]], list[str]],
+             limit: int | None = None) -> list[str]:
+    """``build(items)``'s queries, the items halved until every query is at most ``limit``
+    bytes (:data:`MAX_QUERY_BYTES`); a single item's queries are kept whatever their size."""
+    limit = MAX_QUERY_BYTES if limit is None else limit
+    exprs = build(items)
+    if len(items) <= 1 or all(len(e.encode()) <= limit for e in exprs):
+        return exprs
+    half = len(items) // 2
+    return _fitting(items[:half], build, limit) + _fitting(items[half:], build, limit)
 
 
 def _batches(items: list[_T], size: int) -> list[list[_T]]:
