@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -17,7 +19,8 @@ from gpuaudit.price.billing.budgets import load_budgets
 from gpuaudit.schema import Recording, SampleSource
 
 if TYPE_CHECKING:
-    pass
+    from gpuaudit.price.billing.allocate import BillSide
+    from gpuaudit.price.billing.readers import Bill
 
 __all__ = ["BillReport", "bill", "compare_bills", "load_budgets"]
 
@@ -90,27 +93,36 @@ def bill(
     # by=None: no grouping (one line per charge); an empty sequence keeps the default, team
     keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     names = [k[6:] if k.startswith("label:") else k for k in keys]
-    opened = open_bill(bill_path, fmt=fmt)
     fine = tuple(dict.fromkeys([*keys, "pod"]))
+    # the bill is read, checked and summed (what needs no telemetry) in a second thread
+    # while the telemetry is classified: DuckDB works outside the interpreter lock
+    bill_f = _in_thread(lambda: _open(open_bill(bill_path, fmt=fmt), cost))
     if telemetry is not None:
-        source = open_source(telemetry)
-        if map_file is not None:
-            # the fleet's attribution rules (pod labels, the mapping file), as
-            # `gpuaudit fleet --recording` applies them; needs the table in memory
-            from gpuaudit.measure.files import read_samples
-            from gpuaudit.price.attribution import Attributor, attribute_table
+        try:
+            source = open_source(telemetry)
+            if map_file is not None:
+                # the fleet's attribution rules (pod labels, the mapping file), as
+                # `gpuaudit fleet --recording` applies them; needs the table in memory
+                from gpuaudit.measure.files import read_samples
+                from gpuaudit.price.attribution import Attributor, attribute_table
 
-            rec = source if isinstance(source, Recording) else read_samples(telemetry) \
-                if isinstance(telemetry, (str, Path)) else None
-            if rec is None:
-                raise InputError("--map-file with a streamed sample source",
-                                 fix="give a recording file or a Recording")
-            source = dc_replace(rec, table=attribute_table(
-                rec.table, Attributor(load_mapping(map_file), {})))
-        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers, timeline=timeline)
+                rec = source if isinstance(source, Recording) else read_samples(telemetry) \
+                    if isinstance(telemetry, (str, Path)) else None
+                if rec is None:
+                    raise InputError("--map-file with a streamed sample source",
+                                     fix="give a recording file or a Recording")
+                source = dc_replace(rec, table=attribute_table(
+                    rec.table, Attributor(load_mapping(map_file), {})))
+            usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers,
+                               timeline=timeline)
+        except BaseException:
+            bill_f.result()  # a bad bill is the error to report first, as it always was
+            raise
+        opened, side = bill_f.result()
         window = (usage_h.window_start, usage_h.window_end)
     else:
         assert prometheus is not None
+        opened, side = bill_f.result()
         span = opened.con.execute(
             "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchone()
         if span[0] is None:
@@ -135,7 +147,8 @@ def bill(
     hours = usage_hours(usage_h.cells, list(keys))
     alloc = allocate(opened, hours, names, method=method, cost=cost,
                      window=(window[0], window[1]), host_aliases=host_aliases,
-                     sql_dir=sql_dir, sql_dialect=sql_dialect, engine=engine, spark=spark)
+                     sql_dir=sql_dir, sql_dialect=sql_dialect, engine=engine, spark=spark,
+                     side=side)
     summary = alloc.summary
     usage = coarse_usage(usage_h, keys)
     rates = bill_rates(usage, summary, catalog=catalog)
@@ -152,6 +165,29 @@ def bill(
 
     return BillReport(**{f.name: getattr(rep, f.name) for f in fields(rep)},
                       showback=alloc.showback)
+
+
+T = TypeVar("T")
+
+
+def _in_thread(work: Callable[[], T]) -> Future[T]:
+    """``work()`` in a thread of its own; its result (or its error) in the future."""
+    fut: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(work())
+        except BaseException as exc:  # handed to the caller through the future
+            fut.set_exception(exc)
+
+    threading.Thread(target=run, name="gpuaudit-bill-read", daemon=True).start()
+    return fut
+
+
+def _open(opened: Bill, cost: str) -> tuple[Bill, BillSide]:
+    from gpuaudit.price.billing.allocate import bill_side
+
+    return opened, bill_side(opened, cost=cost)
 
 
 def _epoch_text(ts: Any) -> pa.Array:

@@ -37,7 +37,7 @@ from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
 from gpuaudit.validate import check_output_dir
 
-__all__ = ["HOUR_KEY", "BillAllocation", "allocate", "usage_hours"]
+__all__ = ["HOUR_KEY", "BillAllocation", "BillSide", "allocate", "bill_side", "usage_hours"]
 
 HOUR_KEY = "period:3600"
 UNATTRIBUTED = "unattributed"
@@ -111,6 +111,75 @@ def _host_candidates(resource_id: str | None, name: str | None) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class BillSide:
+    """What the report takes from the bill alone, whatever the telemetry: the GPU SKUs (the
+    ``gpu_skus`` temp table is left on the bill's connection) and, per currency, the totals,
+    the non-GPU lines, the lines a rate is read from, the buckets' sums, and the duplicates.
+    Computed by :func:`bill_side`, which :func:`allocate` calls when it is not given one."""
+
+    cost: str
+    currencies: tuple[str, ...]
+    totals: Mapping[str, tuple[Any, int]]
+    non_gpu: Mapping[str, list[tuple[Any, ...]]]
+    model_rates: Mapping[str, list[dict[str, Any]]]
+    bucket_kinds: Mapping[str, list[tuple[Any, ...]]]
+    bucket_gpu: Mapping[str, tuple[int, int]]
+    duplicates: dict[str, Any]
+
+
+def bill_side(bill: Bill, *, cost: str = "billed",
+              catalog: Sequence[CatalogEntry] | None = None) -> BillSide:
+    """The GPU SKUs of ``bill`` (matched in ``catalog``, else the embedded one) as the
+    ``gpu_skus`` temp table on its connection, and every figure of the report that depends on
+    the bill alone (:class:`BillSide`). Nothing here needs the telemetry, so it can run while
+    the telemetry is classified (DuckDB works outside the interpreter lock)."""
+    if cost not in COST_COLUMNS:
+        raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
+    con = bill.con
+    # GPU SKUs from the catalog, over the bill's distinct SKU texts
+    texts = [r[0] for r in con.execute(
+        "SELECT DISTINCT sku_text FROM bill_lines WHERE sku_text IS NOT NULL").fetchall()]
+    skus = match_skus(texts, catalog)
+    con.register("gpu_skus_arrow", pa.table({
+        "sku_text": pa.array(list(skus), pa.string()),
+        "instance": pa.array([s.instance for s in skus.values()], pa.string()),
+        "gpu_model": pa.array([s.gpu_model for s in skus.values()], pa.string()),
+        "gpus_per_instance": pa.array([s.gpus_per_instance for s in skus.values()], pa.int64()),
+        "per_gpu": pa.array([s.per_gpu for s in skus.values()], pa.bool_()),
+    }))
+    con.execute("CREATE OR REPLACE TEMP TABLE gpu_skus AS SELECT * FROM gpu_skus_arrow")
+    con.unregister("gpu_skus_arrow")
+    totals = {str(r[0]): (r[1], int(r[2])) for r in con.execute(
+        "SELECT currency, sum(billed_cost), count(*) FROM bill_lines GROUP BY currency"
+    ).fetchall()}
+    currencies = tuple(totals)
+    non_gpu: dict[str, list[tuple[Any, ...]]] = {c: [] for c in currencies}
+    for r in con.execute(
+            "SELECT currency, COALESCE(service, '(no service)'), COALESCE(charge_category, ''), "
+            "sum(billed_cost), sum(effective_cost), sum(list_cost), count(*) "
+            "FROM bill_lines b WHERE NOT EXISTS (SELECT 1 FROM gpu_skus s "
+            "WHERE s.sku_text = b.sku_text) GROUP BY ALL ORDER BY 1, 4 DESC").fetchall():
+        non_gpu[str(r[0])].append(tuple(r[1:]))
+    col = COST_COLUMNS[cost]
+    kinds: dict[str, list[tuple[Any, ...]]] = {c: [] for c in currencies}
+    for r in con.execute(
+            f"SELECT currency, CASE WHEN b.{col} IS NULL THEN 'rejected' "
+            "WHEN b.charge_category = 'Tax' THEN 'tax' "
+            "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
+            f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
+            "FROM bill_lines b WHERE NOT EXISTS (SELECT 1 FROM gpu_skus s "
+            "WHERE s.sku_text = b.sku_text) GROUP BY 1, 2").fetchall():
+        kinds[str(r[0])].append(tuple(r[1:]))
+    gpu = {str(r[0]): (int(r[1]), int(r[2])) for r in con.execute(
+        f"SELECT b.currency, count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} "
+        "AS HUGEINT) FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text "
+        "GROUP BY b.currency").fetchall()}
+    return BillSide(cost=cost, currencies=currencies, totals=totals, non_gpu=non_gpu,
+                    model_rates={c: _model_rates(con, c) for c in currencies},
+                    bucket_kinds=kinds, bucket_gpu=gpu, duplicates=_duplicates(con))
+
+
 def allocate(
     bill: Bill,
     hours: pa.Table,
@@ -125,6 +194,7 @@ def allocate(
     sql_dialect: str = "duckdb",
     engine: str = "duckdb",
     spark: Any = None,
+    side: BillSide | None = None,
 ) -> BillAllocation:
     """Join ``bill`` to measured ``hours`` (:func:`usage_hours`) and reconcile.
 
@@ -136,23 +206,14 @@ def allocate(
     warehouse (docs/billing.md); ``sql_dialect``: that SQL's dialect (duckdb, spark, trino,
     bigquery), with the inputs' DDL and a README of their contract.
     ``engine``: where the join runs (``duckdb``, or ``spark`` on ``spark`` or a local
-    session); the report is the same.
+    session); the report is the same. ``side``: :func:`bill_side` of this bill, computed
+    beforehand (``gpuaudit.bill`` computes it while classify reads the telemetry).
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}", fix="use allocation or usage")
+    if side is None or side.cost != cost:
+        side = bill_side(bill, cost=cost, catalog=catalog)
     con = bill.con
-    # GPU SKUs from the catalog, over the bill's distinct SKU texts
-    texts = [r[0] for r in con.execute(
-        "SELECT DISTINCT sku_text FROM bill_lines WHERE sku_text IS NOT NULL").fetchall()]
-    skus = match_skus(texts, catalog)
-    con.register("gpu_skus_arrow", pa.table({
-        "sku_text": pa.array(list(skus), pa.string()),
-        "instance": pa.array([s.instance for s in skus.values()], pa.string()),
-        "gpu_model": pa.array([s.gpu_model for s in skus.values()], pa.string()),
-        "gpus_per_instance": pa.array([s.gpus_per_instance for s in skus.values()], pa.int64()),
-        "per_gpu": pa.array([s.per_gpu for s in skus.values()], pa.bool_()),
-    }))
-    con.execute("CREATE OR REPLACE TEMP TABLE gpu_skus AS SELECT * FROM gpu_skus_arrow")
     # which telemetry host each GPU resource is
     hosts = sorted(set(hours.column("host").to_pylist())) if hours.num_rows else []
     by_name = {h.lower(): h for h in hosts}
@@ -182,12 +243,12 @@ def allocate(
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
         write_sql_dir(out, len(keys), method, cost, win, sql_dialect)
     run_join(con, engine, len(keys), method, cost, win, spark=spark)
-    return _summarise(bill, keys, method, cost, window, pairs, hosts)
+    return _summarise(bill, keys, method, cost, window, pairs, hosts, side)
 
 
 def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
                window: tuple[datetime, datetime] | None, pairs: Mapping[str, str],
-               hosts: Sequence[str]) -> BillAllocation:
+               hosts: Sequence[str], side: BillSide) -> BillAllocation:
     con = bill.con
     gk = [f"g_{i}" for i in range(len(keys))]
     # periods and their exact billed totals
@@ -245,7 +306,7 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
         "minor_units": pa.array([digits(c) for c in cur], pa.int8()),
     })
     summary = _summary_dict(bill, keys, method, cost, window, periods, targets, showback,
-                            pairs, hosts, fl, rem_units)
+                            pairs, hosts, fl, rem_units, side)
     return BillAllocation(showback=showback, summary=summary)
 
 
@@ -262,7 +323,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                   window: tuple[datetime, datetime] | None,
                   periods: Sequence[tuple[Any, ...]], targets: Sequence[int],
                   showback: pa.Table, pairs: Mapping[str, str], hosts: Sequence[str],
-                  floor_cents: np.ndarray, rem_units: np.ndarray) -> dict[str, Any]:
+                  floor_cents: np.ndarray, rem_units: np.ndarray,
+                  side: BillSide) -> dict[str, Any]:
     con = bill.con
     out: dict[str, Any] = {
         "version": "1.0",
@@ -287,8 +349,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
     sb_keys = [showback.column(k).to_pylist() for k in keys]
     sb_start = showback.column("period_start").to_pylist()
     sb_end = showback.column("period_end").to_pylist()
-    currencies = sorted({p[0] for p in periods} | {r[0] for r in con.execute(
-        "SELECT DISTINCT currency FROM bill_lines").fetchall()}, key=lambda c: (c != "USD", c))
+    currencies = sorted({p[0] for p in periods} | set(side.currencies),
+                        key=lambda c: (c != "USD", c))
     for ccy in currencies:
         lines: dict[tuple[Any, ...], dict[str, Any]] = {}
         per_period: dict[tuple[Any, Any], dict[str, int]] = {}
@@ -336,14 +398,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         gpu = con.execute(
             "SELECT sum(billed_cost), sum(effective_cost), sum(list_cost), "
             "sum(billed_gpu_ms) FROM gpu_lines WHERE currency = ?", [ccy]).fetchone()
-        non_gpu = con.execute(
-            "SELECT COALESCE(service, '(no service)'), COALESCE(charge_category, ''), "
-            "sum(billed_cost), sum(effective_cost), sum(list_cost), count(*) "
-            "FROM bill_lines b WHERE currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
-            "WHERE s.sku_text = b.sku_text) GROUP BY ALL ORDER BY 3 DESC", [ccy]).fetchall()
-        all_total = con.execute(
-            "SELECT sum(billed_cost), count(*) FROM bill_lines WHERE currency = ?",
-            [ccy]).fetchone()
+        non_gpu = side.non_gpu.get(ccy, [])
+        all_total = side.totals.get(ccy, (None, 0))
         rates = con.execute(
             "SELECT instance, gpu_model, COALESCE(pricing_category, 'Standard'), "
             "sum(billed_gpu_ms), sum(billed_cost), sum(effective_cost), sum(list_cost), "
@@ -357,8 +413,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                 f"{len(outside)} of {len(period_rows)} {ccy} charge periods have no measured GPU "
                 f"time (telemetry covers {_iso(window[0])} .. {_iso(window[1])}): "
                 f"{amount:,.2f} {ccy} of GPU cost in them is unallocated, not guessed")
-        buckets = _buckets(con, ccy, cost, line_list, billed_cents)
-        model_rates = _model_rates(con, ccy)
+        buckets = _buckets(side, ccy, cost, line_list, billed_cents)
+        model_rates = side.model_rates.get(ccy, [])
         out["currencies"][ccy] = {
             "bill_total": _dec_usd(all_total[0] or Decimal(0), ccy),
             "bill_lines": int(all_total[1]),
@@ -397,12 +453,12 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
     unmatched = con.execute(
         "SELECT resource_id, any_value(instance), currency, sum(billed_cost), "
         "sum(billed_gpu_ms) FROM gpu_lines WHERE no_data_reason = 'no telemetry for this node' "
-        "GROUP BY resource_id, currency ORDER BY 4 DESC").fetchall()
+        "GROUP BY resource_id, currency ORDER BY 4 DESC, 1, 3").fetchall()
     out["bill_without_telemetry"] = [
         {"resource_id": r[0], "instance": r[1], "currency": r[2],
          "billed": _dec_usd(r[3], r[2]),
          "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]
-    out["duplicates"] = _duplicates(con)
+    out["duplicates"] = side.duplicates
     if out["duplicates"]["lines"]:
         d = out["duplicates"]
         out["notes"].append(
@@ -478,7 +534,7 @@ def _duplicates(con: Any) -> dict[str, Any]:
             "amount": {str(r[0]): _dec_usd(r[2], str(r[0])) for r in rows}}
 
 
-def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
+def _buckets(side: BillSide, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
              gpu_cents: int) -> dict[str, Any]:
     """Every line of one currency in exactly one bucket; the buckets sum to the invoice
     (the sum of the cost basis over all lines, rounded once) to the cent.
@@ -487,18 +543,8 @@ def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
     like that line); the other lines go whole to ``tax``, ``credit`` (credits and negative
     non-GPU amounts), ``non_gpu`` (usage, purchases, adjustments of other services) or
     ``rejected`` (a line with no cost, with its reason)."""
-    col = COST_COLUMNS[cost]
-    kinds = con.execute(
-        f"SELECT CASE WHEN b.{col} IS NULL THEN 'rejected' "
-        "WHEN b.charge_category = 'Tax' THEN 'tax' "
-        "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
-        f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
-        "FROM bill_lines b WHERE b.currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
-        "WHERE s.sku_text = b.sku_text) GROUP BY 1", [ccy]).fetchall()
-    gpu = con.execute(
-        f"SELECT count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
-        "FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text WHERE b.currency = ?",
-        [ccy]).fetchone()
+    kinds = side.bucket_kinds.get(ccy, [])
+    gpu = side.bucket_gpu.get(ccy, (0, 0))
     other = {k: (int(n), int(u)) for k, n, u in kinds}
     names = ["non_gpu", "tax", "credit", "rejected"]
     total_units = int(gpu[1]) + sum(u for _n, u in other.values())
