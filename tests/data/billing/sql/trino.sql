@@ -47,7 +47,8 @@ CREATE TABLE usage_hours (
 CREATE TABLE gpu_lines AS
 SELECT currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, sum(billed_cost) AS billed_cost,
        sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
-       sum(billed_gpu_ms) AS billed_gpu_ms, sum(cost_units) AS cost_units,
+       sum(billed_gpu_ms) AS billed_gpu_ms,
+       CAST(sum(billed_cost) * 1000000000000 AS DECIMAL(38,0)) AS cost_units,
        count(*) AS lines
 FROM (
   SELECT b.currency,
@@ -56,7 +57,6 @@ FROM (
          b.charge_start, b.charge_end, b.pricing_category,
          b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
          CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS DECIMAL(12,0))) AS BIGINT) WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 AS DECIMAL(12,0))) AS BIGINT) ELSE date_diff('millisecond', b.charge_start, b.charge_end) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END AS billed_gpu_ms,
-         CAST(b.billed_cost * 1000000000000 AS DECIMAL(38,0)) AS cost_units,
          CASE WHEN b.charge_end <= TIMESTAMP '2026-10-05 00:00:00 UTC' OR b.charge_start >= TIMESTAMP '2026-10-05 06:00:00 UTC'
               THEN 'outside telemetry'
               WHEN h.host IS NULL THEN 'no telemetry for this node'
@@ -75,13 +75,22 @@ FROM (
 ) l;
 
 CREATE TABLE meas AS
-SELECT l.line_id, u.held, u.g_0, u.g_1,
-       sum(u.idle_ms) AS idle_ms, sum(u.underutilized_ms) AS underutilized_ms,
-       sum(u.productive_ms) AS productive_ms, sum(u.compute_bound_ms) AS compute_bound_ms,
-       sum(u.unobserved_ms) AS unobserved_ms
-FROM line_groups l JOIN usage_hours u
-  ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
-GROUP BY l.line_id, u.held, u.g_0, u.g_1;
+SELECT line_id, held, g_0, g_1,
+       sum(idle_ms) AS idle_ms, sum(underutilized_ms) AS underutilized_ms,
+       sum(productive_ms) AS productive_ms, sum(compute_bound_ms) AS compute_bound_ms,
+       sum(unobserved_ms) AS unobserved_ms
+FROM (
+  SELECT l.line_id, u.held, u.g_0, u.g_1, u.idle_ms, u.underutilized_ms, u.productive_ms, u.compute_bound_ms, u.unobserved_ms
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start = l.charge_start
+  WHERE date_diff('millisecond', l.charge_start, l.charge_end) <= 3600000 AND MOD(date_diff('millisecond', TIMESTAMP '1970-01-01 00:00:00 UTC', l.charge_start), 3600000) = 0
+  UNION ALL
+  SELECT l.line_id, u.held, u.g_0, u.g_1, u.idle_ms, u.underutilized_ms, u.productive_ms, u.compute_bound_ms, u.unobserved_ms
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+  WHERE NOT (date_diff('millisecond', l.charge_start, l.charge_end) <= 3600000 AND MOD(date_diff('millisecond', TIMESTAMP '1970-01-01 00:00:00 UTC', l.charge_start), 3600000) = 0)
+) x
+GROUP BY line_id, held, g_0, g_1;
 
 CREATE TABLE weights AS
 WITH measured AS (

@@ -126,7 +126,8 @@ def relations(n_keys: int, method: str, cost: str = "billed",
     gpu_lines = f"""
 SELECT {gpu_lines_keys}, sum(billed_cost) AS billed_cost,
        sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
-       sum(billed_gpu_ms) AS billed_gpu_ms, sum(cost_units) AS cost_units,
+       sum(billed_gpu_ms) AS billed_gpu_ms,
+       CAST(sum({cost_col}) * {UNITS_PER_USD} AS {units}) AS cost_units,
        count(*) AS lines
 FROM (
   SELECT b.currency,
@@ -135,7 +136,6 @@ FROM (
          b.charge_start, b.charge_end, b.pricing_category,
          b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
          {_billed_gpu_ms(d)} AS billed_gpu_ms,
-         CAST(b.{cost_col} * {UNITS_PER_USD} AS {units}) AS cost_units,
          CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
               THEN 'outside telemetry'
               WHEN h.host IS NULL THEN 'no telemetry for this node'
@@ -154,14 +154,31 @@ FROM (
   GROUP BY {lg_keys}
 ) l"""
 
-    meas_keys = "l.line_id, u.held" + "".join(f", u.{g}" for g in gk)
+    meas_keys = "line_id, held" + "".join(f", {g}" for g in gk)
+    u_cols = ("l.line_id, u.held, " + "".join(f"u.{g}, " for g in gk)
+              + ", ".join(f"u.{p}_ms" for p in (*PHASE_COLS, "unobserved")))
+    # usage hours start on the hour: a line of one hour at most that starts on the hour
+    # (an hourly bill's every line) meets exactly the usage hour starting with it, an
+    # equality join; a longer or unaligned line (a daily line) joins its range of hours
+    one_hour = (f"{d.ms_between('l.charge_start', 'l.charge_end')} <= 3600000 AND "
+                f"MOD({d.ms_between(d.ts('1970-01-01T00:00:00Z'), 'l.charge_start')}, "
+                "3600000) = 0")
     meas = f"""
 SELECT {meas_keys},
-       sum(u.idle_ms) AS idle_ms, sum(u.underutilized_ms) AS underutilized_ms,
-       sum(u.productive_ms) AS productive_ms, sum(u.compute_bound_ms) AS compute_bound_ms,
-       sum(u.unobserved_ms) AS unobserved_ms
-FROM line_groups l JOIN usage_hours u
-  ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+       sum(idle_ms) AS idle_ms, sum(underutilized_ms) AS underutilized_ms,
+       sum(productive_ms) AS productive_ms, sum(compute_bound_ms) AS compute_bound_ms,
+       sum(unobserved_ms) AS unobserved_ms
+FROM (
+  SELECT {u_cols}
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start = l.charge_start
+  WHERE {one_hour}
+  UNION ALL
+  SELECT {u_cols}
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+  WHERE NOT ({one_hour})
+) x
 GROUP BY {meas_keys}"""
 
     per_phase = []
