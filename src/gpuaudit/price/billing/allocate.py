@@ -255,7 +255,6 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
     periods = con.execute(
         "SELECT currency, charge_start, charge_end, CAST(units AS VARCHAR), billed_gpu_ms "
         "FROM period_totals ORDER BY currency, charge_start, charge_end").fetchall()
-    pindex = {(c, s, e): i for i, (c, s, e, _u, _m) in enumerate(periods)}
     # each currency's total rounds once; its periods get whole cents summing to it
     targets = [0] * len(periods)
     for ccy in {p[0] for p in periods}:
@@ -273,28 +272,52 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
                else f"CAST({UNITS_PER_CENT} AS HUGEINT)")
     floor = (f"(CASE WHEN units >= 0 THEN units // ({per_sql}) "
              f"ELSE -((-units + ({per_sql}) - 1) // ({per_sql})) END)")
+    # each row's charge period (its index in ``periods``) and its line's combination of
+    # kind, reason and group (``combo``), numbered by the SQL: no per-row Python
+    g_on = "".join(f" AND a.{g} IS NOT DISTINCT FROM c.{g}" for g in gk)
     rows = con.sql(
-        f"SELECT currency, charge_start, charge_end, kind, reason, {g_sel}phase, "
-        f"CAST({floor} AS BIGINT) AS fl, "
-        f"CAST(units - {floor} * ({per_sql}) AS BIGINT) AS rem, "
-        "gpu_ms FROM alloc ORDER BY currency, charge_start, charge_end, kind, reason, "
-        f"{g_sel}phase").to_arrow_table()
+        "WITH p AS (SELECT currency, charge_start, charge_end, CAST(row_number() OVER ("
+        "ORDER BY currency, charge_start, charge_end) - 1 AS BIGINT) AS pid "
+        "FROM period_totals), "
+        f"c AS (SELECT kind, reason, {g_sel}CAST(row_number() OVER (ORDER BY kind, reason"
+        + "".join(f", {g}" for g in gk) + ") - 1 AS BIGINT) AS combo FROM (SELECT DISTINCT "
+        f"kind, reason{''.join(f', {g}' for g in gk)} FROM alloc) d) "
+        f"SELECT a.currency, a.charge_start, a.charge_end, a.kind, a.reason, "
+        + "".join(f"a.{g}, " for g in gk) + "a.phase, "
+        f"CAST({floor.replace('units', 'a.units').replace('currency', 'a.currency')} "
+        "AS BIGINT) AS fl, "
+        f"CAST(a.units - {floor.replace('units', 'a.units').replace('currency', 'a.currency')}"
+        f" * ({per_sql.replace('currency', 'a.currency')}) AS BIGINT) AS rem, "
+        "a.gpu_ms, p.pid, c.combo FROM alloc a "
+        "JOIN p ON a.currency = p.currency AND a.charge_start = p.charge_start "
+        "AND a.charge_end = p.charge_end "
+        f"JOIN c ON a.kind = c.kind AND a.reason IS NOT DISTINCT FROM c.reason{g_on} "
+        "ORDER BY a.currency, a.charge_start, a.charge_end, a.kind, a.reason, "
+        + "".join(f"a.{g}, " for g in gk) + "a.phase").to_arrow_table()
     rem_units = rows.column("rem").to_numpy(zero_copy_only=False).astype(np.int64)
-    cur = rows.column("currency").to_pylist()
-    st = rows.column("charge_start").to_pylist()
-    en = rows.column("charge_end").to_pylist()
-    pidx = np.array([pindex[(c, s, e)] for c, s, e in zip(cur, st, en)], dtype=np.int64)
+    pidx = rows.column("pid").to_numpy(zero_copy_only=False).astype(np.int64)
+    combo = rows.column("combo").to_numpy(zero_copy_only=False).astype(np.int64)
     fl = rows.column("fl").to_numpy(zero_copy_only=False).astype(np.int64)
     cents = reconcile_cents(pidx, fl, rem_units, targets)
     gpu_h = pc.divide(pc.cast(rows.column("gpu_ms"), pa.float64()), 3_600_000.0)
+    # the line label of each combination, from its first row
+    n_combo = int(combo.max()) + 1 if combo.size else 0
+    first = np.full(n_combo, -1, dtype=np.int64)
+    first[combo[::-1]] = np.arange(combo.size - 1, -1, -1)
+    kinds = rows.column("kind").take(pa.array(first)).to_pylist()
+    reasons = rows.column("reason").take(pa.array(first)).to_pylist()
+    gvals = [rows.column(g).take(pa.array(first)).to_pylist() for g in gk]
+    labels = pa.array([_line_label(k, r, [v[j] for v in gvals], keys)
+                       for j, (k, r) in enumerate(zip(kinds, reasons))], pa.string())
+    cur = rows.column("currency")
+    cur_codes = pc.dictionary_encode(cur).combine_chunks() if rows.num_rows else None
+    minor = (pa.array([digits(c) for c in cur_codes.dictionary.to_pylist()], pa.int8())
+             .take(cur_codes.indices) if cur_codes is not None else pa.array([], pa.int8()))
     showback = pa.table({
         "period_start": rows.column("charge_start"),
         "period_end": rows.column("charge_end"),
-        "currency": rows.column("currency"),
-        "line": pa.array([_line_label(k, r, [rows.column(g)[i].as_py() for g in gk], keys)
-                          for i, (k, r) in enumerate(zip(rows.column("kind").to_pylist(),
-                                                         rows.column("reason").to_pylist()))],
-                         pa.string()),
+        "currency": cur,
+        "line": labels.take(pa.array(combo)),
         "kind": rows.column("kind"),
         "reason": rows.column("reason"),
         **{k: rows.column(g) for k, g in zip(keys, gk)},
@@ -303,10 +326,10 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
         "amount": pa.array(cents, pa.int64()),
         "gpu_hours": gpu_h,
         # digits of ``amount``'s minor unit (ISO 4217: USD 2, JPY 0, BHD 3)
-        "minor_units": pa.array([digits(c) for c in cur], pa.int8()),
+        "minor_units": minor,
     })
     summary = _summary_dict(bill, keys, method, cost, window, periods, targets, showback,
-                            pairs, hosts, fl, rem_units, side)
+                            pairs, hosts, fl, rem_units, side, pidx)
     return BillAllocation(showback=showback, summary=summary)
 
 
@@ -324,7 +347,7 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                   periods: Sequence[tuple[Any, ...]], targets: Sequence[int],
                   showback: pa.Table, pairs: Mapping[str, str], hosts: Sequence[str],
                   floor_cents: np.ndarray, rem_units: np.ndarray,
-                  side: BillSide) -> dict[str, Any]:
+                  side: BillSide, pidx: np.ndarray) -> dict[str, Any]:
     con = bill.con
     out: dict[str, Any] = {
         "version": "1.0",
@@ -339,37 +362,70 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         {"start": _iso(window[0]), "end": _iso(window[1])},
         "currencies": {},
     }
-    sb_cur = showback.column("currency").to_pylist()
+    # per row: its line (kind and label), phase, period and currency, as codes; the sums per
+    # line, line and phase, and period and kind are numpy scatter-adds, in row order (the
+    # floats add up in the same order as one running sum per key)
+    n = showback.num_rows
+    kind_code = {"team": 0, "idle": 1, "unallocated": 2}
     sb_kind = showback.column("kind").to_pylist()
-    sb_line = showback.column("line").to_pylist()
-    sb_reason = showback.column("reason").to_pylist()
-    sb_phase = showback.column("phase").to_pylist()
-    sb_amt = showback.column("amount").to_pylist()
-    sb_h = showback.column("gpu_hours").to_pylist()
-    sb_keys = [showback.column(k).to_pylist() for k in keys]
-    sb_start = showback.column("period_start").to_pylist()
-    sb_end = showback.column("period_end").to_pylist()
+    kcode = np.fromiter((kind_code[k] for k in sb_kind), dtype=np.int64, count=n)
+    line_keys = pc.binary_join_element_wise(
+        showback.column("currency"), showback.column("kind"), showback.column("line"), "\x00")
+    enc = pc.dictionary_encode(line_keys).combine_chunks() if n else None
+    lcode = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) if enc is not None
+             else np.zeros(0, np.int64))
+    n_lines = len(enc.dictionary) if enc is not None else 0
+    ph_enc = pc.dictionary_encode(showback.column("phase")).combine_chunks() if n else None
+    phases = ph_enc.dictionary.to_pylist() if ph_enc is not None else []
+    phcode = (ph_enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+              if ph_enc is not None else np.zeros(0, np.int64))
+    amt = showback.column("amount").to_numpy(zero_copy_only=False).astype(np.int64)
+    hours_f = showback.column("gpu_hours").to_numpy(zero_copy_only=False).astype(np.float64)
+    fl_sum = np.zeros(n_lines, np.int64)
+    rem_sum = np.zeros(n_lines, np.int64)
+    h_sum = np.zeros(n_lines, np.float64)
+    np.add.at(fl_sum, lcode, floor_cents)
+    np.add.at(rem_sum, lcode, rem_units)
+    np.add.at(h_sum, lcode, hours_f)
+    lp = lcode * max(len(phases), 1) + phcode
+    lp_fl = np.zeros(n_lines * max(len(phases), 1), np.int64)
+    lp_rem = np.zeros_like(lp_fl)
+    np.add.at(lp_fl, lp, floor_cents)
+    np.add.at(lp_rem, lp, rem_units)
+    lp_first = np.full(lp_fl.shape[0], n, dtype=np.int64)
+    np.minimum.at(lp_first, lp, np.arange(n))
+    line_first = np.full(n_lines, n, dtype=np.int64)
+    np.minimum.at(line_first, lcode, np.arange(n))
+    pp_sum = np.zeros((len(periods), 3), np.int64)
+    np.add.at(pp_sum, (pidx, kcode), amt)
+    sb_cur = showback.column("currency")
     currencies = sorted({p[0] for p in periods} | set(side.currencies),
                         key=lambda c: (c != "USD", c))
     for ccy in currencies:
+        per = units_per_minor(ccy)
         lines: dict[tuple[Any, ...], dict[str, Any]] = {}
-        per_period: dict[tuple[Any, Any], dict[str, int]] = {}
-        for i in range(len(sb_amt)):
-            if sb_cur[i] != ccy:
-                continue
-            group = {k: sb_keys[j][i] for j, k in enumerate(keys)}
-            lkey = (sb_kind[i], sb_line[i])
-            ln = lines.setdefault(lkey, {
-                "line": sb_line[i], "kind": sb_kind[i], "reason": sb_reason[i],
-                "group": group if sb_kind[i] != "unallocated" else {},
-                "units": 0, "gpu_hours": 0.0, "phase_units": {}})
-            u = int(floor_cents[i]) * units_per_minor(ccy) + int(rem_units[i])
-            ln["units"] += u
-            ln["gpu_hours"] += sb_h[i]
-            ln["phase_units"][sb_phase[i]] = ln["phase_units"].get(sb_phase[i], 0) + u
-            pp = per_period.setdefault((sb_start[i], sb_end[i]), {
-                "team": 0, "idle": 0, "unallocated": 0})
-            pp[sb_kind[i]] += sb_amt[i]
+        # the lines of this currency in the order of their first row
+        mine = [int(i) for i in np.argsort(line_first, kind="stable")
+                if line_first[i] < n and sb_cur[int(line_first[i])].as_py() == ccy]
+        for li in mine:
+            i = int(line_first[li])
+            kind = sb_kind[i]
+            phase_units = {}
+            order = [(int(lp_first[li * len(phases) + j]), j) for j in range(len(phases))
+                     if lp_first[li * len(phases) + j] < n]
+            for _first, j in sorted(order):
+                k = li * len(phases) + j
+                phase_units[phases[j]] = int(lp_fl[k]) * per + int(lp_rem[k])
+            lines[(kind, showback.column("line")[i].as_py())] = {
+                "line": showback.column("line")[i].as_py(), "kind": kind,
+                "reason": showback.column("reason")[i].as_py(),
+                "group": {k: showback.column(k)[i].as_py() for k in keys}
+                if kind != "unallocated" else {},
+                "units": int(fl_sum[li]) * per + int(rem_sum[li]),
+                "gpu_hours": float(h_sum[li]), "phase_units": phase_units}
+        per_period = {(p[1], p[2]): {"team": int(pp_sum[i, 0]), "idle": int(pp_sum[i, 1]),
+                                     "unallocated": int(pp_sum[i, 2])}
+                      for i, p in enumerate(periods) if p[0] == ccy}
         kind_order = {"team": 0, "idle": 1, "unallocated": 2}
         c_periods = [(p, t) for p, t in zip(periods, targets) if p[0] == ccy]
         billed_cents = sum(t for _p, t in c_periods)
