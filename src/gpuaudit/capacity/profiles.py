@@ -239,6 +239,8 @@ class ProfileBuilder:
         self.scal: dict[str, list[float]] = {k: [] for k in (
             "mem_total", "power_sum", "power_n", "dram_sum", "dram_n", "tensor_sum",
             "tensor_n")}
+        self._lut: np.ndarray | None = None
+        self._dicts: tuple[Any, ...] | None = None
 
     def add(self, batch: pa.RecordBatch) -> None:
         """Accumulate one sample-table batch."""
@@ -263,7 +265,7 @@ class ProfileBuilder:
             mult *= len(v) + 1
         combo = combo * (len(mm_vals) + 1) + (mm_codes + 1)
         mult *= len(mm_vals) + 1
-        if mult <= 4 * n + 1024:  # a dense lookup: no sort of the batch
+        if mult <= 4 * n + 1024:  # a dense lookup: no sort of the batch (``dense`` below)
             present = np.zeros(mult, dtype=bool)
             present[combo] = True
             uniq = np.flatnonzero(present)
@@ -275,8 +277,19 @@ class ProfileBuilder:
             inv = slot[combo]
         else:
             uniq, first, inv = np.unique(combo, return_index=True, return_inverse=True)
-        local = np.empty(len(uniq), dtype=np.int64)
-        for j, row in enumerate(first):
+        # the combination -> workload table of the previous batch holds while the batch's
+        # dictionaries are the same (batches of one row group share them): only combinations
+        # not seen before go through the Python loop
+        dense = mult <= 4 * n + 1024
+        dicts = (uu_vals, [v for _c, v in group_parts], mm_vals)
+        if dense and (self._lut is None or self._lut.shape[0] != mult
+                      or self._dicts != dicts):
+            self._lut = np.full(mult, -1, dtype=np.int64)
+            self._dicts = dicts
+        lut = self._lut if dense else None
+        local = lut[uniq] if lut is not None else np.full(len(uniq), -1, dtype=np.int64)
+        for j in np.flatnonzero(local < 0).tolist():
+            row = first[j]
             uuid = str(uu_vals[uu_codes[row]])
             group = tuple(None if c[row] < 0 else str(v[c[row]]) for c, v in group_parts)
             model = None if mm_codes[row] < 0 else str(mm_vals[mm_codes[row]])
@@ -291,6 +304,8 @@ class ProfileBuilder:
                     lst.append(0.0)
                 scal["mem_total"][-1] = np.nan
             local[j] = w
+            if lut is not None:
+                lut[uniq[j]] = w
         wid = local[inv.reshape(-1)]
         grid.ensure(len(names))
         util = _float(batch, "util_gpu_pct")
