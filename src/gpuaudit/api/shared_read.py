@@ -126,7 +126,8 @@ def profiles_and_usage(
     except BaseException as exc:
         hand.put(exc)
         hand.read_done.set()
-        _wait(usage)
+        if isinstance(exc, Exception):  # not on Ctrl-C
+            _wait(usage)
         raise
     hand.put(_END)
     hand.read_done.set()
