@@ -28,6 +28,10 @@ this one, run by run::
 
     .venv/bin/python benchmarks/bench_sampler.py --cli --seconds 20 --repeat 5 \
         --baseline /tmp/base/src
+
+``--reads N`` times the read path alone (N reads of both GPUs, ``--rounds`` times, min);
+``--reads N --rounds 1`` under ``valgrind --tool=callgrind`` (minus ``--reads 0``) counts its
+instructions.
 """
 
 from __future__ import annotations
@@ -194,6 +198,33 @@ def main_cli(args: argparse.Namespace) -> None:
               f"{statistics.median(x[1] for x in runs):>13.3f}")
 
 
+def main_reads(n: int, rounds: int) -> None:
+    """``n`` reads of every GPU through the real binding and the C fake, ``rounds`` times:
+    the read path alone, hot caches (min thread CPU per read of all GPUs)."""
+    from gpuaudit.measure.live.fake_nvml import SCENARIO_ENV, build_fake_library
+    from gpuaudit.measure.live.nvml import NvmlBackend, load_library
+
+    with tempfile.TemporaryDirectory(prefix="bench-fakenvml-") as tmp:
+        lib = build_fake_library(tmp)
+        Path(f"{tmp}/scenario.json").write_text(json.dumps(SCENARIO))
+        os.environ[SCENARIO_ENV] = f"{tmp}/scenario.json"
+        load_library(str(lib))
+        backend = NvmlBackend(visible=None)
+        devices = backend.open()
+        for d in devices:  # the probe read
+            backend.read(d)
+        best = float("inf")
+        for _ in range(rounds):
+            c0 = time.thread_time()
+            for _ in range(n):
+                for d in devices:
+                    backend.read(d)
+            best = min(best, (time.thread_time() - c0) / max(n, 1))
+        backend.close()
+    if n:
+        print(f"read of {len(devices)} GPUs: {best * 1e6:.1f} us (min of {rounds} x {n})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds per configuration")
@@ -203,7 +234,13 @@ def main() -> None:
                     help="measure the whole `gpuaudit sample --hz 10` command instead")
     ap.add_argument("--baseline", default=None, metavar="SRC",
                     help="with --cli: another checkout's src/ to run interleaved")
+    ap.add_argument("--reads", type=int, default=None, metavar="N",
+                    help="time N reads of both GPUs through the real binding and the C fake")
+    ap.add_argument("--rounds", type=int, default=9, help="with --reads: rounds (min kept)")
     args = ap.parse_args()
+    if args.reads is not None:
+        main_reads(args.reads, args.rounds)
+        return
     if args.cli:
         main_cli(args)
         return
