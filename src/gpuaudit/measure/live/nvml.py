@@ -584,7 +584,7 @@ class NvmlBackend:
         for k, mid in enumerate(GPM_METRICS):
             _set(metrics[k], "metricId", mid)
         self._call("nvmlGpmMetricsGet", req)
-        for m, (col, scale) in zip(metrics, _GPM_COLUMNS):
+        for (col, scale), m in zip(_GPM_COLUMNS, metrics):
             if int(_get(m, "nvmlReturn")) != 0:
                 continue
             value = float(_get(m, "value")) * scale
