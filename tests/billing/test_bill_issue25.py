@@ -194,7 +194,8 @@ def test_docs_worked_example_buckets(tmp_path: Path) -> None:
     bk = r.extra["bill"]["currencies"]["USD"]["buckets"]
     got = {k: v["amount"] for k, v in bk["buckets"].items()}
     assert got == {"team": "270.03", "idle": "77.56", "unallocated": "59.87",
-                   "non_gpu": "25.46", "tax": "12.34", "credit": "-5.00", "rejected": "0.00"}
+                   "non_gpu": "25.46", "commitment": "0.00", "tax": "12.34", "credit": "-5.00",
+                   "rejected": "0.00"}
     assert bk["invoice_total"] == "440.26" and bk["lines"] == 36 and bk["gpu_lines"] == 26
     lines = {ln["line"]: ln["amount"] for ln in r.extra["bill"]["currencies"]["USD"]["lines"]}
     assert lines["vision"] == "155.12" and lines["nlp"] == "114.91"

@@ -21,7 +21,7 @@ view can be written as SQL against Athena, Trino or BigQuery (docs/billing.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,19 @@ CANONICAL: tuple[tuple[str, str], ...] = (
     ("charge_class", "VARCHAR"),
     ("commitment_id", "VARCHAR"),
     ("pricing_currency", "VARCHAR"),
+    # FOCUS 1.2+: Used / Unused (an unused commitment's line carries the commitment's id)
+    ("commitment_status", "VARCHAR"),
+    # FOCUS 1.3: the provider's own split (data generator-calculated split cost allocation)
+    ("allocated_method_id", "VARCHAR"),
+    ("allocated_resource_id", "VARCHAR"),
+    ("allocated_resource_name", "VARCHAR"),
+    ("allocated_tags", "VARCHAR"),
+    ("allocated_details", "VARCHAR"),
+    # FOCUS 1.3: the contract commitments a charge is applied to (JSON, ``Elements``)
+    ("contract_applied", "VARCHAR"),
+    # what the line is for the split (derived): NULL (a line like any), ``commitment
+    # purchase``, ``unused commitment``, ``provider split``
+    ("line_role", "VARCHAR"),
 )
 
 _NULLS = ("NULL", "null", "Null", "")
@@ -104,7 +117,19 @@ _FOCUS = (
     _f("charge_class", "text", "ChargeClass"),
     _f("commitment_id", "text", "CommitmentDiscountId"),
     _f("pricing_currency", "text", "PricingCurrency"),
+    _f("commitment_status", "text", "CommitmentDiscountStatus"),
+    _f("allocated_method_id", "text", "AllocatedMethodId"),
+    _f("allocated_resource_id", "text", "AllocatedResourceId"),
+    _f("allocated_resource_name", "text", "AllocatedResourceName"),
+    _f("allocated_tags", "text", "AllocatedTags"),
+    _f("allocated_details", "text", "AllocatedMethodDetails"),
+    _f("contract_applied", "text", "ContractApplied"),
 )
+
+#: FOCUS 1.3 columns holding a JSON object (checked before the view is used)
+_JSON_COLUMNS = (("allocated_tags", "AllocatedTags"),
+                 ("allocated_details", "AllocatedMethodDetails"),
+                 ("contract_applied", "ContractApplied"))
 
 _CUR_LEGACY = (
     _f("provider", "text", "bill/BillingEntity"),
@@ -352,14 +377,14 @@ def _check_lines(bill: Bill) -> None:
                     f"currency {code!r} is not an ISO 4217 code in use",
                     where=f"{f}, row {r}, column {name}",
                     fix="bills carry three-letter ISO 4217 codes (USD, EUR, JPY)")
-    if "AllocatedResourceId" in bill.columns:
-        k = con.execute(f"SELECT count(*) FROM bill_raw WHERE {_q('AllocatedResourceId')} "
-                        "IS NOT NULL").fetchone()[0]
-        if k:
-            bill.notes.append(
-                f"{k} line(s) carry the provider's own split (FOCUS 1.3 Allocated* columns): "
-                "each is joined by its ResourceId and split by the measured time like any "
-                "line; the sum per resource is unchanged")
+    k = con.execute("SELECT count(*) FROM bill_lines WHERE line_role = 'provider split'"
+                    ).fetchone()[0]
+    if k:
+        bill.notes.append(
+            f"{k} line(s) carry the provider's own split (FOCUS 1.3 Allocated* columns): "
+            "each goes to what it names (AllocatedTags, else AllocatedResourceName or "
+            "AllocatedResourceId), not split again over the parent resource's measured time; "
+            "a split line naming nothing is the origin charge's unallocated portion")
     for billed, priced, k in con.execute(
             "SELECT currency, pricing_currency, count(*) FROM bill_lines WHERE "
             "pricing_currency IS NOT NULL AND pricing_currency <> currency GROUP BY ALL "
@@ -468,15 +493,108 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
             f"CASE lower({exprs['charge_category']}) WHEN 'tax' THEN 'Tax' "
             f"WHEN 'adjustment' THEN 'Adjustment' WHEN 'rounding_error' THEN 'Adjustment' "
             f"ELSE 'Usage' END")
-    for name in ("charge_class", "commitment_id", "pricing_currency"):
+    for name in ("charge_class", "commitment_id", "pricing_currency", "commitment_status",
+                 "allocated_method_id", "allocated_resource_id", "allocated_resource_name",
+                 "allocated_tags", "allocated_details", "contract_applied"):
         exprs.setdefault(name, "NULL")
+    if bill.fmt == "focus":
+        _focus_commitments(exprs)
+    exprs["line_role"] = _line_role(exprs)
     row = "file_row_number + 1" if kind == "parquet" else \
         "row_number() OVER (PARTITION BY filename)"
     select = ",\n  ".join(
         ["filename AS src_file", f"CAST({row} AS BIGINT) AS src_row"]
         + [f"CAST({exprs[n]} AS {t}) AS {n}" for n, t in CANONICAL[2:]])
     _check_values(bill, checks, row)
+    _check_json(bill, columns, row)
     con.execute(f"CREATE OR REPLACE TEMP VIEW bill_lines AS SELECT\n  {select}\nFROM bill_raw")
+
+
+def _contract_ids(expr: str) -> str:
+    """The ContractCommitmentIds of a ContractApplied object, as a list (DuckDB)."""
+    return f"json_extract_string({expr}, '$.Elements[*].ContractCommitmentId')"
+
+
+def _focus_commitments(exprs: dict[str, str]) -> None:
+    """FOCUS commitments as the spec writes them: usage covered by a commitment discount
+    (``CommitmentDiscountId``, status not Unused) or applied to a contract commitment
+    (``ContractApplied``, FOCUS 1.3) is committed usage, whatever PricingCategory says (a
+    1.0 export may leave it null): such a GPU gets no commitment lever."""
+    cid, status, ca = exprs["commitment_id"], exprs["commitment_status"], \
+        exprs["contract_applied"]
+    rid, cat = exprs["resource_id"], exprs["charge_category"]
+    if cid == "NULL" and ca == "NULL":
+        return
+    covered = []
+    if cid != "NULL":
+        covered.append(f"({cid} IS NOT NULL AND lower(COALESCE({status}, 'used')) <> 'unused')")
+    if ca != "NULL":
+        covered.append(f"({ca} IS NOT NULL AND NOT COALESCE(list_contains("
+                       f"{_contract_ids(ca)}, {rid}), false))")
+    exprs["pricing_category"] = (f"CASE WHEN {cat} = 'Usage' AND ({' OR '.join(covered)}) "
+                                 f"THEN 'Committed' ELSE {exprs['pricing_category']} END")
+
+
+def _line_role(exprs: dict[str, str]) -> str:
+    """``line_role``: how the split treats a line that is not a plain charge.
+
+    - ``provider split``: FOCUS 1.3 ``AllocatedMethodId``: the provider split the origin
+      charge itself; each allocated charge goes to what it names (``AllocatedTags``,
+      ``AllocatedResourceName``/``Id``), its unallocated portion to unallocated;
+    - ``commitment purchase``: a Purchase of a commitment discount (``CommitmentDiscountId``)
+      or of a contract commitment (``ContractApplied``'s ContractCommitmentId = ResourceId):
+      the cash of the purchase (BilledCost), amortised by FOCUS into the usage it covers
+      (EffectiveCost of the covered usage lines);
+    - ``unused commitment``: the unused part of a commitment (status Unused, or a Usage
+      line whose ResourceId is the contract commitment it is applied to).
+    """
+    cat, cid, status = exprs["charge_category"], exprs["commitment_id"], \
+        exprs["commitment_status"]
+    ca, rid, meth = exprs["contract_applied"], exprs["resource_id"], \
+        exprs["allocated_method_id"]
+    whens = []
+    split = [f"{x} IS NOT NULL" for x in (meth, exprs["allocated_resource_id"]) if x != "NULL"]
+    if split:
+        whens.append(f"WHEN {' OR '.join(split)} THEN 'provider split'")
+    own = (f"COALESCE(list_contains({_contract_ids(ca)}, {rid}), false)" if ca != "NULL"
+           else "false")
+    if cid != "NULL" or ca != "NULL":
+        whens.append(f"WHEN {cat} = 'Purchase' AND ({cid} IS NOT NULL OR {own}) "
+                     "THEN 'commitment purchase'")
+        whens.append(f"WHEN {cat} = 'Usage' AND (({cid} IS NOT NULL AND "
+                     f"lower({status}) = 'unused') OR {own}) THEN 'unused commitment'")
+    return "CASE " + " ".join(whens) + " ELSE NULL END" if whens else "NULL"
+
+
+def _check_json(bill: Bill, columns: Mapping[str, str], row: str) -> None:
+    """FOCUS 1.3's JSON columns hold a JSON object (ContractApplied and
+    AllocatedMethodDetails with an ``Elements`` array): the first that does not is named
+    with file, column and row."""
+    con = bill.con
+    for _name, src in _JSON_COLUMNS:
+        if src not in columns:
+            continue
+        raw = f"NULLIF(TRIM(CAST({columns[src]} AS VARCHAR)), '')"
+        need = "" if src == "AllocatedTags" else \
+            f" OR json_type({raw}, '$.Elements') IS DISTINCT FROM 'ARRAY'"
+        bad = (f"{raw} IS NOT NULL AND (NOT json_valid({raw}) OR "
+               f"json_type({raw}) <> 'OBJECT'{need})")
+        hit = con.execute(
+            f"SELECT filename, rn, v FROM (SELECT filename, {row} AS rn, {raw} AS v, "
+            f"CASE WHEN json_valid({raw}) THEN ({bad}) ELSE {raw} IS NOT NULL END AS bad "
+            "FROM bill_raw) WHERE bad ORDER BY filename, rn LIMIT 1").fetchone()
+        if hit is not None:
+            shape = "a JSON object" if src == "AllocatedTags" else \
+                'a JSON object with an "Elements" array'
+            raise InputError(
+                f"value {str(hit[2])[:60]!r} is not {shape} (FOCUS 1.3 {src})",
+                where=f"{hit[0]}, column {src}, row {hit[1]}",
+                fix=f"export {src} as JSON, e.g. " + (
+                    '{"team": "vision"}' if src == "AllocatedTags" else
+                    '{"Elements": [{"AllocatedRatio": 0.5}]}' if src ==
+                    "AllocatedMethodDetails" else
+                    '{"Elements": [{"ContractId": "c1", "ContractCommitmentId": "c1", '
+                    '"ContractCommitmentAppliedCost": 10.0}]}'))
 
 
 _TYPES_OK = {
