@@ -264,7 +264,20 @@ def _provider_split(con: Any, cost: str, keys: Sequence[str]) -> dict[str, Any]:
             "rows": [int(x) for x in str(r[11 + n]).split(",")][:20],
             "to": _line_label(r[6], r[7], list(r[8:8 + n]), keys) if gpu else
             "non-GPU (not split)"})
-    return {"lines": sum(x["lines"] for x in out), "targets": out}
+    bad = con.execute(
+        "SELECT count(*), any_value(resource_id), any_value(charge_start), any_value(s) FROM ("
+        "SELECT resource_id, charge_start, round(sum(list_sum(CAST(json_extract("
+        "allocated_details, '$.Elements[*].AllocatedRatio') AS DOUBLE[]))), 6) AS s "
+        "FROM bill_lines WHERE line_role = 'provider split' GROUP BY currency, resource_id, "
+        "charge_start, charge_end, sku_text, allocated_method_id "
+        "HAVING count(allocated_details) = count(*) AND abs(s - 1) > 0.000001)").fetchone()
+    ratio_note = None
+    if bad[0]:
+        ratio_note = (
+            f"{bad[0]} origin charge(s) split by the provider have allocated charges whose "
+            f"AllocatedRatio sum to {bad[3]:g}, not 1 (FOCUS 1.3 AllocatedMethodDetails; e.g. "
+            f"{bad[1]} at {_iso(bad[2])}): their amounts are split as billed")
+    return {"lines": sum(x["lines"] for x in out), "targets": out, "ratio_note": ratio_note}
 
 
 def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
@@ -495,6 +508,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
             "them GPU lines: each went whole to what it names (AllocatedTags, else the "
             "allocated resource), not over the parent resource's measured time; see "
             "provider_split")
+    if ps["ratio_note"]:
+        out["notes"].append(ps["ratio_note"])
     out["duplicates"] = _duplicates(con)
     if out["duplicates"]["lines"]:
         d = out["duplicates"]
