@@ -371,3 +371,29 @@ def test_provider_split_with_no_group_keys(tmp_path: Path) -> None:
     un = [ln for ln in usd["lines"] if ln["reason"] == "provider split: unallocated portion"]
     assert len(un) == 1 and Decimal(un[0]["amount"]) == (node * Decimal("0.30")).quantize(
         Decimal("0.01"))
+
+
+def test_overlapping_periods_are_noted(tmp_path: Path) -> None:
+    """A daily line for the p5.48xlarge node beside its hourly lines: the periods overlap
+    without being equal, so the same GPU-hour may be billed twice: a note naming the
+    resource and both periods (the buckets still sum to the invoice)."""
+    sc = billgen.scenario()
+    p5 = next(ln for ln in sc.lines if "p5.48xlarge" in ln.usage_type
+              and ln.charge_category == "Usage")
+    sc.lines.append(replace(p5, start=billgen.T0, end=billgen.T0 + timedelta(days=1),
+                            quantity=Decimal(24)))
+    p = billgen.write_csv(billgen.focus_rows(sc), tmp_path / "f.csv", billgen.FOCUS_COLUMNS)
+    r = bill(p, telemetry=billgen.write_telemetry(sc, tmp_path / "t.parquet"))
+    b = r.extra["bill"]
+    assert b["overlaps"]["resources"] == 1
+    assert b["overlaps"]["examples"][0]["resource_id"] == "i-0a11aaaaaaaaaaaa1"
+    assert any("overlap without being equal" in n and "i-0a11aaaaaaaaaaaa1" in n
+               for n in b["notes"])
+    bk = b["currencies"]["USD"]["buckets"]
+    assert sum(Decimal(v["amount"]) for v in bk["buckets"].values()) == Decimal(
+        bk["invoice_total"])
+    # the plain bill (hourly lines, a refund, a partial hour) has no overlap
+    sc2 = billgen.scenario()
+    p2 = billgen.write_csv(billgen.focus_rows(sc2), tmp_path / "g.csv", billgen.FOCUS_COLUMNS)
+    r2 = bill(p2, telemetry=billgen.write_telemetry(sc2, tmp_path / "t2.parquet"))
+    assert r2.extra["bill"]["overlaps"]["resources"] == 0

@@ -510,6 +510,16 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
             "provider_split")
     if ps["ratio_note"]:
         out["notes"].append(ps["ratio_note"])
+    out["overlaps"] = _overlaps(con)
+    ov = out["overlaps"]
+    if ov["resources"]:
+        ex = ov["examples"][0]
+        out["notes"].append(
+            f"{ov['resources']} GPU resource(s) have usage lines of the same SKU whose charge "
+            f"periods overlap without being equal (e.g. {ex['resource_id']}: "
+            f"{ex['first']} and {ex['second']}): each line is split over its own period's "
+            "measured time, so the same GPU-hour may be billed twice; check the export's "
+            "granularity (hourly and daily lines of one resource)")
     out["duplicates"] = _duplicates(con)
     if out["duplicates"]["lines"]:
         d = out["duplicates"]
@@ -591,6 +601,29 @@ def _commitments(con: Any, ccy: str) -> dict[str, Any]:
                           "billed": _dec_usd(covered[1] or Decimal(0), ccy),
                           "effective": _dec_usd(covered[2] or Decimal(0), ccy)},
     }
+
+
+def _overlaps(con: Any) -> dict[str, Any]:
+    """GPU usage lines of one resource and SKU whose charge periods overlap without being
+    equal (an hourly and a daily line for the same hours): over the distinct periods of each
+    resource, one starting before an earlier one ends."""
+    rows = con.execute(
+        "WITH p AS (SELECT DISTINCT b.currency, b.resource_id, b.sku_text, b.charge_start, "
+        f"b.charge_end FROM bill_lines b WHERE {IS_GPU} AND b.charge_category = 'Usage' AND "
+        "b.resource_id IS NOT NULL AND COALESCE(b.charge_class, '') <> 'Correction' AND "
+        "b.line_role IS NULL), w AS (SELECT *, max(charge_end) OVER (PARTITION BY currency, "
+        "resource_id, sku_text ORDER BY charge_start, charge_end ROWS BETWEEN UNBOUNDED "
+        "PRECEDING AND 1 PRECEDING) AS prev_end, lag(charge_start) OVER (PARTITION BY "
+        "currency, resource_id, sku_text ORDER BY charge_start, charge_end) AS prev_start "
+        "FROM p) SELECT resource_id, prev_start, prev_end, charge_start, charge_end FROM w "
+        "WHERE prev_end > charge_start ORDER BY resource_id, charge_start").fetchall()
+    res = sorted({r[0] for r in rows})
+    ex = []
+    for rid in res[:5]:
+        r = next(x for x in rows if x[0] == rid)
+        ex.append({"resource_id": rid, "first": f"[{_iso(r[1])} .. {_iso(r[2])})",
+                   "second": f"[{_iso(r[3])} .. {_iso(r[4])})"})
+    return {"resources": len(res), "periods": len(rows), "examples": ex}
 
 
 def _duplicates(con: Any) -> dict[str, Any]:
