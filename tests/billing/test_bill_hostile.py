@@ -172,7 +172,12 @@ def test_bill_compare_realised_savings(tmp_path: Path,
 
 
 # -- property: hostile bills ---------------------------------------------------------------
-_KINDS = ["p5", "g6", "m5", "tax", "credit", "purchase", "adjustment", "correction", "refund"]
+_KINDS = ["p5", "g6", "m5", "tax", "credit", "purchase", "adjustment", "correction", "refund",
+          # FOCUS 1.3: a line the provider split, a commitment's purchase and unused part,
+          # usage applied to a contract commitment
+          "split", "commit_purchase", "commit_unused", "contract_usage"]
+_CA = json.dumps({"Elements": [{"ContractId": "c-1", "ContractCommitmentId": "c-1",
+                                "ContractCommitmentAppliedCost": 1.0}]})
 
 
 @st.composite
@@ -211,6 +216,21 @@ def hostile(draw: Any) -> list[billgen.Line]:
         elif kind == "correction":
             ln = replace(ln, charge_class="Correction", quantity=-q, billed=-abs(amount),
                          effective=-abs(amount), listed=-abs(amount))
+        elif kind == "split":
+            target = draw(st.sampled_from([(None, None), ("pod-a", None),
+                                           ("pod-b", '{"team": "vision"}'),
+                                           (None, '{"x_other": "y"}')]))
+            ln = replace(ln, allocated_method_id="split-1", allocated_resource_id=target[0],
+                         allocated_tags=target[1])
+        elif kind == "commit_purchase":
+            ln = replace(ln, charge_category="Purchase", resource_id="cd-1", quantity=None,
+                         unit=None, commitment_id="cd-1",
+                         effective=draw(st.sampled_from([Decimal(0), abs(amount)])))
+        elif kind == "commit_unused":
+            ln = replace(ln, resource_id="cd-1", quantity=None, unit=None, billed=Decimal(0),
+                         commitment_id="cd-1", commitment_status="Unused")
+        elif kind == "contract_usage":
+            ln = replace(ln, billed=Decimal(0), contract_applied=_CA)
         out.append(ln)
         if draw(st.booleans()) and draw(st.booleans()):
             out.append(ln)  # a duplicate
@@ -227,12 +247,14 @@ def test_hostile_bills_every_line_accounted_for(lines: list[billgen.Line],
     d = tmp_path_factory.mktemp("hostile")
     sc = billgen.scenario()
     sc.lines = lines
-    b = billgen.write_csv(billgen.focus_rows(sc), d / "f.csv", billgen.FOCUS_COLUMNS)
-    r = bill(b, telemetry=billgen.write_telemetry(sc, d / "t.parquet"))
+    b = billgen.write_csv(billgen.focus_rows(sc), d / "f.csv", billgen.FOCUS13_COLUMNS)
+    cost = "effective" if len(lines) % 2 else "billed"
+    r = bill(b, telemetry=billgen.write_telemetry(sc, d / "t.parquet"), cost=cost)
     cur = r.extra["bill"]["currencies"]
     for ccy in {ln.currency for ln in lines}:
         mine = [ln for ln in lines if ln.currency == ccy]
-        exact = sum((ln.billed for ln in mine), Decimal(0))
+        exact = sum((ln.billed if cost == "billed" else ln.effective for ln in mine),
+                    Decimal(0))
         bk = cur[ccy]["buckets"]
         # no line vanishes, the buckets sum to the invoice to the cent
         assert bk["lines"] == len(mine)
@@ -245,6 +267,24 @@ def test_hostile_bills_every_line_accounted_for(lines: list[billgen.Line],
         split = sum(Decimal(v["amount"]) for k, v in bk["buckets"].items()
                     if k in ("team", "idle", "unallocated"))
         assert split == Decimal(cur[ccy]["reconciliation"]["billed"])
+        # a commitment's purchase and unused part are its bucket's, never GPU time
+        commit = [ln for ln in mine if ln.commitment_id and (
+            ln.charge_category == "Purchase" or ln.commitment_status == "Unused")]
+        twice = [ln for ln in commit if cost == "effective" and ln.charge_category ==
+                 "Purchase" and ln.effective != 0 and any(
+                     u.commitment_id == ln.commitment_id and u.charge_category == "Usage"
+                     and u.effective != 0 for u in mine)]
+        assert bk["buckets"]["commitment"]["lines"] == len(commit) - len(twice)
+        # a line the provider split goes to what it names, whole
+        split_lines = [ln for ln in mine if ln.allocated_method_id]
+        targets = [x for x in r.extra["bill"]["provider_split"]["targets"]
+                   if x["currency"] == ccy]
+        named = sum((Decimal(x["amount"]) for x in targets), Decimal(0))
+        want = sum((ln.billed if cost == "billed" else ln.effective for ln in split_lines),
+                   Decimal(0))
+        assert sum(x["lines"] for x in targets) == len(split_lines)
+        # each target rounds once to the minor unit
+        assert abs(named - want) <= quantum(ccy) * max(len(targets), 1) / 2
     if "JPY" in cur:
         for ln in cur["JPY"]["lines"]:
             assert "." not in ln["amount"]  # whole yen
