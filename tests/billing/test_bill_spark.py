@@ -58,6 +58,25 @@ def test_generated_bill_equals_duckdb(files: dict[str, Path], spark: Any) -> Non
           bill(files["cur2_parquet"], engine="spark", spark=spark, **kw))
 
 
+def test_focus13_provider_split_and_commitments_equal_duckdb(tmp_path: Path,
+                                                             spark: Any) -> None:
+    """FOCUS 1.3 on Spark: the provider's split (the spec's AllocatedMethodDetails examples)
+    and the spec's contract commitment purchase and usage give DuckDB's report exactly."""
+    import billgen
+    from test_bill_focus13 import _contract_bill, _l4_telemetry, _split_bill
+
+    sc = billgen.scenario()
+    p, _node = _split_bill(sc, tmp_path / "split.csv")
+    tel = billgen.write_telemetry(sc, tmp_path / "t.parquet")
+    d = bill(p, telemetry=tel, by=["team", "project"])
+    assert d.extra["bill"]["provider_split"]["lines"] == 28
+    _same(d, bill(p, telemetry=tel, by=["team", "project"], engine="spark", spark=spark))
+    ca = _contract_bill(tmp_path / "ca.csv", purchase_effective="500000.00")
+    for cost in ("billed", "effective"):
+        _same(bill(ca, telemetry=_l4_telemetry(), cost=cost),
+              bill(ca, telemetry=_l4_telemetry(), cost=cost, engine="spark", spark=spark))
+
+
 def _inputs(files: dict[str, Path], tmp: Path, scale: Decimal) -> dict[str, Any]:
     """The join's five inputs as DuckDB made them (bill costs times ``scale``; quantities
     with twelve significant digits, so the billed GPU-ms round from exact products)."""
