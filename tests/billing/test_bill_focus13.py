@@ -112,6 +112,11 @@ def test_provider_split_goes_to_what_it_names(tmp_path: Path) -> None:
     assert got_split == {"vision": share("0.1"), "ml/serve-7d9": share("0.15"),
                          "nlp": share("0.45"),
                          "unallocated (provider split: unallocated portion)": share("0.30")}
+    # the numbers docs/billing.md re-adds ("Lines the provider split")
+    assert node == Decimal("385.28")
+    assert {k: str(v) for k, v in got_split.items()} == {
+        "vision": "38.53", "ml/serve-7d9": "57.79", "nlp": "173.38",
+        "unallocated (provider split: unallocated portion)": "115.58"}
     # nothing of the node's usage went over the telemetry: the idle line (the node's 2 GPUs
     # held by nobody) holds only its share of the refund, a line the provider did not split
     # (-20.00 x 2/8 GPUs)
