@@ -295,3 +295,27 @@ def test_hostile_bills_every_line_accounted_for(lines: list[billgen.Line],
             assert "FREE" in rt.source
     dup = r.extra["bill"]["duplicates"]["lines"]
     assert dup >= 0
+
+
+def test_mig_slice_from_dcgm_priced_as_its_share(tmp_path: Path) -> None:
+    """dcgm-exporter carries a MIG instance's profile in ``mig_profile`` and the board in
+    ``gpu_model``: the A100 40GB host's GPUs as 3g.20gb slices are priced at half the board's
+    rate (the larger of 3/7 compute and 4/8 memory), not as whole GPUs."""
+    sc = billgen.scenario()
+    t = sc.telemetry
+    assert t is not None
+    prof = pa.array(["3g.20gb" if h == "ip-10-0-1-12" else None
+                     for h in t.column("host").to_pylist()], pa.string())
+    if "mig_profile" in t.column_names:
+        t = t.set_column(t.column_names.index("mig_profile"), "mig_profile", prof)
+    else:
+        t = t.append_column("mig_profile", prof)
+    sc.telemetry = t
+    b = billgen.write_csv(billgen.focus_rows(sc), tmp_path / "f.csv", billgen.FOCUS_COLUMNS)
+    r = bill(b, telemetry=billgen.write_telemetry(sc, tmp_path / "t.parquet"))
+    whole = r.cost.rates["NVIDIA H100 80GB HBM3"]  # another model: unchanged
+    assert whole.usd_per_gpu_hour == Decimal("6.88")
+    mig = r.cost.rates["NVIDIA A100-SXM4-40GB MIG 3g.20gb"]
+    assert "NVIDIA A100-SXM4-40GB" not in r.cost.rates
+    assert mig.usd_per_gpu_hour == (Decimal("0.8489") / 2).quantize(Decimal("0.0001"))
+    assert "MIG 3g.20gb: 1/2" in mig.source

@@ -78,7 +78,7 @@ def bill(
     from gpuaudit.price.attribution import coarse_usage, load_mapping
     from gpuaudit.price.billing import open_bill
     from gpuaudit.price.billing.allocate import HOUR_KEY, allocate, usage_hours
-    from gpuaudit.price.billing.rates import bill_rates
+    from gpuaudit.price.billing.rates import bill_rates, with_mig_models
 
     if (telemetry is None) == (prometheus is None):
         raise InputError("give the measured GPU time: either --telemetry FILE or "
@@ -137,7 +137,7 @@ def bill(
                      window=(window[0], window[1]), host_aliases=host_aliases,
                      sql_dir=sql_dir, sql_dialect=sql_dialect, engine=engine, spark=spark)
     summary = alloc.summary
-    usage = coarse_usage(usage_h, keys)
+    usage = coarse_usage(with_mig_models(usage_h), keys)
     rates = bill_rates(usage, summary, catalog=catalog)
     if budgets is not None:
         from gpuaudit.price.billing.budgets import budget_status, load_budgets
