@@ -165,7 +165,19 @@ def test_bill_compare_realised_savings(tmp_path: Path,
         Decimal("0.01"))
     rem = {x["id"]: x for x in cmp["remediations"]}
     assert Decimal(rem["idle_shutdown"]["taken_monthly"]) > 0
+    # the two bills themselves, each with its telemetry: the same comparison
+    capsys.readouterr()
+    assert main(["bill", "compare", str(last_b), str(this_b), "--telemetry", str(tel),
+                 "--telemetry", str(tel2), "--format", "json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert direct["teams"] == cmp["teams"] and direct["remediations"] == cmp["remediations"]
+    # a bill without the measured time, and a file that is neither, are errors with a fix
     assert main(["bill", "compare", str(tmp_path / "last.json"), str(last_b)]) == 2
+    err = capsys.readouterr().err
+    assert "needs the measured GPU time" in err and "--telemetry" in err
+    (tmp_path / "notes.txt").write_text("not json", encoding="utf-8")
+    assert main(["bill", "compare", str(tmp_path / "last.json"),
+                 str(tmp_path / "notes.txt")]) == 2
     assert "cannot read the JSON report" in capsys.readouterr().err
     # the plain command still takes a bill
     assert main(["bill", str(last_b), "--telemetry", str(tel), "--format", "csv"]) == 0
