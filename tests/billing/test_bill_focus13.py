@@ -402,3 +402,45 @@ def test_overlapping_periods_are_noted(tmp_path: Path) -> None:
     p2 = billgen.write_csv(billgen.focus_rows(sc2), tmp_path / "g.csv", billgen.FOCUS_COLUMNS)
     r2 = bill(p2, telemetry=billgen.write_telemetry(sc2, tmp_path / "t2.parquet"))
     assert r2.extra["bill"]["overlaps"]["resources"] == 0
+
+
+@pytest.mark.parametrize("extra,version", [
+    ((), "FOCUS 1.0"), (("SkuMeter",), "FOCUS 1.1"), (("CapacityReservationId",), "FOCUS 1.1"),
+    (("ServiceProviderName",), "FOCUS 1.2"), (("PricingCurrency",), "FOCUS 1.2"),
+    (("AllocatedMethodId",), "FOCUS 1.3"), (("ContractApplied",), "FOCUS 1.3")])
+def test_focus_versions_detected(extra: tuple[str, ...], version: str) -> None:
+    from gpuaudit.price.billing import detect_format
+
+    assert detect_format(["BilledCost", "ChargePeriodStart", "ChargePeriodEnd",
+                          *extra]) == ("focus", version)
+
+
+def test_adjustments_follow_their_line(tmp_path: Path) -> None:
+    """ChargeCategory Adjustment: on a GPU node it is split like that node's lines (never a
+    rate, never GPU-hours); on another service it is non-GPU; the buckets sum."""
+    sc = billgen.scenario()
+    p5 = next(ln for ln in sc.lines if "p5.48xlarge" in ln.usage_type
+              and ln.charge_category == "Usage")
+    m5 = next(ln for ln in sc.lines if "m5.large" in ln.usage_type)
+    sc.lines.append(replace(p5, charge_category="Adjustment", quantity=None, unit=None,
+                            billed=Decimal("-8.00"), effective=Decimal("-8.00"),
+                            listed=Decimal("-8.00"), description="SLA adjustment"))
+    sc.lines.append(replace(m5, charge_category="Adjustment", quantity=None, unit=None,
+                            billed=Decimal("1.50"), effective=Decimal("1.50"),
+                            listed=Decimal("1.50")))
+    base = bill(billgen.write_csv(billgen.focus_rows(billgen.scenario()), tmp_path / "a.csv",
+                                  billgen.FOCUS_COLUMNS),
+                telemetry=billgen.write_telemetry(sc, tmp_path / "t.parquet"))
+    r = bill(billgen.write_csv(billgen.focus_rows(sc), tmp_path / "b.csv",
+                               billgen.FOCUS_COLUMNS),
+             telemetry=billgen.write_telemetry(sc, tmp_path / "t.parquet"))
+    a, b = (x.extra["bill"]["currencies"]["USD"] for x in (base, r))
+    assert r.cost.rates["NVIDIA H100 80GB HBM3"].usd_per_gpu_hour == Decimal("6.88")
+    assert b["gpu"]["gpu_hours"] == a["gpu"]["gpu_hours"]
+    split = sum(Decimal(b["buckets"]["buckets"][k]["amount"]) - Decimal(
+        a["buckets"]["buckets"][k]["amount"]) for k in ("team", "idle", "unallocated"))
+    assert split == Decimal("-8.00")
+    assert Decimal(b["buckets"]["buckets"]["non_gpu"]["amount"]) - Decimal(
+        a["buckets"]["buckets"]["non_gpu"]["amount"]) == Decimal("1.50")
+    assert sum(Decimal(v["amount"]) for v in b["buckets"]["buckets"].values()) == Decimal(
+        b["buckets"]["invoice_total"])
