@@ -16,6 +16,7 @@ specification/appendix/json_object_examples/{allocated_method_details,contract_a
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
@@ -444,3 +445,33 @@ def test_adjustments_follow_their_line(tmp_path: Path) -> None:
         a["buckets"]["buckets"]["non_gpu"]["amount"]) == Decimal("1.50")
     assert sum(Decimal(v["amount"]) for v in b["buckets"]["buckets"].values()) == Decimal(
         b["buckets"]["invoice_total"])
+
+
+def test_cur_commitment_fee_not_counted_twice(files: dict[str, Path], tmp_path: Path) -> None:
+    """AWS CUR: the g5.12xlarge's reserved-instance fee (RIFee, $22.12) and its
+    DiscountedUsage (reservation/EffectiveCost, 6 x $3.6868 = $22.12): billed, the fee is the
+    commitment bucket's cash and the usage bills 0; effective, the usage carries the
+    amortised $22.12 to vision and the fee only its unused part (0 here, or
+    reservation/UnusedRecurringFee where the export has it). On the code before, the
+    effective view counted the $22.12 twice."""
+    tel = files["telemetry"]
+    billed = bill(files["cur_csv"], telemetry=tel).extra["bill"]["currencies"]["USD"]
+    eff = bill(files["cur_csv"], telemetry=tel, cost="effective").extra["bill"]
+    usd = eff["currencies"]["USD"]
+    assert billed["buckets"]["buckets"]["commitment"] == {"amount": "22.12", "lines": 1}
+    assert usd["buckets"]["buckets"]["commitment"] == {"amount": "0.00", "lines": 1}
+    assert usd["commitments"]["lines"][0]["billed"] == "22.12"
+    assert any("RIFee" in n for n in eff["notes"])
+    focus = bill(files["focus_csv"], telemetry=tel, cost="effective").extra["bill"]
+    # the same bill as FOCUS and as CUR: the same effective invoice for the AWS lines
+    f_usd = focus["currencies"]["USD"]["buckets"]
+    assert Decimal(usd["buckets"]["invoice_total"]) == Decimal(f_usd["invoice_total"])
+    # an export with the unused-fee column: the fee's effective cost is that part
+    rows = list(csv.DictReader(gzip.open(files["cur_csv"], "rt", encoding="utf-8")))
+    for r in rows:
+        r["reservation/UnusedRecurringFee"] = "1.25" if r["lineItem/LineItemType"] == \
+            "RIFee" else ""
+    p = billgen.write_csv(rows, tmp_path / "cur.csv",
+                          (*billgen.CUR_COLUMNS, "reservation/UnusedRecurringFee"))
+    u2 = bill(p, telemetry=tel, cost="effective").extra["bill"]["currencies"]["USD"]
+    assert u2["buckets"]["buckets"]["commitment"]["amount"] == "1.25"

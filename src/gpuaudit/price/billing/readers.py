@@ -151,6 +151,12 @@ _CUR_LEGACY = (
     _f("_ri", "money", "reservation/EffectiveCost"),
     _f("list_cost", "money", "pricing/publicOnDemandCost"),
     _f("currency", "text", "lineItem/CurrencyCode"),
+    _f("commitment_id", "text", "reservation/ReservationARN", "savingsPlan/SavingsPlanARN",
+       coalesce=True),
+    _f("_ri_unused_upfront", "money", "reservation/UnusedAmortizedUpfrontFeeForBillingPeriod"),
+    _f("_ri_unused_recurring", "money", "reservation/UnusedRecurringFee"),
+    _f("_sp_total", "money", "savingsPlan/TotalCommitmentToDate"),
+    _f("_sp_used", "money", "savingsPlan/UsedCommitment"),
 )
 
 _CUR2 = (
@@ -172,6 +178,13 @@ _CUR2 = (
     _f("_ri", "money", "reservation_effective_cost"),
     _f("list_cost", "money", "pricing_public_on_demand_cost"),
     _f("currency", "text", "line_item_currency_code"),
+    _f("commitment_id", "text", "reservation_reservation_a_r_n",
+       "savings_plan_savings_plan_a_r_n", coalesce=True),
+    _f("_ri_unused_upfront", "money",
+       "reservation_unused_amortized_upfront_fee_for_billing_period"),
+    _f("_ri_unused_recurring", "money", "reservation_unused_recurring_fee"),
+    _f("_sp_total", "money", "savings_plan_total_commitment_to_date"),
+    _f("_sp_used", "money", "savings_plan_used_commitment"),
 )
 
 _GCP = (
@@ -481,10 +494,36 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
         exprs["pricing_category"] = _cur_pricing_category(exprs["pricing_category"], lit,
                                                           exprs["sku_text"])
         sp, ri = (exprs.pop("_sp", "NULL"), exprs.pop("_ri", "NULL"))
+        # AWS's amortised cost of a commitment's fee is its unused part: the used part is
+        # in the covered usage's effective cost (reservation/EffectiveCost,
+        # savingsPlan/SavingsPlanEffectiveCost), so the fee never counts twice
+        ri_unused = " + ".join(f"COALESCE({exprs.pop(k)}, 0)" for k in (
+            "_ri_unused_upfront", "_ri_unused_recurring") if exprs.get(k, "NULL") != "NULL")
+        sp_t, sp_u = exprs.pop("_sp_total", "NULL"), exprs.pop("_sp_used", "NULL")
+        sp_unused = (f"greatest(COALESCE({sp_t}, 0) - COALESCE({sp_u}, 0), 0)"
+                     if sp_t != "NULL" and sp_u != "NULL" else "")
+        for k in ("_ri_unused_upfront", "_ri_unused_recurring"):
+            exprs.pop(k, None)
         exprs["effective_cost"] = (
             f"CASE {lit} WHEN 'SavingsPlanCoveredUsage' THEN COALESCE({sp}, 0) "
             f"WHEN 'DiscountedUsage' THEN COALESCE({ri}, 0) "
-            f"WHEN 'SavingsPlanNegation' THEN 0 ELSE {exprs['billed_cost']} END")
+            f"WHEN 'SavingsPlanNegation' THEN 0 "
+            f"WHEN 'RIFee' THEN {ri_unused or 0} "
+            "WHEN 'SavingsPlanUpfrontFee' THEN 0 "
+            f"WHEN 'SavingsPlanRecurringFee' THEN {sp_unused or 0} "
+            f"ELSE {exprs['billed_cost']} END")
+        exprs["_cur_fee"] = (f"{lit} IN ('RIFee', 'SavingsPlanUpfrontFee', "
+                             "'SavingsPlanRecurringFee')")
+        if not ri_unused or not sp_unused:
+            bill.notes.append(
+                "AWS CUR commitment fees (RIFee, Savings Plans fees) are the commitment "
+                "bucket's: billed, their cash; effective, their unused part ("
+                + ", ".join(x for x, ok in (
+                    ("reservation unused fee columns", bool(ri_unused)),
+                    ("savingsPlan TotalCommitmentToDate - UsedCommitment", bool(sp_unused)))
+                    if ok) + ("; " if ri_unused or sp_unused else "")
+                + "taken as 0 where the export has no unused-fee columns: the used part is "
+                "in the covered usage's effective cost)")
         exprs["provider"] = f"COALESCE({exprs['provider']}, 'AWS')"
     elif bill.dialect == "GCP billing export":
         exprs["provider"] = "'Google Cloud'"
@@ -500,6 +539,9 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
     if bill.fmt == "focus":
         _focus_commitments(exprs)
     exprs["line_role"] = _line_role(exprs)
+    fee = exprs.pop("_cur_fee", None)
+    if fee is not None:
+        exprs["line_role"] = f"CASE WHEN {fee} THEN 'commitment purchase' ELSE NULL END"
     row = "file_row_number + 1" if kind == "parquet" else \
         "row_number() OVER (PARTITION BY filename)"
     select = ",\n  ".join(
