@@ -142,6 +142,9 @@ def test_provider_split_goes_to_what_it_names(tmp_path: Path) -> None:
     text = render_bill(b)
     assert "Lines the provider split" in text and "pod-serve-7d9" in text
     assert "provider split" in text.split("Lines the provider split")[0]  # the phase column
+    from gpuaudit.report.bill import bill_html
+    page = bill_html(b)
+    assert 'class="bill-provider-split"' in page and "ml/serve-7d9" in page
     # the rate of the H100 is unchanged: the allocated charges' costs and hours sum to the
     # origin's
     assert r.cost.rates["NVIDIA H100 80GB HBM3"].usd_per_gpu_hour == Decimal("6.88")

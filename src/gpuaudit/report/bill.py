@@ -275,6 +275,19 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                      "model</th><th>rate from</th><th>bill GPU-h</th><th>bill</th><th>audit "
                      "GPU-h</th><th>audit</th><th>difference</th><th>why</th></tr></thead>"
                      f"<tbody>{xr}</tbody></table></div>")
+    ps = (bill.get("provider_split") or {}).get("targets") or []
+    if ps:
+        pr = "".join(f"<tr><td>{_e(x['resource_id'] or '-')}</td>"
+                     f"<td>{_e(x['allocated_resource_id'] or '-')}</td>"
+                     f"<td>{_e(x['allocated_resource_name'] or '')}</td>"
+                     f"<td>{_e(x['allocated_tags'] or '')}</td><td class=num>{x['lines']}"
+                     f"</td><td class=num>{_e(_m(x['amount'], x['currency']))}</td>"
+                     f"<td>{_e(x['to'])}</td></tr>" for x in ps)
+        parts.append("<h3>Lines the provider split (FOCUS 1.3 Allocated*)</h3>"
+                     '<div class="scroll"><table class="bill-provider-split"><thead><tr>'
+                     "<th>resource</th><th>allocated to</th><th>name</th><th>tags</th>"
+                     "<th>lines</th><th>amount</th><th>line of the split</th></tr></thead>"
+                     f"<tbody>{pr}</tbody></table></div>")
     b = bill.get("budgets")
     if b:
         br = "".join(f"<tr><td>{_e(x['team'])}</td><td class=num>"
