@@ -238,3 +238,24 @@ def test_free_hours_are_zero_and_say_so(tmp_path: Path) -> None:
     assert a100.usd_per_gpu_hour == 0 and "FREE" in a100.source
     assert "FREE" in r.render("terminal", width=400)
     assert r.cost.rates["NVIDIA H100 80GB HBM3"].usd_per_gpu_hour == Decimal("6.88")
+
+
+@pytest.mark.parametrize("case", ["header_only", "xyz", "end_before_start"])
+def test_cli_refuses_what_exited_0(case: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's symptoms as a user met them, from the command line: a header-only bill, a
+    currency XYZ and a period that ends before it starts each exited 0; now exit 2 with
+    error and fix."""
+    from gpuaudit.cli import main
+
+    sc = billgen.scenario()
+    if case == "header_only":
+        sc.lines = []
+    elif case == "xyz":
+        sc.lines[0] = replace(sc.lines[0], currency="XYZ")
+    else:
+        sc.lines[0] = replace(sc.lines[0], start=sc.lines[0].end, end=sc.lines[0].start)
+    b, t = _write(sc, tmp_path)
+    assert main(["bill", str(b), "--telemetry", str(t)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "fix:" in err and "Traceback" not in err
