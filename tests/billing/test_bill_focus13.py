@@ -155,11 +155,21 @@ def test_provider_split_ratios_not_summing_to_one_noted(tmp_path: Path) -> None:
     whose do not is noted (its amounts are still split as billed)."""
     sc = billgen.scenario()
     p, _node = _split_bill(sc, tmp_path / "split.csv")
-    text = p.read_text(encoding="utf-8").replace('"AllocatedRatio"": 0.45',
-                                                 '"AllocatedRatio"": 0.55')
-    p.write_text(text, encoding="utf-8")
+    # the nlp charge's details become the spec's scenario 4 (ratio 0.6, with x_ properties)
+    # while its amount stays 0.45 of the origin: the ratios sum to 0.1 + 0.15 + 0.6 + 0.3
+    def esc(d: dict[str, Any]) -> str:
+        return json.dumps(d).replace('"', '""')
+
+    text = p.read_text(encoding="utf-8")
+    assert esc(DETAILS[3]) in text
+    p.write_text(text.replace(esc(DETAILS[3]), esc(DETAILS[4])), encoding="utf-8")
     r = bill(p, telemetry=billgen.write_telemetry(sc, tmp_path / "t.parquet"))
-    assert any("AllocatedRatio" in n and "sum to 1.1" in n for n in r.extra["bill"]["notes"])
+    notes = [n for n in r.extra["bill"]["notes"] if "AllocatedRatio" in n]
+    assert len(notes) == 1 and "7 origin charge(s)" in notes[0] and "sum to 1.15" in notes[0]
+    # the amounts are split as billed: the buckets still sum to the invoice
+    bk = r.extra["bill"]["currencies"]["USD"]["buckets"]
+    assert sum(Decimal(v["amount"]) for v in bk["buckets"].values()) == Decimal(
+        bk["invoice_total"])
 
 
 def test_allocated_json_not_an_object_is_named(tmp_path: Path) -> None:
