@@ -105,8 +105,10 @@ def test_provider_split_goes_to_what_it_names(tmp_path: Path) -> None:
     # 0.45 to nlp, 0.30 unallocated, each to the cent of the exact share
     cent = Decimal("0.01")
 
+    # the node's $20.00 refund (hour 2) follows the provider's split of that hour, like the
+    # lines it corrects
     def share(x: str) -> Decimal:
-        return (node * Decimal(x)).quantize(cent)
+        return ((node - Decimal("20.00")) * Decimal(x)).quantize(cent)
 
     got_split = {k: Decimal(v["phases"]["provider_split"]) for k, v in lines.items()
                  if "provider_split" in v["phases"]}
@@ -116,12 +118,11 @@ def test_provider_split_goes_to_what_it_names(tmp_path: Path) -> None:
     # the numbers docs/billing.md re-adds ("Lines the provider split")
     assert node == Decimal("385.28")
     assert {k: str(v) for k, v in got_split.items()} == {
-        "vision": "38.53", "ml/serve-7d9": "57.79", "nlp": "173.38",
-        "unallocated (provider split: unallocated portion)": "115.58"}
-    # nothing of the node's usage went over the telemetry: the idle line (the node's 2 GPUs
-    # held by nobody) holds only its share of the refund, a line the provider did not split
-    # (-20.00 x 2/8 GPUs)
-    assert lines["idle (held by nobody)"]["amount"] == "-5.00"
+        "vision": "36.53", "ml/serve-7d9": "54.79", "nlp": "164.38",
+        "unallocated (provider split: unallocated portion)": "109.58"}
+    # nothing of the node went over the telemetry: no idle line (the node's 2 GPUs held by
+    # nobody were the scenario's only idle time), no measured phase of the node
+    assert "idle (held by nobody)" not in lines
     assert lines["unallocated (provider split: unallocated portion)"]["kind"] == "unallocated"
     bk = usd["buckets"]
     exact = sum((Decimal(row["BilledCost"]) for row in csv.DictReader(p.open())
@@ -388,7 +389,7 @@ def test_provider_split_with_no_group_keys(tmp_path: Path) -> None:
     r = bill(p, telemetry=billgen.write_telemetry(sc, tmp_path / "t.parquet"), by=None)
     usd = r.extra["bill"]["currencies"]["USD"]
     un = [ln for ln in usd["lines"] if ln["reason"] == "provider split: unallocated portion"]
-    assert len(un) == 1 and Decimal(un[0]["amount"]) == (node * Decimal("0.30")).quantize(
+    assert len(un) == 1 and Decimal(un[0]["amount"]) == ((node - 20) * Decimal("0.30")).quantize(
         Decimal("0.01"))
 
 

@@ -14,7 +14,8 @@ Five input relations (their DDL: :func:`inputs_ddl`):
 - ``split_groups(split_key, kind, reason, g_0 .. g_n)``: where each line the provider split
   itself (FOCUS 1.3 ``Allocated*``, ``bill_lines.line_role = 'provider split'``) goes, by
   :func:`split_key`: such a line goes whole to that group, never over the node's measured
-  time. Lines of a commitment's purchase or unused part are no GPU time and stay out.
+  time, and a credit, refund or adjustment on the same resource and charge period follows
+  that split. Lines of a commitment's purchase or unused part are no GPU time and stay out.
 
 Six relations derived in order (:func:`relations`), each a plain ``SELECT`` over the inputs
 and the ones before it; an engine adapter materializes each under its name. Three are the
@@ -169,13 +170,39 @@ FROM (
 ) x
 GROUP BY {gpu_lines_keys}"""
 
+    # The provider's split (FOCUS 1.3 Allocated*) of each resource and charge period: each
+    # target's weight (its cost in 1e-6 of the currency, so a product with a line's units
+    # stays within 38 digits) and their total. A credit, refund or adjustment (a line
+    # covering no GPU time) on a resource and period the provider split follows that split,
+    # like the lines it corrects, instead of the measured time.
+    split_ctes = f"""sp AS (
+  SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
+         {d.idiv('x.k_units', '1000000')} AS k_w
+  FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
+               sum(cost_units) AS k_units
+        FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
+        GROUP BY currency, resource_id, charge_start, charge_end, split_key) x
+), st AS (
+  SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
+  FROM sp GROUP BY currency, resource_id, charge_start, charge_end
+  HAVING sum(k_w) > 0
+)"""
+
+    def on_split(a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{k} = {b}.{k}" for k in (
+            "currency", "resource_id", "charge_start", "charge_end"))
+
+    follower = "(st.resource_id IS NOT NULL AND g.billed_gpu_ms = 0)"
     lg_keys = "currency, resource_id, host, charge_start, charge_end"
+    g_lg = ", ".join(f"g.{k.strip()}" for k in lg_keys.split(","))
     line_groups = f"""
+WITH {split_ctes}
 SELECT row_number() OVER (ORDER BY {lg_keys}) AS line_id, l.*
 FROM (
-  SELECT {lg_keys}, sum(cost_units) AS cost_units, sum(billed_gpu_ms) AS billed_gpu_ms
-  FROM gpu_lines WHERE no_data_reason IS NULL AND split_key IS NULL
-  GROUP BY {lg_keys}
+  SELECT {g_lg}, sum(g.cost_units) AS cost_units, sum(g.billed_gpu_ms) AS billed_gpu_ms
+  FROM gpu_lines g LEFT JOIN st ON {on_split('g', 'st')}
+  WHERE g.no_data_reason IS NULL AND g.split_key IS NULL AND NOT {follower}
+  GROUP BY {g_lg}
 ) l"""
 
     meas_keys = "l.line_id, u.held" + "".join(f", u.{g}" for g in gk)
@@ -228,26 +255,42 @@ FROM parts p JOIN caps c ON p.line_id = c.line_id WHERE p.w > 0"""
 
     a_keys = ("l.currency, l.charge_start, l.charge_end, w.kind, w.reason, "
               + "".join(f"w.{g}, " for g in gk) + "w.phase")
-    u_keys = "currency, charge_start, charge_end, no_data_reason"
+    u_keys_g = "g.currency, g.charge_start, g.charge_end"
     s_keys = ("l.currency, l.charge_start, l.charge_end, sg.kind, sg.reason"
               + "".join(f", sg.{g}" for g in gk))
     share = d.idiv(f"CAST(w.cost_units AS {units}) * w.w", "w.cap_ms")
+    f_share = d.idiv(f"CAST(g.cost_units AS {units}) * sp.k_w", "st.w_total")
+    f_keys = ("g.currency, g.charge_start, g.charge_end, sg.kind, sg.reason"
+              + "".join(f", sg.{g}" for g in gk))
+    x_keys = ("x.currency, x.charge_start, x.charge_end, x.kind, x.reason"
+              + "".join(f", x.{g}" for g in gk))
     alloc = f"""
+WITH {split_ctes}
 SELECT {a_keys},
        CAST(sum({share}) AS {units}) AS units,
        sum(w.w) AS gpu_ms
 FROM weights w JOIN line_groups l ON w.line_id = l.line_id
 GROUP BY {a_keys}
 UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
-SELECT currency, charge_start, charge_end, 'unallocated', no_data_reason, {g_null}
-       'unobserved', CAST(sum(cost_units) AS {units}), sum(billed_gpu_ms)
-FROM gpu_lines WHERE no_data_reason IS NOT NULL
-GROUP BY {u_keys}
-UNION ALL  -- lines the provider split (FOCUS 1.3 Allocated*): to what each names, whole
-SELECT {s_keys}, '{PROVIDER_PHASE}', CAST(sum(l.cost_units) AS {units}),
-       sum(l.billed_gpu_ms)
-FROM gpu_lines l JOIN split_groups sg ON l.split_key = sg.split_key
-GROUP BY {s_keys}"""
+SELECT {u_keys_g}, 'unallocated', g.no_data_reason, {g_null}
+       'unobserved', CAST(sum(g.cost_units) AS {units}), sum(g.billed_gpu_ms)
+FROM gpu_lines g LEFT JOIN st ON {on_split('g', 'st')}
+WHERE g.no_data_reason IS NOT NULL AND NOT {follower}
+GROUP BY {u_keys_g}, g.no_data_reason
+UNION ALL  -- lines the provider split (FOCUS 1.3 Allocated*): to what each names, whole;
+           -- with the credits, refunds, adjustments on a resource and period it split
+SELECT {x_keys}, '{PROVIDER_PHASE}', CAST(sum(x.units) AS {units}), sum(x.gpu_ms)
+FROM (
+  SELECT {s_keys}, CAST(l.cost_units AS {units}) AS units, l.billed_gpu_ms AS gpu_ms
+  FROM gpu_lines l JOIN split_groups sg ON l.split_key = sg.split_key
+  UNION ALL
+  SELECT {f_keys}, {f_share} AS units, g.billed_gpu_ms AS gpu_ms
+  FROM gpu_lines g JOIN st ON {on_split('g', 'st')}
+  JOIN sp ON {on_split('g', 'sp')}
+  JOIN split_groups sg ON sp.split_key = sg.split_key
+  WHERE g.split_key IS NULL AND g.billed_gpu_ms = 0
+) x
+GROUP BY {x_keys}"""
 
     p_keys = "currency, charge_start, charge_end"
     period_totals = f"""

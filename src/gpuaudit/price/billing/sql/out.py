@@ -63,7 +63,8 @@ Files:
   `AllocatedTags`, `AllocatedResourceName`/`Id`; `bill_lines.line_role = 'provider split'`),
   keyed by `split_key` = `COALESCE(allocated_tags, '') || '|' || COALESCE(
   allocated_resource_name, allocated_resource_id, '')`: the group each goes to (`kind`
-  `team`, or `unallocated` for the origin charge's unallocated portion). Lines whose
+  `team`, or `unallocated` for the origin charge's unallocated portion); a credit, refund or
+  adjustment on the same resource and charge period follows that split. Lines whose
   `line_role` is `commitment purchase` or `unused commitment` are not GPU time: the query
   leaves them out (gpuaudit puts them in the `commitment` bucket).
 
