@@ -266,7 +266,7 @@ def _provider_split(con: Any, cost: str, keys: Sequence[str]) -> dict[str, Any]:
             "non-GPU (not split)"})
     bad = con.execute(
         "SELECT count(*), any_value(resource_id), any_value(charge_start), any_value(s) FROM ("
-        "SELECT resource_id, charge_start, round(sum(list_sum(CAST(json_extract("
+        "SELECT resource_id, charge_start, round(sum(list_sum(TRY_CAST(json_extract("
         "allocated_details, '$.Elements[*].AllocatedRatio') AS DOUBLE[]))), 6) AS s "
         "FROM bill_lines WHERE line_role = 'provider split' GROUP BY currency, resource_id, "
         "charge_start, charge_end, sku_text, allocated_method_id "
