@@ -141,14 +141,19 @@ def test_gpu_focus_file_from_the_spec_example(tmp_path: Path) -> None:
         "labels": pa.array([[("team", "vision")]] * n + [[("team", "nlp")]] * n,
                            pa.map_(pa.string(), pa.string())),
     })
-    # billed: usage rows are 0.00 (covered by the commitment), the purchase 2.00 is not GPU
+    # billed: usage rows are 0.00 (covered by the commitment), the purchase 2.00 is the
+    # commitment's (its own bucket), not GPU time and not another service
     r = bill(p, telemetry=tel)
     usd = r.extra["bill"]["currencies"]["USD"]
-    assert usd["gpu"]["billed"] == "0.00" and usd["non_gpu"]["billed"] == "2.00"
-    # effective: each usage row carries 1.00 of the commitment
+    assert usd["gpu"]["billed"] == "0.00" and usd["non_gpu"]["billed"] == "0.00"
+    assert usd["buckets"]["buckets"]["commitment"] == {"amount": "2.00", "lines": 1}
+    # effective: each usage row carries 1.00 of the commitment, the purchase 0.00: the
+    # commitment counts once in either basis
     r = bill(p, telemetry=tel, cost="effective")
     ln = lines_of(r)
     assert ln["vision"]["amount"] == "1.00" and ln["nlp"]["amount"] == "1.00"
+    bk = r.extra["bill"]["currencies"]["USD"]["buckets"]
+    assert bk["buckets"]["commitment"]["amount"] == "0.00" and bk["invoice_total"] == "2.00"
 
 
 def test_partitioned_parquet_sql(files: dict[str, Path], tmp_path: Path) -> None:
@@ -305,7 +310,7 @@ def test_sql_out_runs_again_on_its_own_files(files: dict[str, Path], tmp_path: P
     r = bill(files["focus_csv"], telemetry=files["telemetry"], sql_dir=tmp_path / "sql")
     con = duckdb.connect()
     con.execute("SET TimeZone='UTC'")
-    for rel in ("bill_lines", "gpu_skus", "host_map", "usage_hours"):
+    for rel in ("bill_lines", "gpu_skus", "host_map", "usage_hours", "split_groups"):
         con.execute(f"CREATE VIEW {rel} AS SELECT * FROM "
                     f"read_parquet('{tmp_path / 'sql' / rel}.parquet')")
     con.execute((tmp_path / "sql" / "join.sql").read_text())
