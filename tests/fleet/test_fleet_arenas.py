@@ -16,10 +16,11 @@ CODE = """
 import ctypes, sys, threading
 from gpuaudit._heap import cap_arenas
 print(cap_arenas(), flush=True)
+together = threading.Barrier(12)
 def work():
-    for _ in range(50):
-        b = bytearray(200_000)
-        del b
+    b = bytearray(200_000)  # this thread's first allocation attaches it to an arena
+    together.wait()  # all 12 alive at once: none can take over an arena another left
+    del b
 threads = [threading.Thread(target=work) for _ in range(12)]
 for t in threads: t.start()
 for t in threads: t.join()
