@@ -54,7 +54,7 @@ for p in saved["parts"]:
     parts.append((p["name"], d))
 kube = saved["kube"]
 del saved
-loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+loaded = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024
 t_load = time.perf_counter() - t0
 cpu0 = resource.getrusage(resource.RUSAGE_SELF)
 stage = {}
@@ -90,7 +90,7 @@ if prof is not None:
 ru = resource.getrusage(resource.RUSAGE_SELF)
 f = r.extra["fleet"]
 print(json.dumps({"wall_s": wall, "load_s": t_load, "rss_loaded_mib": loaded,
-                  "rss_mib": ru.ru_maxrss / 1024,
+                  "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024,
                   "cpu_s": ru.ru_utime + ru.ru_stime - cpu0.ru_utime - cpu0.ru_stime,
                   "gpu_hours": f["total"]["gpu_hours"], "idle_h": f["total"]["phase_hours"]["idle"],
                   "cost_usd": f["total"]["cost_usd"], **stage}))

@@ -6,8 +6,9 @@ with timestamps), audited by one ``audit_fleet(prometheus=[4 stores])`` in a fre
     .venv/bin/python benchmarks/bench_fleet_shards.py --gpus 250 --days 7 \
         --keep benchmarks/_work/shards_250x7d   # build once, audit again later from it
 
-Reports: build time per store kind, the audit's wall time, peak RSS and CPU seconds of the
-audit process, CPU seconds of the 4 servers during the audit, requests and bytes on the wire
+Reports: build time per store kind, the audit's wall time, peak RSS (the child's own VmHWM:
+``ru_maxrss`` after fork + exec keeps the parent's peak, and the parent holds the generated
+fleet) and CPU seconds of the audit process, CPU seconds of the 4 servers during the audit, requests and bytes on the wire
 (gzip, as downloaded) and decoded, per store and in all; GPU-hours, idle hours and cost; the
 1-minute load average before and after (the machine may be shared). Goal: 10,000 GPUs x 7 d
 at 15 s in <= 60 s and <= 4 GiB on 2 cores. Needs `prometheus`, `promtool` and
@@ -57,7 +58,7 @@ if prof is not None:
     pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
 f = r.extra["fleet"]
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"wall_s": wall, "rss_mib": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
+print(json.dumps({"wall_s": wall, "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "transfer": f["transfer"], "gpu_hours": f["total"]["gpu_hours"],
                   "idle_h": f["total"]["phase_hours"]["idle"], "cost_usd": f["total"]["cost_usd"]}))
 """
