@@ -55,11 +55,11 @@ _arenas_capped: bool | None = None
 def cap_arenas(arenas: int = 2) -> bool:
     """Let glibc keep at most ``arenas`` malloc arenas (``mallopt(M_ARENA_MAX)``), once per
     process; True when it does. The fleet pushdown decodes answers in up to 16 threads at
-    once: by default each thread gets its own arena and each keeps what it freed, so a
-    250-GPU audit peaked at 2.3 GiB for ~40 MB of answers (245 MiB with two arenas; see
-    docs/benchmarks.md). The threads mostly wait on the stores, so two arenas cost no
-    measurable time. Called before the fleet's threads start; ``GPUAUDIT_NO_MALLOPT=1``
-    leaves the allocator alone; no-op outside glibc."""
+    once, and glibc gives each new thread an arena of its own (up to 8 per core), each
+    keeping what it freed; with two, a 1,000-GPU 4-store audit peaked at 245 MiB instead of
+    259 MiB (docs/benchmarks.md). The threads mostly wait on the stores, so two arenas cost
+    no measurable time. Called before the fleet's threads start;
+    ``GPUAUDIT_NO_MALLOPT=1`` leaves the allocator alone; no-op outside glibc."""
     global _arenas_capped
     if _arenas_capped is not None:
         return _arenas_capped

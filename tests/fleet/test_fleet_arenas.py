@@ -1,7 +1,6 @@
 """The fleet pushdown decodes answers in many threads; glibc gives each new thread its own
 malloc arena (up to 8 per core), and each arena keeps what it freed. ``cap_arenas`` (called
-before the fleet's threads start) holds them to two: the 250-GPU audit peaked at 2.3 GiB
-without it, 245 MiB with it (docs/benchmarks.md)."""
+before the fleet's threads start) holds them to two."""
 
 from __future__ import annotations
 
