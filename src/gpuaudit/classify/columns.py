@@ -31,7 +31,7 @@ from gpuaudit.classify.rows import NS
 from gpuaudit.classify.timeline import timeline_grid, timeline_of_rows
 from gpuaudit.classify.usage import OnsetLag, SeriesSignals, Usage
 from gpuaudit.series import ImportNote
-from gpuaudit.validate import CAP_INTERVALS, INTERVAL_S
+from gpuaudit.validate import CAP_INTERVALS
 
 __all__ = ["SeriesColumns", "classify_columns"]
 
@@ -67,7 +67,8 @@ def classify_columns(
     :func:`gpuaudit.classify.classify` does for the same samples in a sample table
     (``interval_s``: the nominal interval; ``source``, ``origin``, ``notes``, ``events``: as
     a :class:`~gpuaudit.schema.Recording` states them)."""
-    interval_s = INTERVAL_S.check(interval_s, "interval_s")
+    if not interval_s > 0:  # a source's own interval, as a Recording's (not a user's option)
+        raise ValueError(f"interval_s must be positive, got {interval_s}")
     cap_intervals = CAP_INTERVALS.check(cap_intervals, "cap_intervals")
     findings = tuple(findings)
     live = [s for s in series if s.ts_ns.shape[0]]
