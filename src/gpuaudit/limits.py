@@ -81,14 +81,14 @@ def _too_big(where: str, limit: int) -> InputError:
 _STEP = 64 << 20  # output per decompression step: the memory above the document itself
 
 
-def inflate_gzip(raw: bytes, where: str, limit: int | None = None) -> bytearray:
+def inflate_gzip(raw: bytes | bytearray, where: str, limit: int | None = None) -> bytearray:
     """Every gzip member of ``raw``, decompressed into one growing buffer, a step at a time,
     so memory stays within ``limit`` plus one step (the gzip trailer's size field can lie,
     so it is not trusted). Truncated or corrupt streams raise ``zlib.error`` / ``EOFError``
     for the caller."""
     limit = max_input_bytes() if limit is None else limit
     out = bytearray()
-    data: bytes = raw
+    data: bytes | bytearray = raw
     while data:
         d = zlib.decompressobj(31)
         pending = data

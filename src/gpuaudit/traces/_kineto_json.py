@@ -171,7 +171,7 @@ def read_document(path: Path) -> tuple[bytes | bytearray, bool]:
         ) from exc
 
 
-def _decompressed_before_failure(raw: bytes) -> int:
+def _decompressed_before_failure(raw: bytes | bytearray) -> int:
     d = zlib.decompressobj(wbits=31)
     got = 0
     try:
