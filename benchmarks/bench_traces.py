@@ -1,5 +1,13 @@
 """gpuaudit trace vs HolisticTraceAnalysis 0.5.0: time and peak RSS, side by side.
 
+``--whole`` (issue 27) measures what a user runs, whole processes: ``gpuaudit trace PATH
+--hta-compat --price 2.5 -o /dev/null`` (load, analysis, classify, price, recommend, the
+terminal report) against ``hta_compare.py PATH`` in HTA's venv (import, load, the temporal,
+idle and kernel-type breakdowns), interleaved run by run (ours, HTA, ours, HTA, ...), each
+under ``/usr/bin/time -f %M`` for its peak RSS; min and median of ``--reps`` runs. Run it
+under ``flock /work/bench.lock`` on a shared machine. ``--big-mb N`` sets the synthetic
+trace's size (default 500; issue 27 compares at 106).
+
 Each measurement runs in a fresh process; the figure is the median of ``--reps`` runs.
 ``total_s`` is load + temporal, idle and kernel-type breakdowns inside the process (imports
 excluded for both tools); ``wall_s`` is the whole process; ``rss_mb`` its peak RSS
@@ -59,6 +67,58 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "total_s": t3 - t1,
 """
 
 
+def run_whole(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one whole process, RSS from GNU time (whose own
+    few MiB are all a child inherits, unlike a fork of this driver)."""
+    t0 = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "RSS_KB %M", *cmd], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd} failed ({p.returncode}): {p.stderr[-2000:]}")
+    rss_kb = int(next(ln for ln in p.stderr.splitlines()[::-1] if ln.startswith("RSS_KB "))
+                 .split()[1])
+    return wall, rss_kb / 1024
+
+
+def whole(paths: list[tuple[str, Path]], reps: int) -> None:
+    """The interleaved whole-process comparison (see the module docstring)."""
+    gpuaudit = str(Path(PY).with_name("gpuaudit"))
+    print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f}; nproc {os.cpu_count()}")
+    print("| trace | gpuaudit wall min / median | RSS min / median | HTA 0.5.0 wall min / "
+          "median | RSS min / median | speed-up (min / median) | RSS ratio (median) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, d in paths:
+        ours_cmd = [gpuaudit, "trace", str(d), "--hta-compat", "--price", "2.5", "-o",
+                    "/dev/null"]
+        hta_cmd = [str(HTA_PY), str(ROOT / "benchmarks" / "hta_compare.py"), str(d)]
+        ours: list[tuple[float, float]] = []
+        hta: list[tuple[float, float]] = []
+        run_whole(ours_cmd)  # warm the page cache for both
+        if HTA_PY.exists():
+            run_whole(hta_cmd)
+        for _ in range(reps):
+            ours.append(run_whole(ours_cmd))
+            if HTA_PY.exists():
+                hta.append(run_whole(hta_cmd))
+
+        def mm(xs: list[float]) -> tuple[float, float]:
+            return min(xs), statistics.median(xs)
+
+        ow, orss = mm([w for w, _ in ours]), mm([r for _, r in ours])
+        row = (f"| {name} | {ow[0]:.3f} / {ow[1]:.3f} s | {orss[0]:.0f} / {orss[1]:.0f} MiB")
+        if hta:
+            hw, hrss = mm([w for w, _ in hta]), mm([r for _, r in hta])
+            row += (f" | {hw[0]:.3f} / {hw[1]:.3f} s | {hrss[0]:.0f} / {hrss[1]:.0f} MiB | "
+                    f"{hw[0] / ow[0]:.1f}x / {hw[1] / ow[1]:.1f}x | {orss[1] / hrss[1]:.2f} |")
+        else:
+            row += " | not run | | | |"
+        print(row, flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f}")
+
+
 def run(cmd: list[str]) -> dict[str, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -93,7 +153,8 @@ def trace_dir(name: str) -> Path:
 
 def build_big(target_mb: int = 500) -> Path:
     """SYNTHETIC: the V100 trace's events repeated in time until the JSON is ~target_mb."""
-    out = WORK / "synthetic_v100_repeated.json"
+    out = WORK / ("synthetic_v100_repeated.json" if target_mb == 500
+                  else f"synthetic_v100_repeated_{target_mb}mb.json")
     if out.exists():
         return out
     doc = json.loads(gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes()))
@@ -165,7 +226,23 @@ def main() -> None:
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--flops", action="store_true")
     ap.add_argument("--shapes", action="store_true")
+    ap.add_argument("--whole", action="store_true",
+                    help="whole processes as a user runs them, HTA interleaved (issue 27)")
+    ap.add_argument("--big-mb", type=int, default=500)
     args = ap.parse_args()
+    if args.whole:
+        paths = [(n, trace_dir(n)) for n in ("a100_1rank_ddp_nccl.json.gz",
+                                              "v100_1rank_ns_resolution.json.gz", "two_ranks")]
+        if args.big:
+            big = build_big(args.big_mb)
+            d = WORK / "dirs" / big.stem
+            d.mkdir(parents=True, exist_ok=True)
+            if not (d / big.name).exists():
+                (d / big.name).symlink_to(big)
+            paths.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", d))
+        whole(paths, args.reps)
+        shutil.rmtree(WORK / "dirs", ignore_errors=True)
+        return
     rows = []
     for name in ("a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz",
                  "two_ranks"):
@@ -186,7 +263,7 @@ def main() -> None:
         rows.append((f"{sh.name} (synthetic, {ours['flop_ops']:.0f} operators counted from "
                      "input shapes)", ours, None))
     if args.big:
-        big = build_big()
+        big = build_big(args.big_mb)
         ours = median([run([PY, "-c", OURS, str(big)]) for _ in range(args.reps)])
         rows.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", ours, None))
     print("| trace | gpuaudit load / total / wall / peak RSS | HTA 0.5.0 load / total / wall /"
