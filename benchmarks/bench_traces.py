@@ -84,6 +84,10 @@ def run_whole(cmd: list[str]) -> tuple[float, float]:
 def whole(paths: list[tuple[str, Path]], reps: int) -> None:
     """The interleaved whole-process comparison (see the module docstring)."""
     gpuaudit = str(Path(PY).with_name("gpuaudit"))
+    # bytecode as `pip install` leaves it (HTA's venv has its own): with
+    # PYTHONDONTWRITEBYTECODE set, an editable checkout would compile every module each run
+    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "src")], check=True,
+                   stdout=subprocess.DEVNULL)
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f}; nproc {os.cpu_count()}")
     print("| trace | gpuaudit wall min / median | RSS min / median | HTA 0.5.0 wall min / "
