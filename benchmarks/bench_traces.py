@@ -81,13 +81,15 @@ def run_whole(cmd: list[str]) -> tuple[float, float]:
     return wall, rss_kb / 1024
 
 
-def whole(paths: list[tuple[str, Path]], reps: int) -> None:
-    """The interleaved whole-process comparison (see the module docstring)."""
+def whole(paths: list[tuple[str, Path]], reps: int, baseline: Path | None = None) -> None:
+    """The interleaved whole-process comparison (see the module docstring); ``baseline``: a
+    ``src`` folder of another gpuaudit (e.g. main before a change), run the same way beside."""
     gpuaudit = str(Path(PY).with_name("gpuaudit"))
     # bytecode as `pip install` leaves it (HTA's venv has its own): with
     # PYTHONDONTWRITEBYTECODE set, an editable checkout would compile every module each run
-    subprocess.run([PY, "-m", "compileall", "-q", str(ROOT / "src")], check=True,
-                   stdout=subprocess.DEVNULL)
+    for src in (ROOT / "src", *([baseline] if baseline else [])):
+        subprocess.run([PY, "-m", "compileall", "-q", str(src)], check=True,
+                       stdout=subprocess.DEVNULL)
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f}; nproc {os.cpu_count()}")
     print("| trace | gpuaudit wall min / median | RSS min / median | HTA 0.5.0 wall min / "
@@ -97,8 +99,12 @@ def whole(paths: list[tuple[str, Path]], reps: int) -> None:
         ours_cmd = [gpuaudit, "trace", str(d), "--hta-compat", "--price", "2.5", "-o",
                     "/dev/null"]
         hta_cmd = [str(HTA_PY), str(ROOT / "benchmarks" / "hta_compare.py"), str(d)]
+        base_cmd = ["env", f"PYTHONPATH={baseline}", PY, "-c",
+                    "import sys; from gpuaudit.cli import main; sys.exit(main())",
+                    *ours_cmd[1:]] if baseline else None
         ours: list[tuple[float, float]] = []
         hta: list[tuple[float, float]] = []
+        base: list[tuple[float, float]] = []
         run_whole(ours_cmd)  # warm the page cache for both
         if HTA_PY.exists():
             run_whole(hta_cmd)
@@ -106,6 +112,8 @@ def whole(paths: list[tuple[str, Path]], reps: int) -> None:
             ours.append(run_whole(ours_cmd))
             if HTA_PY.exists():
                 hta.append(run_whole(hta_cmd))
+            if base_cmd:
+                base.append(run_whole(base_cmd))
 
         def mm(xs: list[float]) -> tuple[float, float]:
             return min(xs), statistics.median(xs)
@@ -118,6 +126,11 @@ def whole(paths: list[tuple[str, Path]], reps: int) -> None:
                     f"{hw[0] / ow[0]:.1f}x / {hw[1] / ow[1]:.1f}x | {orss[1] / hrss[1]:.2f} |")
         else:
             row += " | not run | | | |"
+        if base:
+            bw, brss = mm([w for w, _ in base]), mm([r for _, r in base])
+            row += (f" baseline {bw[0]:.3f} / {bw[1]:.3f} s, {brss[0]:.0f} / {brss[1]:.0f} MiB "
+                    f"(HTA / baseline {hw[0] / bw[0]:.1f}x / {hw[1] / bw[1]:.1f}x) |"
+                    if hta else f" baseline {bw[0]:.3f} / {bw[1]:.3f} s |")
         print(row, flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f}")
@@ -233,6 +246,8 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true",
                     help="whole processes as a user runs them, HTA interleaved (issue 27)")
     ap.add_argument("--big-mb", type=int, default=500)
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="with --whole: the src folder of another gpuaudit to run beside")
     args = ap.parse_args()
     if args.whole:
         paths = [(n, trace_dir(n)) for n in ("a100_1rank_ddp_nccl.json.gz",
@@ -244,7 +259,7 @@ def main() -> None:
             if not (d / big.name).exists():
                 (d / big.name).symlink_to(big)
             paths.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", d))
-        whole(paths, args.reps)
+        whole(paths, args.reps, args.baseline)
         shutil.rmtree(WORK / "dirs", ignore_errors=True)
         return
     rows = []

@@ -229,22 +229,7 @@ class Coding:
         column per ``--by`` key."""
         import pyarrow as pa
 
-        n = len(self.cell_index)
-        uuids = list(self.series_index)
-        code_of_cell = np.empty(n, dtype=np.int64)
-        keys: list[tuple[str | None, ...]] = [()] * n
-        for (code, key), cid in self.cell_index.items():
-            code_of_cell[cid] = code
-            keys[cid] = key
-        cols: dict[str, pa.Array] = {
-            "gpu_uuid": pa.array([uuids[i] for i in code_of_cell], type=pa.string()),
-            "host": pa.array([self.series_meta[i][0] for i in code_of_cell], type=pa.string()),
-            "gpu_model": pa.array([self.series_meta[i][1] for i in code_of_cell],
-                                  type=pa.string()),
-        }
-        for j, name in enumerate(self.by):
-            cols[name] = pa.array([k[j] for k in keys], type=pa.string())
-        return cols
+        return {k: pa.array(v, type=pa.string()) for k, v in self.cell_values().items()}
 
     # -- merging ranges -------------------------------------------------------------------
     def absorb(self, other: Coding) -> tuple[np.ndarray, np.ndarray]:
