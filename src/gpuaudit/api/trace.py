@@ -33,6 +33,7 @@ from gpuaudit.errors import InputError
 if TYPE_CHECKING:
     from gpuaudit.recommend import Finding
     from gpuaudit.schema import Recording
+    from gpuaudit.series import ImportNote
     from gpuaudit.traces.loader import Trace
     from gpuaudit.traces.windows import RankSeries
 
@@ -47,7 +48,7 @@ class _Parts:
 
     trace: Trace
     series: list[RankSeries]
-    notes: tuple[Any, ...]  # ImportNote: the loader's notes, then ranks without samples
+    notes: tuple[ImportNote, ...]  # the loader's notes, then ranks without samples
     extra: dict[str, Any]
     evidence: list[Finding]
     window_s: float
