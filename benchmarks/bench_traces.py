@@ -81,7 +81,8 @@ def run_whole(cmd: list[str]) -> tuple[float, float]:
     return wall, rss_kb / 1024
 
 
-def whole(paths: list[tuple[str, Path]], reps: int, baseline: Path | None = None) -> None:
+def whole(paths: list[tuple[str, Path]], reps: int, baseline: Path | None = None,
+          hta_runs: bool = True) -> None:
     """The interleaved whole-process comparison (see the module docstring); ``baseline``: a
     ``src`` folder of another gpuaudit (e.g. main before a change), run the same way beside."""
     gpuaudit = str(Path(PY).with_name("gpuaudit"))
@@ -105,12 +106,13 @@ def whole(paths: list[tuple[str, Path]], reps: int, baseline: Path | None = None
         ours: list[tuple[float, float]] = []
         hta: list[tuple[float, float]] = []
         base: list[tuple[float, float]] = []
+        with_hta = hta_runs and HTA_PY.exists()
         run_whole(ours_cmd)  # warm the page cache for both
-        if HTA_PY.exists():
+        if with_hta:
             run_whole(hta_cmd)
         for _ in range(reps):
             ours.append(run_whole(ours_cmd))
-            if HTA_PY.exists():
+            if with_hta:
                 hta.append(run_whole(hta_cmd))
             if base_cmd:
                 base.append(run_whole(base_cmd))
@@ -246,6 +248,8 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true",
                     help="whole processes as a user runs them, HTA interleaved (issue 27)")
     ap.add_argument("--big-mb", type=int, default=500)
+    ap.add_argument("--no-hta", action="store_true",
+                    help="with --whole: gpuaudit (and --baseline) only")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="with --whole: the src folder of another gpuaudit to run beside")
     args = ap.parse_args()
@@ -259,7 +263,7 @@ def main() -> None:
             if not (d / big.name).exists():
                 (d / big.name).symlink_to(big)
             paths.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", d))
-        whole(paths, args.reps, args.baseline)
+        whole(paths, args.reps, args.baseline, hta_runs=not args.no_hta)
         shutil.rmtree(WORK / "dirs", ignore_errors=True)
         return
     rows = []
