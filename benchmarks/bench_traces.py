@@ -138,6 +138,60 @@ def whole(paths: list[tuple[str, Path]], reps: int, baseline: Path | None = None
           f"{os.getloadavg()[2]:.2f}")
 
 
+PHASES = r"""
+import json, sys, time
+T = time.process_time
+t0 = T()
+import click
+t1 = T()
+import msgspec, numpy
+t2 = T()
+import gpuaudit.cli, gpuaudit.cli.options, gpuaudit.cli.trace
+t3 = T()
+import gpuaudit.traces.flops, gpuaudit.traces.loader, gpuaudit.traces.windows
+from gpuaudit.api.compose import assemble, rates_for
+from gpuaudit.api.trace import _parts
+from gpuaudit.classify.columns import SeriesColumns, classify_columns
+from gpuaudit.traces.analysis import AnalysisOptions, analyze
+from gpuaudit.traces.loader import load_traces
+from gpuaudit.traces.windows import busy_series
+t4 = T()
+import gpuaudit.report.terminal
+t5 = T()
+p = sys.argv[1]
+tr = load_traces([p]); t6 = T()
+opt = AnalysisOptions(hta_compat=True)
+analyze(tr, opt); busy_series(tr, window_s=0.1, options=opt); t7 = T()
+parts = _parts([p], hta_compat=True, include_last_step=False, window_ms=100.0, gpu_model=None)
+t8 = T()
+u = classify_columns([SeriesColumns(s.gpu_uuid, s.host, s.gpu_model, None, s.ts_ns, s.util_pct,
+                                    s.end_ns) for s in parts.series], interval_s=0.1,
+                     source="trace", origin="o", notes=parts.notes, findings=parts.evidence)
+t9 = T()
+rep = assemble(u, rates_for(u, price="2.5"), findings=parts.evidence, extra={"trace": parts.extra})
+t10 = T()
+rep.render("terminal"); t11 = T()
+print(json.dumps({"import click": t1 - t0, "import numpy + msgspec": t2 - t1,
+                  "import the CLI": t3 - t2, "import the pipeline": t4 - t3,
+                  "import rich + terminal report": t5 - t4, "load": t6 - t5,
+                  "analysis + busy/idle series": t7 - t6, "classify": t9 - t8,
+                  "price + recommend": t10 - t9, "render": t11 - t10}))
+"""
+
+
+def phases(path: Path, reps: int) -> None:
+    """CPU time per phase of `gpuaudit trace PATH --hta-compat` (``time.process_time``, each
+    phase as the command runs it; fresh process per run; min of ``reps``)."""
+    runs = []
+    for _ in range(reps):
+        out = subprocess.run([PY, "-c", PHASES, str(path)], check=True, capture_output=True,
+                             text=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    for k in runs[0]:
+        print(f"{k:32} {1000 * min(r[k] for r in runs):7.1f} ms")
+    print(f"{'total':32} {1000 * sum(min(r[k] for r in runs) for k in runs[0]):7.1f} ms")
+
+
 def run(cmd: list[str]) -> dict[str, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -248,11 +302,16 @@ def main() -> None:
     ap.add_argument("--whole", action="store_true",
                     help="whole processes as a user runs them, HTA interleaved (issue 27)")
     ap.add_argument("--big-mb", type=int, default=500)
+    ap.add_argument("--phases", type=Path, default=None,
+                    help="CPU time per phase of `gpuaudit trace PATH` (min of --reps)")
     ap.add_argument("--no-hta", action="store_true",
                     help="with --whole: gpuaudit (and --baseline) only")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="with --whole: the src folder of another gpuaudit to run beside")
     args = ap.parse_args()
+    if args.phases:
+        phases(args.phases, args.reps)
+        return
     if args.whole:
         paths = [(n, trace_dir(n)) for n in ("a100_1rank_ddp_nccl.json.gz",
                                               "v100_1rank_ns_resolution.json.gz", "two_ranks")]
