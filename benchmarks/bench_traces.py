@@ -132,7 +132,8 @@ def whole(paths: list[tuple[str, Path]], reps: int, baseline: Path | None = None
             bw, brss = mm([w for w, _ in base]), mm([r for _, r in base])
             row += (f" baseline {bw[0]:.3f} / {bw[1]:.3f} s, {brss[0]:.0f} / {brss[1]:.0f} MiB "
                     f"(HTA / baseline {hw[0] / bw[0]:.1f}x / {hw[1] / bw[1]:.1f}x) |"
-                    if hta else f" baseline {bw[0]:.3f} / {bw[1]:.3f} s |")
+                    if hta else f" baseline {bw[0]:.3f} / {bw[1]:.3f} s, {brss[0]:.0f} / "
+                    f"{brss[1]:.0f} MiB |")
         print(row, flush=True)
     print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
           f"{os.getloadavg()[2]:.2f}")
