@@ -76,7 +76,7 @@ def bill(
     from gpuaudit.price.attribution import coarse_usage, load_mapping
     from gpuaudit.price.billing import open_bill
     from gpuaudit.price.billing.allocate import HOUR_KEY, allocate, usage_hours
-    from gpuaudit.price.billing.rates import bill_rates
+    from gpuaudit.price.billing.rates import bill_rates, with_mig_models
 
     if (telemetry is None) == (prometheus is None):
         raise InputError("give the measured GPU time: either --telemetry FILE or "
@@ -138,7 +138,7 @@ def bill(
                      window=(window[0], window[1]), host_aliases=host_aliases,
                      sql_dir=sql_dir, sql_dialect=sql_dialect, engine=engine, spark=spark)
     summary = alloc.summary
-    usage = coarse_usage(usage_h, keys)
+    usage = coarse_usage(with_mig_models(usage_h), keys)
     rates = bill_rates(usage, summary, catalog=catalog)
     if budgets is not None:
         from gpuaudit.price.billing.budgets import budget_status, load_budgets
@@ -168,21 +168,50 @@ def _epoch_text(ts: Any) -> pa.Array:
     return pc.cast(hour, pa.string())
 
 
-def compare_bills(last: str | Path, this: str | Path) -> dict[str, Any]:
+_BILL_SUFFIXES = (".csv", ".csv.gz", ".csv.zst", ".parquet", ".parq")
+
+
+def _is_bill(p: Path) -> bool:
+    return p.is_dir() or p.name.lower().endswith(_BILL_SUFFIXES)
+
+
+def compare_bills(last: str | Path, this: str | Path, *,
+                  telemetry: str | Path | Sequence[str | Path] | None = None,
+                  by: str | Sequence[str] | None = ("team",)) -> dict[str, Any]:
     """Realised savings: per team and per remediation, what last month's bill report
-    projected and what this month's bill shows (two JSON reports of :func:`bill`, as
-    ``gpuaudit bill --format json`` writes them; :mod:`gpuaudit.price.billing.compare`)."""
+    projected and what this month's bill shows (:mod:`gpuaudit.price.billing.compare`).
+
+    ``last`` and ``this``: JSON reports of :func:`bill` (as ``gpuaudit bill --format json``
+    writes them) or the bills themselves (a FOCUS/CUR/GCP file or folder), split here over
+    ``telemetry`` (one recording for both, or one per bill, in order) by ``by``."""
     import json
 
     from gpuaudit.errors import InputError
     from gpuaudit.price.billing.compare import compare_reports
 
+    paths = [Path(last), Path(this)]
+    tels: list[str | Path] = [] if telemetry is None else (
+        [telemetry] if isinstance(telemetry, (str, Path)) else list(telemetry))
+    if len(tels) > 2:
+        raise InputError(f"{len(tels)} telemetry files for two bills",
+                         fix="give one recording for both bills, or one per bill in order")
     docs = []
-    for p in (Path(last), Path(this)):
+    for i, p in enumerate(paths):
+        if _is_bill(p):
+            if not tels:
+                raise InputError("comparing bills needs the measured GPU time", where=str(p),
+                                 fix="add --telemetry RECORDING (one for both bills, or one "
+                                 "per bill), or compare two reports of gpuaudit bill "
+                                 "--format json")
+            tel = tels[min(i, len(tels) - 1)]
+            docs.append(json.loads(json.dumps(bill(p, telemetry=tel, by=by).to_dict())))
+            continue
         try:
             docs.append(json.loads(p.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise InputError(f"cannot read the JSON report: {exc}", where=str(p),
-                             fix="give reports written by gpuaudit bill --format json") from None
-    return compare_reports(docs[0], docs[1], last_name=Path(last).name,
-                           this_name=Path(this).name)
+                             fix="give reports written by gpuaudit bill --format json, or "
+                             "the bills themselves (.csv, .csv.gz, .parquet) with "
+                             "--telemetry") from None
+    return compare_reports(docs[0], docs[1], last_name=paths[0].name,
+                           this_name=paths[1].name)

@@ -32,7 +32,7 @@ from gpuaudit.price.billing.reconcile import (
     split_cents,
 )
 from gpuaudit.price.billing.sql.engines import run_join
-from gpuaudit.price.billing.sql.join import INPUTS
+from gpuaudit.price.billing.sql.join import COMMITMENT_ROLES, INPUTS, PROVIDER_PHASE, split_key
 from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
 from gpuaudit.validate import check_output_dir
@@ -171,6 +171,7 @@ def allocate(
         "resource_id": pa.array(list(pairs), pa.string()),
         "host": pa.array(list(pairs.values()), pa.string())}))
     con.execute("CREATE OR REPLACE TEMP TABLE host_map AS SELECT * FROM host_map_arrow")
+    _split_groups(con, keys)
     con.register("usage_hours_arrow", hours)
     con.execute("CREATE OR REPLACE TEMP TABLE usage_hours AS SELECT * FROM usage_hours_arrow")
     win = None if window is None else (_iso(window[0]), _iso(window[1]))
@@ -183,6 +184,100 @@ def allocate(
         write_sql_dir(out, len(keys), method, cost, win, sql_dialect)
     run_join(con, engine, len(keys), method, cost, win, spark=spark)
     return _summarise(bill, keys, method, cost, window, pairs, hosts)
+
+
+#: a commitment's purchase or unused part (readers.py ``line_role``): never GPU time
+ROLE_COMMIT = ("COALESCE(b.line_role IN (" + ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
+               + "), false)")
+#: a GPU line: its SKU is a GPU instance of the catalog, and it is no commitment's line
+IS_GPU = ("(EXISTS (SELECT 1 FROM gpu_skus s WHERE s.sku_text = b.sku_text) AND NOT "
+          f"{ROLE_COMMIT})")
+PROVIDER_SPLIT = "provider split"
+PROVIDER_UNALLOCATED = "provider split: unallocated portion"
+
+
+def _tag_value(tags: Mapping[str, Any], key: str) -> str | None:
+    """``key``'s value in a provider's AllocatedTags: the exact key, else one equal to it
+    ignoring case or a prefix (``user:team``, ``k8s.io/team``)."""
+    if key in tags and tags[key] not in (None, ""):
+        return str(tags[key])
+    low = key.lower()
+    for k, v in tags.items():
+        tail = str(k).replace(":", "/").rsplit("/", 1)[-1].lower()
+        if (str(k).lower() == low or tail == low) and v not in (None, ""):
+            return str(v)
+    return None
+
+
+def _split_groups(con: Any, keys: Sequence[str]) -> None:
+    """``split_groups``: for each target a provider split a line to (FOCUS 1.3
+    ``AllocatedTags``, ``AllocatedResourceName``/``Id``), the group it is: each key's value
+    from the allocated tags, else (first key) the allocated resource's name or id; a split
+    line naming nothing is the origin charge's unallocated portion."""
+    import json
+
+    rows = con.execute(
+        f"SELECT DISTINCT {split_key('b')}, b.allocated_tags, b.allocated_resource_name, "
+        "b.allocated_resource_id FROM bill_lines b "
+        "WHERE b.line_role = 'provider split' ORDER BY 1").fetchall()
+    cols: dict[str, list[Any]] = {"split_key": [], "kind": [], "reason": [],
+                                  **{f"g_{i}": [] for i in range(len(keys))}}
+    for sk, tags_text, name, rid in rows:
+        tags = json.loads(tags_text) if tags_text else {}
+        vals = [_tag_value(tags, k) for k in keys]
+        if keys and not any(vals) and (name or rid):
+            vals[0] = name or rid
+        named = any(vals) or (not keys and (name or rid or tags))
+        cols["split_key"].append(sk)
+        cols["kind"].append("team" if named else "unallocated")
+        cols["reason"].append(PROVIDER_SPLIT if named else PROVIDER_UNALLOCATED)
+        for i, v in enumerate(vals):
+            cols[f"g_{i}"].append(v)
+    con.register("split_groups_arrow", pa.table(
+        {k: pa.array(v, pa.string()) for k, v in cols.items()}))
+    con.execute("CREATE OR REPLACE TEMP TABLE split_groups AS SELECT * FROM split_groups_arrow")
+
+
+def _provider_split(con: Any, cost: str, keys: Sequence[str]) -> dict[str, Any]:
+    """Which lines the provider split itself (FOCUS 1.3 Allocated*), per target: the report's
+    list of provider-allocated lines and the line of the split each went to."""
+    col = COST_COLUMNS[cost]
+    gsel = "".join(f"sg.g_{i}, " for i in range(len(keys)))
+    rows = con.execute(
+        f"SELECT b.currency, b.resource_id, b.allocated_method_id, b.allocated_resource_id, "
+        f"b.allocated_resource_name, b.allocated_tags, sg.kind, sg.reason, {gsel}"
+        f"count(*), sum(b.{col}), "
+        "bool_or(EXISTS (SELECT 1 FROM gpu_skus s WHERE s.sku_text = b.sku_text)), "
+        "string_agg(CAST(b.src_row AS VARCHAR), ',' ORDER BY b.src_row) "
+        f"FROM bill_lines b LEFT JOIN split_groups sg ON {split_key('b')} = sg.split_key "
+        "WHERE b.line_role = 'provider split' GROUP BY ALL "
+        "ORDER BY 1, 2, 4 NULLS LAST, 5").fetchall()
+    n = len(keys)
+    out = []
+    for r in rows:
+        gpu = bool(r[10 + n])
+        out.append({
+            "currency": r[0], "resource_id": r[1], "allocated_method_id": r[2],
+            "allocated_resource_id": r[3], "allocated_resource_name": r[4],
+            "allocated_tags": r[5], "lines": int(r[8 + n]),
+            "amount": _dec_usd(r[9 + n], r[0]), "gpu": gpu,
+            "rows": [int(x) for x in str(r[11 + n]).split(",")][:20],
+            "to": _line_label(r[6], r[7], list(r[8:8 + n]), keys) if gpu else
+            "non-GPU (not split)"})
+    bad = con.execute(
+        "SELECT count(*), any_value(resource_id), any_value(charge_start), any_value(s) FROM ("
+        "SELECT resource_id, charge_start, round(sum(list_sum(TRY_CAST(json_extract("
+        "allocated_details, '$.Elements[*].AllocatedRatio') AS DOUBLE[]))), 6) AS s "
+        "FROM bill_lines WHERE line_role = 'provider split' GROUP BY currency, resource_id, "
+        "charge_start, charge_end, sku_text, allocated_method_id "
+        "HAVING count(allocated_details) = count(*) AND abs(s - 1) > 0.000001)").fetchone()
+    ratio_note = None
+    if bad[0]:
+        ratio_note = (
+            f"{bad[0]} origin charge(s) split by the provider have allocated charges whose "
+            f"AllocatedRatio sum to {bad[3]:g}, not 1 (FOCUS 1.3 AllocatedMethodDetails; e.g. "
+            f"{bad[1]} at {_iso(bad[2])}): their amounts are split as billed")
+    return {"lines": sum(x["lines"] for x in out), "targets": out, "ratio_note": ratio_note}
 
 
 def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
@@ -339,8 +434,9 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         non_gpu = con.execute(
             "SELECT COALESCE(service, '(no service)'), COALESCE(charge_category, ''), "
             "sum(billed_cost), sum(effective_cost), sum(list_cost), count(*) "
-            "FROM bill_lines b WHERE currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
-            "WHERE s.sku_text = b.sku_text) GROUP BY ALL ORDER BY 3 DESC", [ccy]).fetchall()
+            f"FROM bill_lines b WHERE currency = ? AND NOT {IS_GPU} AND NOT {ROLE_COMMIT} "
+            "GROUP BY ALL ORDER BY 3 DESC", [ccy]).fetchall()
+        commitments = _commitments(con, ccy)
         all_total = con.execute(
             "SELECT sum(billed_cost), count(*) FROM bill_lines WHERE currency = ?",
             [ccy]).fetchone()
@@ -374,11 +470,12 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                                 "effective": _dec_usd(r[3], ccy),
                                 "list": _dec_usd(r[4], ccy), "lines": int(r[5])}
                                for r in non_gpu]},
+            "commitments": commitments,
             "lines": [{"line": ln["line"], "kind": ln["kind"], "reason": ln["reason"],
                        "group": ln["group"], "amount": _usd(ln["cents"], ccy),
                        "gpu_hours": round(ln["gpu_hours"], 4),
                        "phases": {p: _usd(ln["phase_cents"].get(p, 0), ccy)
-                                  for p in (*PHASE_COLS, "unobserved")
+                                  for p in (*PHASE_COLS, "unobserved", PROVIDER_PHASE)
                                   if p in ln["phase_cents"]}}
                       for ln in line_list],
             "reconciliation": {
@@ -402,6 +499,27 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         {"resource_id": r[0], "instance": r[1], "currency": r[2],
          "billed": _dec_usd(r[3], r[2]),
          "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]
+    out["provider_split"] = _provider_split(con, cost, keys)
+    ps = out["provider_split"]
+    if ps["lines"]:
+        gpu_n = sum(x["lines"] for x in ps["targets"] if x["gpu"])
+        out["notes"].append(
+            f"{ps['lines']} line(s) split by the provider (FOCUS 1.3 Allocated*), {gpu_n} of "
+            "them GPU lines: each went whole to what it names (AllocatedTags, else the "
+            "allocated resource), not over the parent resource's measured time; see "
+            "provider_split")
+    if ps["ratio_note"]:
+        out["notes"].append(ps["ratio_note"])
+    out["overlaps"] = _overlaps(con)
+    ov = out["overlaps"]
+    if ov["resources"]:
+        ex = ov["examples"][0]
+        out["notes"].append(
+            f"{ov['resources']} GPU resource(s) have usage lines of the same SKU whose charge "
+            f"periods overlap without being equal (e.g. {ex['resource_id']}: "
+            f"{ex['first']} and {ex['second']}): each line is split over its own period's "
+            "measured time, so the same GPU-hour may be billed twice; check the export's "
+            "granularity (hourly and daily lines of one resource)")
     out["duplicates"] = _duplicates(con)
     if out["duplicates"]["lines"]:
         d = out["duplicates"]
@@ -441,7 +559,7 @@ _HOURS = (
 #: negative ConsumedQuantity with its negative cost); never a credit, a refund (a negative
 #: usage line that is no correction), a tax or a purchase.
 RATE_LINES = ("b.charge_category = 'Usage' AND (b.charge_class = 'Correction' OR "
-              "(b.billed_cost >= 0 AND b.effective_cost >= 0))")
+              "(b.billed_cost >= 0 AND b.effective_cost >= 0)) AND NOT " + ROLE_COMMIT)
 
 
 def _model_rates(con: Any, ccy: str) -> list[dict[str, Any]]:
@@ -461,6 +579,53 @@ def _model_rates(con: Any, ccy: str) -> list[dict[str, Any]]:
              "corrections": int(r[8])} for r in rows]
 
 
+def _commitments(con: Any, ccy: str) -> dict[str, Any]:
+    """A commitment's purchases and unused part (FOCUS ``CommitmentDiscountId``, 1.3
+    ``ContractApplied``) beside the usage it covers: FOCUS amortises the purchase
+    (BilledCost, EffectiveCost 0) into the covered usage (BilledCost 0, EffectiveCost the
+    amortised share), so each cost basis counts the commitment once."""
+    rows = con.execute(
+        "SELECT b.line_role, COALESCE(b.commitment_id, b.resource_id), count(*), "
+        "sum(b.billed_cost), sum(b.effective_cost), sum(b.list_cost) FROM bill_lines b "
+        f"WHERE b.currency = ? AND {ROLE_COMMIT} GROUP BY ALL ORDER BY 1, 2", [ccy]).fetchall()
+    covered = con.execute(
+        "SELECT count(*), sum(b.billed_cost), sum(b.effective_cost) FROM bill_lines b "
+        "WHERE b.currency = ? AND b.charge_category = 'Usage' AND NOT " + ROLE_COMMIT +
+        " AND (b.commitment_id IS NOT NULL OR b.contract_applied IS NOT NULL)",
+        [ccy]).fetchone()
+    return {
+        "lines": [{"role": r[0], "commitment_id": r[1], "lines": int(r[2]),
+                   "billed": _dec_usd(r[3], ccy), "effective": _dec_usd(r[4], ccy),
+                   "list": _dec_usd(r[5], ccy)} for r in rows],
+        "covered_usage": {"lines": int(covered[0]),
+                          "billed": _dec_usd(covered[1] or Decimal(0), ccy),
+                          "effective": _dec_usd(covered[2] or Decimal(0), ccy)},
+    }
+
+
+def _overlaps(con: Any) -> dict[str, Any]:
+    """GPU usage lines of one resource and SKU whose charge periods overlap without being
+    equal (an hourly and a daily line for the same hours): over the distinct periods of each
+    resource, one starting before an earlier one ends."""
+    rows = con.execute(
+        "WITH p AS (SELECT DISTINCT b.currency, b.resource_id, b.sku_text, b.charge_start, "
+        f"b.charge_end FROM bill_lines b WHERE {IS_GPU} AND b.charge_category = 'Usage' AND "
+        "b.resource_id IS NOT NULL AND COALESCE(b.charge_class, '') <> 'Correction' AND "
+        "b.line_role IS NULL), w AS (SELECT *, max(charge_end) OVER (PARTITION BY currency, "
+        "resource_id, sku_text ORDER BY charge_start, charge_end ROWS BETWEEN UNBOUNDED "
+        "PRECEDING AND 1 PRECEDING) AS prev_end, lag(charge_start) OVER (PARTITION BY "
+        "currency, resource_id, sku_text ORDER BY charge_start, charge_end) AS prev_start "
+        "FROM p) SELECT resource_id, prev_start, prev_end, charge_start, charge_end FROM w "
+        "WHERE prev_end > charge_start ORDER BY resource_id, charge_start").fetchall()
+    res = sorted({r[0] for r in rows})
+    ex = []
+    for rid in res[:5]:
+        r = next(x for x in rows if x[0] == rid)
+        ex.append({"resource_id": rid, "first": f"[{_iso(r[1])} .. {_iso(r[2])})",
+                   "second": f"[{_iso(r[3])} .. {_iso(r[4])})"})
+    return {"resources": len(res), "periods": len(rows), "examples": ex}
+
+
 def _duplicates(con: Any) -> dict[str, Any]:
     """Lines repeating another exactly (every canonical column but the file and row)."""
     cols = [c for c, _t in CANONICAL if c not in ("src_file", "src_row")]
@@ -478,23 +643,48 @@ def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
     (the sum of the cost basis over all lines, rounded once) to the cent.
 
     GPU lines are split (team, idle, unallocated; a credit or refund on a GPU line is split
-    like that line); the other lines go whole to ``tax``, ``credit`` (credits and negative
-    non-GPU amounts), ``non_gpu`` (usage, purchases, adjustments of other services) or
-    ``rejected`` (a line with no cost, with its reason)."""
+    like that line; a line the provider split goes to what it names); the other lines go
+    whole to ``commitment`` (a commitment's purchase or unused part, FOCUS
+    ``CommitmentDiscountId`` / ``ContractApplied``), ``tax``, ``credit`` (credits and
+    negative non-GPU amounts), ``non_gpu`` (usage, purchases, adjustments of other services)
+    or ``rejected`` (a line with no cost, or a commitment purchase whose EffectiveCost is
+    already amortised into its usage, with the reason)."""
     col = COST_COLUMNS[cost]
+    # FOCUS amortises a commitment's purchase into the usage it covers: the purchase's
+    # EffectiveCost is 0. A purchase that keeps its cost there while the usage of the same
+    # commitment carries the amortised cost would count the commitment twice: rejected.
+    twice = "false"
+    if cost == "effective":
+        twice = ("(b.line_role = 'commitment purchase' AND b.effective_cost <> 0 AND EXISTS ("
+                 "SELECT 1 FROM bill_lines u WHERE u.charge_category = 'Usage' AND "
+                 "u.effective_cost <> 0 AND u.currency = b.currency AND "
+                 "((u.commitment_id = b.commitment_id) OR COALESCE(list_contains("
+                 "json_extract_string(u.contract_applied, '$.Elements[*].ContractCommitmentId'), "
+                 "b.resource_id), false))))")
     kinds = con.execute(
         f"SELECT CASE WHEN b.{col} IS NULL THEN 'rejected' "
+        f"WHEN {twice} THEN 'rejected_twice' "
+        f"WHEN {ROLE_COMMIT} THEN 'commitment' "
         "WHEN b.charge_category = 'Tax' THEN 'tax' "
         "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
         f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
-        "FROM bill_lines b WHERE b.currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
-        "WHERE s.sku_text = b.sku_text) GROUP BY 1", [ccy]).fetchall()
+        f"FROM bill_lines b WHERE b.currency = ? AND NOT {IS_GPU} GROUP BY 1",
+        [ccy]).fetchall()
     gpu = con.execute(
         f"SELECT count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
-        "FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text WHERE b.currency = ?",
-        [ccy]).fetchone()
+        f"FROM bill_lines b WHERE b.currency = ? AND {IS_GPU}", [ccy]).fetchone()
     other = {k: (int(n), int(u)) for k, n, u in kinds}
-    names = ["non_gpu", "tax", "credit", "rejected"]
+    reasons = []
+    if "rejected" in other:
+        reasons.append(f"{other['rejected'][0]} line(s) with no amount in the cost column")
+    if "rejected_twice" in other:
+        reasons.append(f"{other['rejected_twice'][0]} commitment purchase(s) whose "
+                       "EffectiveCost is already amortised into the usage of the same "
+                       "commitment (FOCUS: a purchase's EffectiveCost is 0); not counted twice")
+        n0, u0 = other.pop("rejected_twice")
+        n1, u1 = other.get("rejected", (0, 0))
+        other["rejected"] = (n0 + n1, u0 + u1)
+    names = ["non_gpu", "commitment", "tax", "credit", "rejected"]
     total_units = int(gpu[1]) + sum(u for _n, u in other.values())
     per = units_per_minor(ccy)
     total = cents_of_units(total_units, per)
@@ -506,8 +696,7 @@ def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
                            for k, v in split.items()}
     for k, c in zip(names, rest):
         out[k] = {"amount": _usd(c, ccy), "lines": other.get(k, (0, 0))[0]}
-    out["rejected"]["reason"] = "no amount in the cost column" if out["rejected"]["lines"] \
-        else None
+    out["rejected"]["reason"] = "; ".join(reasons) or None
     n_lines = int(gpu[0]) + sum(n for n, _u in other.values())
     return {"buckets": out, "gpu_lines": int(gpu[0]), "lines": n_lines,
             "invoice_total": _usd(total, ccy),
