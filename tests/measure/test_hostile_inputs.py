@@ -158,3 +158,21 @@ def test_parse_bytes(text: str, n: int) -> None:
 def test_parse_bytes_refuses(text: str) -> None:
     with pytest.raises(InputError):
         parse_bytes(text)
+
+
+def test_inflate_gzip_backends_agree() -> None:
+    """ISA-L (isal, the default) and zlib inflate the same members to the same bytes, and
+    both report a truncated stream as EOFError and a corrupt one as zlib.error."""
+    import os
+    import zlib
+
+    from isal import isal_zlib
+
+    doc = os.urandom(50_000) + b'{"ph": "X", "cat": "kernel"},' * 40_000
+    blob = gzip.compress(doc) + b"\0\0" + gzip.compress(doc[:999])
+    for make in (lambda: zlib.decompressobj(31), lambda: isal_zlib.decompressobj(31)):
+        assert inflate_gzip(blob, "x", inflater=make) == doc + doc[:999]
+        with pytest.raises(EOFError):
+            inflate_gzip(blob[: len(blob) // 3], "x", inflater=make)
+        with pytest.raises(zlib.error):
+            inflate_gzip(blob[:30] + b"\xff" * 64 + blob[94:], "x", inflater=make)
