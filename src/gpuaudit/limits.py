@@ -80,6 +80,7 @@ def _too_big(where: str, limit: int) -> InputError:
 
 _IN_STEP = 1 << 18  # compressed bytes fed per decompression call (a view, not a copy)
 _OUT_STEP = 1 << 20  # inflated bytes per call: JSON inflates 50x in places
+_HINT_RATIO = 64  # trace JSON compresses 10-30x; beyond this the buffer grows as it fills
 
 
 def _inflater() -> Any:
@@ -102,7 +103,9 @@ def inflate_gzip(raw: bytes | bytearray, where: str, limit: int | None = None,
     ``inflater``: makes each member's decompressor (default :func:`_inflater`)."""
     limit = max_input_bytes() if limit is None else limit
     hint = int.from_bytes(raw[-4:], "little") if len(raw) >= 18 else 0
-    out = bytearray(min(hint, limit))
+    # the hint is believed only up to _HINT_RATIO times the compressed size: a 20-byte file
+    # whose trailer claims 2 GiB must not cost 2 GiB of zeroed memory before a byte inflates
+    out = bytearray(min(hint, limit, _HINT_RATIO * len(raw)))
     view = memoryview(raw)
     try:
         return _inflate(view, out, where, limit, inflater or _inflater)

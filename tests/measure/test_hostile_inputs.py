@@ -130,6 +130,30 @@ def test_inflate_gzip_never_holds_much_more_than_the_limit() -> None:
         inflate_gzip(gzip.compress(b"abc" * 1000)[:-12], "x")
 
 
+def test_a_lying_gzip_trailer_costs_no_memory() -> None:
+    """The trailer's size field sizes the buffer up front, but only within a ratio of the
+    compressed size: a 32-byte file that claims 2 GiB does not allocate it, and the stream's own
+    length check still calls it corrupt (the caller's error says to check it with gzip -t)."""
+    import subprocess
+    import sys
+
+    blob = bytearray(gzip.compress(b"ab" * 6))
+    blob[-4:] = (2**31 - 1).to_bytes(4, "little")  # claims 2 GiB; holds 12 bytes
+    code = ("import resource, sys\n"
+            "import zlib\n"
+            "from gpuaudit.limits import inflate_gzip\n"
+            "try:\n"
+            f"    inflate_gzip({bytes(blob)!r}, 'x', limit=2**31)\n"
+            "    sys.exit('the wrong size was not noticed')\n"
+            "except zlib.error as exc:\n"
+            "    assert 'checksum' in str(exc) or 'length' in str(exc), exc\n"
+            "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout.strip()) < 300, f"peak RSS {p.stdout.strip()} MiB"
+
+
 def test_bounded_stream_counts_what_comes_out() -> None:
     import io
 
