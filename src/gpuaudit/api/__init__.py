@@ -18,16 +18,43 @@ Each stage is also callable alone: :func:`gpuaudit.classify.classify`,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+# Entry points whose module has the function's name are bound here, after their module is
+# imported (a later `import gpuaudit.api.bill` rebinds nothing); each keeps its heavy imports
+# (pyarrow, DuckDB) inside the functions, so `import gpuaudit.api.trace` stays light (issue
+# 27). The fleet and queue audits load on first use.
 from gpuaudit.api.audit import audit
 from gpuaudit.api.bill import BillReport, bill, compare_bills
 from gpuaudit.api.compose import CapacityReport, Report, assemble, open_source, rates_for
-from gpuaudit.api.fleet import audit_fleet, fleet_usage, local_kpis
-from gpuaudit.api.queue import QueueAudit, audit_queue
 from gpuaudit.api.rightsize import rightsize
 from gpuaudit.api.simulate import simulate
 from gpuaudit.api.trace import KernelSummary, kernel_summary, trace
+
+if TYPE_CHECKING:
+    from gpuaudit.api.fleet import audit_fleet, fleet_usage, local_kpis
+    from gpuaudit.api.queue import QueueAudit, audit_queue
 
 __all__ = ["BillReport", "CapacityReport", "KernelSummary", "QueueAudit", "Report", "assemble",
            "audit", "audit_fleet", "audit_queue", "bill", "compare_bills", "fleet_usage",
            "kernel_summary", "local_kpis", "open_source", "rates_for", "rightsize", "simulate",
            "trace"]
+
+_LAZY = {"audit_fleet": "gpuaudit.api.fleet", "fleet_usage": "gpuaudit.api.fleet",
+         "local_kpis": "gpuaudit.api.fleet", "QueueAudit": "gpuaudit.api.queue",
+         "audit_queue": "gpuaudit.api.queue"}
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'gpuaudit.api' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

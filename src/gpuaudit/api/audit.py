@@ -8,15 +8,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from gpuaudit.api.compose import Report, assemble, group_keys, open_source, rates_for
 from gpuaudit.classify import Usage, classify
 from gpuaudit.recommend import Finding
-from gpuaudit.schema import Recording, SampleSource
 
 if TYPE_CHECKING:
-    pass
+    import pyarrow as pa
+
+    from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["audit", "audit_usage"]
 

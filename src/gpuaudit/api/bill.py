@@ -10,17 +10,16 @@ from dataclasses import replace as dc_replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow as pa
-
 from gpuaudit.api.compose import Report, assemble, group_keys, open_source
-from gpuaudit.api.fleet import fleet_usage
 from gpuaudit.classify import classify
 from gpuaudit.price.billing.budgets import load_budgets
-from gpuaudit.schema import Recording, SampleSource
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # loaded where used: `import gpuaudit.api` stays light (issue 27)
+    import pyarrow as pa
+
     from gpuaudit.price.billing.allocate import BillSide
     from gpuaudit.price.billing.readers import Bill
+    from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["BillReport", "bill", "compare_bills", "load_budgets"]
 
@@ -105,6 +104,7 @@ def bill(
                 # `gpuaudit fleet --recording` applies them; needs the table in memory
                 from gpuaudit.measure.files import read_samples
                 from gpuaudit.price.attribution import Attributor, attribute_table
+                from gpuaudit.schema import Recording
 
                 rec = source if isinstance(source, Recording) else read_samples(telemetry) \
                     if isinstance(telemetry, (str, Path)) else None
@@ -132,6 +132,8 @@ def bill(
         step = step_s or 60.0
         mapping = load_mapping(map_file) if map_file else None
         fleet_fine = tuple(dict.fromkeys([*keys, "namespace", "pod"]))
+        from gpuaudit.api.fleet import fleet_usage
+
         usage_f, hourly, _util, _transfer = fleet_usage(
             prometheus, start_s=start_s - step, end_s=end_s, step_s=step_s, by=fleet_fine,
             mapping=mapping, matchers=matchers, client_kwargs=client_kwargs, chunk_s=3600.0)
@@ -194,6 +196,7 @@ def _epoch_text(ts: Any) -> pa.Array:
     """Hourly chunk starts as the hour they cover, epoch seconds in text (classify's
     ``period:3600`` values). The pushdown's chunks start one scrape step after the range's
     start, so a chunk starting at 09:59:15 is the 10:00 hour: rounded to the nearest hour."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     secs = pc.divide(pc.cast(pc.cast(ts, pa.timestamp("ns", tz="UTC")), pa.int64()),

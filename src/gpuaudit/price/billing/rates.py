@@ -31,7 +31,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.classify.usage import Usage
+from gpuaudit.classify.usage import Usage, arrow_cells
 from gpuaudit.price.catalog import Rate, load_user_catalog, resolve_rate
 from gpuaudit.price.money import hourly
 
@@ -93,7 +93,7 @@ def with_mig_models(usage: Usage) -> Usage:
              if s.mig_profile and s.gpu_model and " MIG " not in s.gpu_model}
     if not names:
         return usage
-    cells = usage.cells
+    cells = arrow_cells(usage.cells)
     if "gpu_model" in cells.column_names and "gpu_uuid" in cells.column_names:
         col = [names.get(u, m) for u, m in zip(cells.column("gpu_uuid").to_pylist(),
                                                cells.column("gpu_model").to_pylist())]
