@@ -6,6 +6,7 @@ pandas join of the same data, each in a fresh process.
     python benchmarks/bench_bill.py --pandas         # with the pandas column (pip install pandas)
     python benchmarks/bench_bill.py --engines        # the join alone: DuckDB vs Spark local
     python benchmarks/bench_bill.py --engines --instances 10000   # a ~88M-line bill
+    python benchmarks/bench_bill.py --baseline-src /tmp/main/src  # interleaved with main
 
 ``--engines`` times the join alone (issue 23), each engine in a fresh process over the same
 four Parquet inputs (the canonical ``bill_lines`` of the generated bill, ``gpu_skus``,
@@ -347,8 +348,14 @@ def engines_main(instances: int) -> None:
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
-def run_child(code: str, *args: str) -> dict[str, object]:
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+def run_child(code: str, *args: str, src: str | None = None) -> dict[str, object]:
+    """``code`` in a fresh interpreter; ``src``: import gpuaudit from that source folder
+    (a baseline checkout, ``git worktree add``) instead of this one."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
+                         env=env)
     if out.returncode != 0:
         raise SystemExit(out.stderr[-3000:])
     result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
@@ -373,6 +380,9 @@ def main() -> None:
                     help="time the join alone on DuckDB and on Spark local (pip install pyspark)")
     ap.add_argument("--instances", type=int, default=1000,
                     help="instances in the generated bill (1000: ~10M lines; 10000: ~88M)")
+    ap.add_argument("--baseline-src", default=None, metavar="DIR",
+                    help="also run the gpuaudit of this src folder (e.g. main checked out with "
+                    "git worktree add), interleaved run by run with this one")
     args = ap.parse_args()
     if args.engines:
         engines_main(args.instances)
@@ -390,6 +400,9 @@ def main() -> None:
     print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     out = WORK / "bill_report.json"
+    if args.baseline_src:
+        interleaved(args.repeat, args.baseline_src, str(bill), str(tel), str(out))
+        return
     if args.no_gpuaudit:
         g = None
     else:
@@ -403,6 +416,37 @@ def main() -> None:
               f"billed {p['billed']}  team-0 {p['team0']}  idle {p['idle']}  "
               f"unallocated {p['unallocated']}")
         print(f"load average after pandas: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def interleaved(repeat: int, base_src: str, *args: str) -> None:
+    """Baseline and this checkout run by run (base, this, base, this, ...), each a fresh
+    process; wall min and median, CPU, peak RSS, the load average before each run, and
+    whether the two reports' bill sections are equal."""
+    runs: dict[str, list[dict[str, object]]] = {"baseline": [], "this": []}
+    for _ in range(repeat):
+        for name, src in (("baseline", base_src), ("this", None)):
+            load = os.getloadavg()[0]
+            r = run_child(GPUAUDIT_CHILD, *args, src=src)
+            r["load_before"] = load
+            runs[name].append(r)
+            print(f"{name:8s} wall {float(r['wall_s']):6.2f} s  cpu "  # type: ignore[arg-type]
+                  f"{float(r['cpu_s']):6.1f} s  rss {float(r['rss_mib']):5.0f} + worker "  # type: ignore[arg-type]
+                  f"{float(r['child_rss_mib']):4.0f} MiB  load before {load:.2f}  billed "  # type: ignore[arg-type]
+                  f"{r['billed']} diff {r['difference']} exact {r['exact']} team-0 "
+                  f"{r['team0']} idle {r['idle']}", flush=True)
+    for name, rs in runs.items():
+        walls = sorted(float(r["wall_s"]) for r in rs)  # type: ignore[arg-type]
+        cpus = [float(r["cpu_s"]) for r in rs]  # type: ignore[arg-type]
+        print(f"{name:8s} wall min {walls[0]:.2f} median {statistics.median(walls):.2f} s "
+              f"(runs {', '.join(f'{w:.2f}' for w in walls)}); cpu median "
+              f"{statistics.median(cpus):.1f} s; peak rss "
+              f"{max(float(r['rss_mib']) + float(r['child_rss_mib']) for r in rs):.0f} MiB")  # type: ignore[arg-type]
+    same = {k: v for k, v in runs["baseline"][0].items() if k in (
+        "billed", "difference", "exact", "team0", "idle", "outside")} == {
+        k: v for k, v in runs["this"][0].items() if k in (
+            "billed", "difference", "exact", "team0", "idle", "outside")}
+    print(f"same figures: {same}; load average after: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def _show(g: dict[str, object]) -> None:

@@ -14,6 +14,9 @@ Measured in a fresh process: open the file, build the workload profiles at 1-min
 ``--cli`` also times the whole user command ``gpuaudit simulate FILE --policy all --gpu-model
 H100 --format json -o /dev/null`` (with the audit's recommendations: a second pass).
 
+``--plan-cost N [--baseline-src DIR]``: only the whole command with and without its plan, N
+times each, interleaved (and the gpuaudit of DIR, a baseline checkout, between them).
+
 ``--baseline``: the replay done the obvious way, a Python loop over the steps (``bincount`` of
 the co-located demand per step, vectorised over GPUs only), on the first day and scaled to the
 whole window; it must give the same contention as the vectorised replay on that day.
@@ -174,6 +177,60 @@ def run(path: Path, baseline: bool) -> dict[str, object]:
     return out
 
 
+def _cli(path: Path, plan: bool, src: str | None) -> dict[str, float]:
+    """``gpuaudit simulate`` as a user runs it, a fresh process: wall and CPU (with any
+    worker it starts) and peak RSS, from ``wait4``."""
+    gpuaudit = str(Path(sys.executable).with_name("gpuaudit"))
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    cmd = [gpuaudit, "simulate", str(path), "--policy", "all", "--gpu-model", "H100",
+           "--format", "json", "-o", os.devnull, *([] if plan else ["--no-plan"])]
+    import tempfile
+
+    with tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _pid, status, ru = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t
+        if status != 0:
+            err.seek(0)
+            raise SystemExit(f"{cmd} failed: {err.read().decode()[-2000:]}")
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024}
+
+
+def plan_cost(path: Path, repeat: int, base_src: str | None) -> None:
+    """What the plan adds to ``gpuaudit simulate``: the command with and without it, run by
+    run (and the baseline's, when given, interleaved), min and median."""
+    import statistics
+
+    cases = [(name, src, plan) for name, src in (
+        *((("baseline", base_src),) if base_src else ()), ("this", None))
+        for plan in (False, True)]
+    res: dict[tuple[str, bool], list[dict[str, float]]] = {(n, p): [] for n, _s, p in cases}
+    for _ in range(repeat):
+        for name, src, plan in cases:
+            load = os.getloadavg()[0]
+            r = _cli(path, plan, src)
+            r["load_before"] = load
+            res[(name, plan)].append(r)
+            print(f"{name:8s} {'plan   ' if plan else 'no-plan'} wall {r['wall_s']:6.2f} s  "
+                  f"cpu {r['cpu_s']:6.1f} s  rss {r['rss_mib']:5.0f} MiB  load before "
+                  f"{load:.2f}", flush=True)
+    for (name, plan), rs in res.items():
+        walls = sorted(r["wall_s"] for r in rs)
+        print(f"{name:8s} {'plan   ' if plan else 'no-plan'} wall min {walls[0]:.2f} median "
+              f"{statistics.median(walls):.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)})"
+              f"; cpu median {statistics.median(r['cpu_s'] for r in rs):.1f} s; peak rss "
+              f"{max(r['rss_mib'] for r in rs):.0f} MiB")
+    for name in dict.fromkeys(n for n, _p in res):
+        a = [r["wall_s"] for r in res[(name, False)]]
+        b = [r["wall_s"] for r in res[(name, True)]]
+        print(f"{name}: the plan adds {min(b) / min(a) - 1:+.0%} (min) "
+              f"{statistics.median(b) / statistics.median(a) - 1:+.0%} (median)")
+    print("load average after:", os.getloadavg())
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=1000)
@@ -181,6 +238,11 @@ def main() -> None:
     ap.add_argument("--baseline", action="store_true")
     ap.add_argument("--cli", action="store_true")
     ap.add_argument("--run", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--plan-cost", type=int, default=0, metavar="N",
+                    help="only the CLI with and without its plan, N times each, interleaved")
+    ap.add_argument("--baseline-src", default=None, metavar="DIR",
+                    help="with --plan-cost: also the gpuaudit of this src folder (e.g. main "
+                    "checked out with git worktree add), interleaved run by run")
     args = ap.parse_args()
     if args.run is not None:
         print(json.dumps(run(args.run, args.baseline)))
@@ -192,6 +254,9 @@ def main() -> None:
         make_file(args.gpus, args.days, path)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
+    if args.plan_cost:
+        plan_cost(path, args.plan_cost, args.baseline_src)
+        return
     print("load before:", os.getloadavg(), file=sys.stderr)
     cmd = [sys.executable, __file__, "--run", str(path)] + (["--baseline"] if args.baseline else [])
     t = time.perf_counter()

@@ -39,7 +39,7 @@ r = audit_fleet(prometheus=url, start_s=start, end_s=end, step_s=step, by=("team
 wall = time.perf_counter() - t
 f = r.extra["fleet"]
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"wall_s": wall, "rss_mib": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
+print(json.dumps({"wall_s": wall, "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "transfer": f["transfer"], "gpu_hours": f["total"]["gpu_hours"],
                   "idle_h": f["total"]["phase_hours"]["idle"]}))
 """

@@ -6,8 +6,9 @@ with timestamps), audited by one ``audit_fleet(prometheus=[4 stores])`` in a fre
     .venv/bin/python benchmarks/bench_fleet_shards.py --gpus 250 --days 7 \
         --keep benchmarks/_work/shards_250x7d   # build once, audit again later from it
 
-Reports: build time per store kind, the audit's wall time, peak RSS and CPU seconds of the
-audit process, CPU seconds of the 4 servers during the audit, requests and bytes on the wire
+Reports: build time per store kind, the audit's wall time, peak RSS (the child's own VmHWM:
+``ru_maxrss`` after fork + exec keeps the parent's peak, and the parent holds the generated
+fleet) and CPU seconds of the audit process, CPU seconds of the 4 servers during the audit, requests and bytes on the wire
 (gzip, as downloaded) and decoded, per store and in all; GPU-hours, idle hours and cost; the
 1-minute load average before and after (the machine may be shared). Goal: 10,000 GPUs x 7 d
 at 15 s in <= 60 s and <= 4 GiB on 2 cores. Needs `prometheus`, `promtool` and
@@ -39,16 +40,25 @@ from fleetgen import (  # noqa: E402
 )
 
 CHILD = r"""
-import json, resource, sys, time
+import json, os, resource, sys, time
 from gpuaudit.api import audit_fleet
 stores, start, end, step = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
+prof = None
+if os.environ.get("BENCH_PROFILE"):
+    import cProfile
+    prof = cProfile.Profile()
+    prof.enable()
 t = time.perf_counter()
 r = audit_fleet(prometheus=stores, start_s=start, end_s=end, step_s=step, by=("team",),
                 pricing={"price": "1.00"})
 wall = time.perf_counter() - t
+if prof is not None:
+    import pstats
+    prof.disable()
+    pstats.Stats(prof, stream=sys.stderr).sort_stats("tottime").print_stats(25)
 f = r.extra["fleet"]
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"wall_s": wall, "rss_mib": ru.ru_maxrss / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
+print(json.dumps({"wall_s": wall, "rss_mib": int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) / 1024, "cpu_s": ru.ru_utime + ru.ru_stime,
                   "transfer": f["transfer"], "gpu_hours": f["total"]["gpu_hours"],
                   "idle_h": f["total"]["phase_hours"]["idle"], "cost_usd": f["total"]["cost_usd"]}))
 """
@@ -73,6 +83,39 @@ def server_pid(port: str) -> int:
     raise RuntimeError(f"no server on port {port}")
 
 
+def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namespace,
+          src: Path | None, name: str) -> dict[str, object]:
+    """One audit in a fresh process (``src``: another tree's src/ first on the path)."""
+    env = dict(os.environ)
+    if src is not None:
+        env["PYTHONPATH"] = str(src.resolve())
+    if args.profile:
+        env["BENCH_PROFILE"] = "1"
+    cpu0 = [cpu_s(p) for p in pids]
+    load = os.getloadavg()[0]
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(urls),
+                          str(fleet.start_s), str(fleet.end_s), str(args.step)],  # type: ignore[attr-defined]
+                         capture_output=True, text=True, timeout=7200, env=env)
+    if out.returncode:
+        sys.exit(out.stderr[-3000:])
+    if args.profile:
+        print(out.stderr[-6000:])
+    res: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    server = [cpu_s(p) - c for p, c in zip(pids, cpu0)]
+    tr: dict[str, object] = res["transfer"]  # type: ignore[assignment]
+    print(f"[{name}] {args.gpus} GPUs x {args.days:g} d at {args.step} s over 4 stores: wall "
+          f"{res['wall_s']:.1f} s, peak RSS {res['rss_mib']:.0f} MiB, CPU client "
+          f"{res['cpu_s']:.1f} s, servers {sum(server):.1f} s "
+          f"({', '.join(f'{x:.1f}' for x in server)}), requests {tr['requests']}, wire "
+          f"{tr['wire_bytes']:,} B, decoded {tr['body_bytes']:,} B; GPU-h "
+          f"{res['gpu_hours']:.1f}, idle-h {res['idle_h']:.1f}, cost {res['cost_usd']} USD "
+          f"(load before {load:.2f}, after {os.getloadavg()[0]:.2f})", flush=True)
+    for st in tr["stores"]:  # type: ignore[attr-defined]
+        print(f"  {st['name']}: {st['requests']} requests, wire {st['wire_bytes']:,} B, "
+              f"decoded {st['body_bytes']:,} B", flush=True)
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=10_000)
@@ -80,6 +123,12 @@ def main() -> None:
     ap.add_argument("--step", type=int, default=15)
     ap.add_argument("--keep", type=Path, default=None, help="directory to keep / reuse")
     ap.add_argument("--jobs", type=int, default=2, help="promtool runs at a time")
+    ap.add_argument("--base", type=Path, default=None,
+                    help="src/ of another gpuaudit tree (e.g. `git archive main src`): its "
+                    "audit runs interleaved with this tree's on the same stores")
+    ap.add_argument("--runs", type=int, default=1, help="audits per tree")
+    ap.add_argument("--profile", action="store_true", help="cProfile the client (stderr)")
+    ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args()
     fleet = make_fleet(nodes=max(4, args.gpus // 4), gpus_per_node=4, hours=args.days * 24,
                        step_s=args.step, seed=3, segment_hours=12.0)
@@ -118,27 +167,19 @@ def main() -> None:
         du = subprocess.run(["du", "-sh", *(str(tmp / f"store{i}") for i in range(4))],
                             capture_output=True, text=True)
         print("on disk:", " ".join(line.split()[0] for line in du.stdout.splitlines()))
+        if args.build_only:
+            return
         pids = [server_pid(u.rsplit(":", 1)[1]) for u in urls]
-        cpu0 = [cpu_s(p) for p in pids]
-        load = os.getloadavg()[0]
-        out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(urls),
-                              str(fleet.start_s), str(fleet.end_s), str(args.step)],
-                             capture_output=True, text=True, timeout=7200)
-        if out.returncode:
-            sys.exit(out.stderr[-3000:])
-        res = json.loads(out.stdout.strip().splitlines()[-1])
-        server = [cpu_s(p) - c for p, c in zip(pids, cpu0)]
-    tr = res["transfer"]
-    print(f"{args.gpus} GPUs x {args.days:g} d at {args.step} s over 4 stores: wall "
-          f"{res['wall_s']:.1f} s, peak RSS {res['rss_mib']:.0f} MiB, CPU client "
-          f"{res['cpu_s']:.1f} s, servers {sum(server):.1f} s "
-          f"({', '.join(f'{x:.1f}' for x in server)}), requests {tr['requests']}, wire "
-          f"{tr['wire_bytes']:,} B, decoded {tr['body_bytes']:,} B; GPU-h "
-          f"{res['gpu_hours']:.1f}, idle-h {res['idle_h']:.1f}, cost {res['cost_usd']} USD "
-          f"(load before {load:.2f}, after {os.getloadavg()[0]:.2f})")
-    for s in tr["stores"]:
-        print(f"  {s['name']}: {s['requests']} requests, wire {s['wire_bytes']:,} B, "
-              f"decoded {s['body_bytes']:,} B")
+        trees = [("this tree", None)] + ([("base", args.base)] if args.base else [])
+        results: dict[str, list[dict[str, object]]] = {}
+        for _run in range(args.runs):
+            for name, src in trees:
+                results.setdefault(name, []).append(
+                    audit(urls, pids, fleet, args, src, name))
+        for name, rs in results.items():
+            walls = sorted(float(r["wall_s"]) for r in rs)  # type: ignore[arg-type]
+            print(f"{name}: wall min {walls[0]:.1f} s, median {walls[len(walls) // 2]:.1f} s "
+                  f"over {len(walls)} run(s)")
     if args.keep is None:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -1,5 +1,13 @@
 """gpuaudit trace vs HolisticTraceAnalysis 0.5.0: time and peak RSS, side by side.
 
+``--whole`` (issue 27) measures what a user runs, whole processes: ``gpuaudit trace PATH
+--hta-compat --price 2.5 -o /dev/null`` (load, analysis, classify, price, recommend, the
+terminal report) against ``hta_compare.py PATH`` in HTA's venv (import, load, the temporal,
+idle and kernel-type breakdowns), interleaved run by run (ours, HTA, ours, HTA, ...), each
+under ``/usr/bin/time -f %M`` for its peak RSS; min and median of ``--reps`` runs. Run it
+under ``flock /work/bench.lock`` on a shared machine. ``--big-mb N`` sets the synthetic
+trace's size (default 500; issue 27 compares at 106).
+
 Each measurement runs in a fresh process; the figure is the median of ``--reps`` runs.
 ``total_s`` is load + temporal, idle and kernel-type breakdowns inside the process (imports
 excluded for both tools); ``wall_s`` is the whole process; ``rss_mb`` its peak RSS
@@ -59,6 +67,132 @@ print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "total_s": t3 - t1,
 """
 
 
+def run_whole(cmd: list[str]) -> tuple[float, float]:
+    """(wall seconds, peak RSS MiB) of one whole process, RSS from GNU time (whose own
+    few MiB are all a child inherits, unlike a fork of this driver)."""
+    t0 = time.perf_counter()
+    p = subprocess.run(["/usr/bin/time", "-f", "RSS_KB %M", *cmd], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        raise RuntimeError(f"{cmd} failed ({p.returncode}): {p.stderr[-2000:]}")
+    rss_kb = int(next(ln for ln in p.stderr.splitlines()[::-1] if ln.startswith("RSS_KB "))
+                 .split()[1])
+    return wall, rss_kb / 1024
+
+
+def whole(paths: list[tuple[str, Path]], reps: int, baseline: Path | None = None,
+          hta_runs: bool = True) -> None:
+    """The interleaved whole-process comparison (see the module docstring); ``baseline``: a
+    ``src`` folder of another gpuaudit (e.g. main before a change), run the same way beside."""
+    gpuaudit = str(Path(PY).with_name("gpuaudit"))
+    # bytecode as `pip install` leaves it (HTA's venv has its own): with
+    # PYTHONDONTWRITEBYTECODE set, an editable checkout would compile every module each run
+    for src in (ROOT / "src", *([baseline] if baseline else [])):
+        subprocess.run([PY, "-m", "compileall", "-q", str(src)], check=True,
+                       stdout=subprocess.DEVNULL)
+    print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f}; nproc {os.cpu_count()}")
+    print("| trace | gpuaudit wall min / median | RSS min / median | HTA 0.5.0 wall min / "
+          "median | RSS min / median | speed-up (min / median) | RSS ratio (median) |")
+    print("|---|---|---|---|---|---|---|")
+    for name, d in paths:
+        ours_cmd = [gpuaudit, "trace", str(d), "--hta-compat", "--price", "2.5", "-o",
+                    "/dev/null"]
+        hta_cmd = [str(HTA_PY), str(ROOT / "benchmarks" / "hta_compare.py"), str(d)]
+        base_cmd = ["env", f"PYTHONPATH={baseline}", PY, "-c",
+                    "import sys; from gpuaudit.cli import main; sys.exit(main())",
+                    *ours_cmd[1:]] if baseline else None
+        ours: list[tuple[float, float]] = []
+        hta: list[tuple[float, float]] = []
+        base: list[tuple[float, float]] = []
+        with_hta = hta_runs and HTA_PY.exists()
+        run_whole(ours_cmd)  # warm the page cache for both
+        if with_hta:
+            run_whole(hta_cmd)
+        for _ in range(reps):
+            ours.append(run_whole(ours_cmd))
+            if with_hta:
+                hta.append(run_whole(hta_cmd))
+            if base_cmd:
+                base.append(run_whole(base_cmd))
+
+        def mm(xs: list[float]) -> tuple[float, float]:
+            return min(xs), statistics.median(xs)
+
+        ow, orss = mm([w for w, _ in ours]), mm([r for _, r in ours])
+        row = (f"| {name} | {ow[0]:.3f} / {ow[1]:.3f} s | {orss[0]:.0f} / {orss[1]:.0f} MiB")
+        if hta:
+            hw, hrss = mm([w for w, _ in hta]), mm([r for _, r in hta])
+            row += (f" | {hw[0]:.3f} / {hw[1]:.3f} s | {hrss[0]:.0f} / {hrss[1]:.0f} MiB | "
+                    f"{hw[0] / ow[0]:.1f}x / {hw[1] / ow[1]:.1f}x | {orss[1] / hrss[1]:.2f} |")
+        else:
+            row += " | not run | | | |"
+        if base:
+            bw, brss = mm([w for w, _ in base]), mm([r for _, r in base])
+            row += (f" baseline {bw[0]:.3f} / {bw[1]:.3f} s, {brss[0]:.0f} / {brss[1]:.0f} MiB "
+                    f"(HTA / baseline {hw[0] / bw[0]:.1f}x / {hw[1] / bw[1]:.1f}x) |"
+                    if hta else f" baseline {bw[0]:.3f} / {bw[1]:.3f} s, {brss[0]:.0f} / "
+                    f"{brss[1]:.0f} MiB |")
+        print(row, flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+          f"{os.getloadavg()[2]:.2f}")
+
+
+PHASES = r"""
+import json, sys, time
+T = time.process_time
+t0 = T()
+import click
+t1 = T()
+import msgspec, numpy
+t2 = T()
+import gpuaudit.cli, gpuaudit.cli.options, gpuaudit.cli.trace
+t3 = T()
+import gpuaudit.traces.flops, gpuaudit.traces.loader, gpuaudit.traces.windows
+from gpuaudit.api.compose import assemble, rates_for
+from gpuaudit.api.trace import _parts
+from gpuaudit.classify.columns import SeriesColumns, classify_columns
+from gpuaudit.traces.analysis import AnalysisOptions, analyze
+from gpuaudit.traces.loader import load_traces
+from gpuaudit.traces.windows import busy_series
+t4 = T()
+import gpuaudit.report.terminal
+t5 = T()
+p = sys.argv[1]
+tr = load_traces([p]); t6 = T()
+opt = AnalysisOptions(hta_compat=True)
+analyze(tr, opt); busy_series(tr, window_s=0.1, options=opt); t7 = T()
+parts = _parts([p], hta_compat=True, include_last_step=False, window_ms=100.0, gpu_model=None)
+t8 = T()
+u = classify_columns([SeriesColumns(s.gpu_uuid, s.host, s.gpu_model, None, s.ts_ns, s.util_pct,
+                                    s.end_ns) for s in parts.series], interval_s=0.1,
+                     source="trace", origin="o", notes=parts.notes, findings=parts.evidence)
+t9 = T()
+rep = assemble(u, rates_for(u, price="2.5"), findings=parts.evidence, extra={"trace": parts.extra})
+t10 = T()
+rep.render("terminal"); t11 = T()
+print(json.dumps({"import click": t1 - t0, "import numpy + msgspec": t2 - t1,
+                  "import the CLI": t3 - t2, "import the pipeline": t4 - t3,
+                  "import rich + terminal report": t5 - t4, "load": t6 - t5,
+                  "analysis + busy/idle series": t7 - t6, "classify": t9 - t8,
+                  "price + recommend": t10 - t9, "render": t11 - t10}))
+"""
+
+
+def phases(path: Path, reps: int) -> None:
+    """CPU time per phase of `gpuaudit trace PATH --hta-compat` (``time.process_time``, each
+    phase as the command runs it; fresh process per run; min of ``reps``)."""
+    runs = []
+    for _ in range(reps):
+        out = subprocess.run([PY, "-c", PHASES, str(path)], check=True, capture_output=True,
+                             text=True).stdout
+        runs.append(json.loads(out.strip().splitlines()[-1]))
+    for k in runs[0]:
+        print(f"{k:32} {1000 * min(r[k] for r in runs):7.1f} ms")
+    print(f"{'total':32} {1000 * sum(min(r[k] for r in runs) for k in runs[0]):7.1f} ms")
+
+
 def run(cmd: list[str]) -> dict[str, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -93,7 +227,8 @@ def trace_dir(name: str) -> Path:
 
 def build_big(target_mb: int = 500) -> Path:
     """SYNTHETIC: the V100 trace's events repeated in time until the JSON is ~target_mb."""
-    out = WORK / "synthetic_v100_repeated.json"
+    out = WORK / ("synthetic_v100_repeated.json" if target_mb == 500
+                  else f"synthetic_v100_repeated_{target_mb}mb.json")
     if out.exists():
         return out
     doc = json.loads(gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes()))
@@ -165,7 +300,32 @@ def main() -> None:
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--flops", action="store_true")
     ap.add_argument("--shapes", action="store_true")
+    ap.add_argument("--whole", action="store_true",
+                    help="whole processes as a user runs them, HTA interleaved (issue 27)")
+    ap.add_argument("--big-mb", type=int, default=500)
+    ap.add_argument("--phases", type=Path, default=None,
+                    help="CPU time per phase of `gpuaudit trace PATH` (min of --reps)")
+    ap.add_argument("--no-hta", action="store_true",
+                    help="with --whole: gpuaudit (and --baseline) only")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="with --whole: the src folder of another gpuaudit to run beside")
     args = ap.parse_args()
+    if args.phases:
+        phases(args.phases, args.reps)
+        return
+    if args.whole:
+        paths = [(n, trace_dir(n)) for n in ("a100_1rank_ddp_nccl.json.gz",
+                                              "v100_1rank_ns_resolution.json.gz", "two_ranks")]
+        if args.big:
+            big = build_big(args.big_mb)
+            d = WORK / "dirs" / big.stem
+            d.mkdir(parents=True, exist_ok=True)
+            if not (d / big.name).exists():
+                (d / big.name).symlink_to(big)
+            paths.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", d))
+        whole(paths, args.reps, args.baseline, hta_runs=not args.no_hta)
+        shutil.rmtree(WORK / "dirs", ignore_errors=True)
+        return
     rows = []
     for name in ("a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz",
                  "two_ranks"):
@@ -186,7 +346,7 @@ def main() -> None:
         rows.append((f"{sh.name} (synthetic, {ours['flop_ops']:.0f} operators counted from "
                      "input shapes)", ours, None))
     if args.big:
-        big = build_big()
+        big = build_big(args.big_mb)
         ours = median([run([PY, "-c", OURS, str(big)]) for _ in range(args.reps)])
         rows.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", ours, None))
     print("| trace | gpuaudit load / total / wall / peak RSS | HTA 0.5.0 load / total / wall /"

@@ -8,13 +8,14 @@ adds ``render``/``to_dict`` on top, in the composition layer, so nothing here re
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gpuaudit.classify.diagnose import Diagnosis, GroupDiagnosis, JobDiagnosis
-from gpuaudit.classify.health import HealthIssue
-from gpuaudit.classify.usage import Usage
-from gpuaudit.price.cost import CostReport
-from gpuaudit.recommend.plan import Plan
+if TYPE_CHECKING:  # plain data: the stages' types, not their modules, at run time
+    from gpuaudit.classify.diagnose import Diagnosis, GroupDiagnosis, JobDiagnosis
+    from gpuaudit.classify.health import HealthIssue
+    from gpuaudit.classify.usage import Usage
+    from gpuaudit.price.cost import CostReport
+    from gpuaudit.recommend.plan import Plan
 
 __all__ = ["AuditResult"]
 

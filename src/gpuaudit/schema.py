@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit.errors import SampleTableError
+from gpuaudit.series import ImportNote, series_order
 
 __all__ = [
     "COLUMNS",
@@ -131,20 +132,6 @@ META_ORIGIN = b"gpuaudit.origin"
 META_INTERVAL_S = b"gpuaudit.interval_s"
 META_HOST = b"gpuaudit.host"
 META_START = b"gpuaudit.start"
-
-
-@dataclass(frozen=True)
-class ImportNote:
-    """Something an importer changed or dropped, reported to the user, never hidden.
-
-    ``count`` rows or cells were affected; ``reason`` says what and why, ``where`` points at
-    the first occurrence (file:line, metric, label).
-    """
-
-    reason: str
-    count: int
-    where: str | None = None
-    column: str | None = None
 
 
 @dataclass(frozen=True)
@@ -390,30 +377,6 @@ class OrderCheck:
                 fix="each GPU's samples must be in time order with no duplicates; sort the "
                 "file by time, or give each GPU a distinct gpu_uuid (a uuid or index column)",
             )
-
-
-def series_order(codes: np.ndarray) -> np.ndarray:
-    """A permutation that groups rows by series, each series in its original (time) order.
-
-    Rows written tick by tick with the GPUs in a fixed order (samplers, nvidia-smi, DCGM
-    scrapes) are regrouped by a reshape, starting and ending mid-tick included; anything else
-    by a stable sort (a radix sort while codes fit 16 bits).
-    """
-    n = codes.shape[0]
-    if n > 2:
-        again = np.flatnonzero(codes[1:] == codes[0])
-        if again.size:
-            g = int(again[0]) + 1
-            if (g >= 2 and np.unique(codes[:g]).size == g
-                    and np.array_equal(codes[g:], codes[:-g])):
-                ticks = -(-n // g)
-                idx = np.full(ticks * g, -1, dtype=np.int64)
-                idx[:n] = np.arange(n, dtype=np.int64)
-                grouped = idx.reshape(ticks, g).T.ravel()
-                return np.asarray(grouped[grouped >= 0])
-    if n and int(codes.max()) < 65536 and int(codes.min()) >= 0:
-        return np.asarray(np.argsort(codes.astype(np.uint16), kind="stable"))
-    return np.asarray(np.argsort(codes, kind="stable"))
 
 
 def order_violation(

@@ -60,6 +60,12 @@ class Line:
     currency: str = "USD"
     charge_class: str | None = None  # FOCUS ChargeClass: Correction
     commitment_id: str | None = None  # FOCUS CommitmentDiscountId
+    commitment_status: str | None = None  # FOCUS CommitmentDiscountStatus: Used, Unused
+    # FOCUS 1.3: the provider's own split and the contract commitments applied (JSON text)
+    allocated_method_id: str | None = None
+    allocated_resource_id: str | None = None
+    allocated_tags: str | None = None
+    contract_applied: str | None = None
 
 
 @dataclass
@@ -212,6 +218,10 @@ FOCUS_COLUMNS = ("BillingPeriodStart", "BillingPeriodEnd", "ChargePeriodStart", 
                  "ProviderName", "ServiceName", "ResourceId", "ResourceName", "SkuId",
                  "x_UsageType", "ConsumedQuantity", "ConsumedUnit", "BilledCost",
                  "EffectiveCost", "ListCost", "BillingCurrency")
+#: FOCUS 1.3: the columns above plus commitments, the provider's split, contracts applied
+FOCUS13_COLUMNS = (*FOCUS_COLUMNS, "CommitmentDiscountId", "CommitmentDiscountStatus",
+                   "AllocatedMethodId", "AllocatedResourceId", "AllocatedTags",
+                   "ContractApplied")
 
 
 def focus_rows(sc: Scenario, style: str = "iso") -> list[dict[str, str]]:
@@ -235,6 +245,12 @@ def focus_rows(sc: Scenario, style: str = "iso") -> list[dict[str, str]]:
             "ConsumedUnit": ln.unit or "", "BilledCost": _s(ln.billed),
             "EffectiveCost": _s(ln.effective), "ListCost": _s(ln.listed),
             "BillingCurrency": ln.currency,
+            "CommitmentDiscountId": ln.commitment_id or "",
+            "CommitmentDiscountStatus": ln.commitment_status or "",
+            "AllocatedMethodId": ln.allocated_method_id or "",
+            "AllocatedResourceId": ln.allocated_resource_id or "",
+            "AllocatedTags": ln.allocated_tags or "",
+            "ContractApplied": ln.contract_applied or "",
         })
     return out
 
@@ -243,7 +259,8 @@ def write_csv(rows: list[dict[str, str]], path: Path, columns: tuple[str, ...]) 
     path.parent.mkdir(parents=True, exist_ok=True)
     opener: Any = gzip.open if path.name.endswith(".gz") else open
     with opener(path, "wt", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns))
+        # the FOCUS 1.3 columns a FOCUS 1.0 file leaves out are dropped
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="ignore")
         w.writeheader()
         for r in rows:
             w.writerow(r)

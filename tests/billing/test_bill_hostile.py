@@ -165,14 +165,31 @@ def test_bill_compare_realised_savings(tmp_path: Path,
         Decimal("0.01"))
     rem = {x["id"]: x for x in cmp["remediations"]}
     assert Decimal(rem["idle_shutdown"]["taken_monthly"]) > 0
+    # the two bills themselves, each with its telemetry: the same comparison
+    capsys.readouterr()
+    assert main(["bill", "compare", str(last_b), str(this_b), "--telemetry", str(tel),
+                 "--telemetry", str(tel2), "--format", "json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert direct["teams"] == cmp["teams"] and direct["remediations"] == cmp["remediations"]
+    # a bill without the measured time, and a file that is neither, are errors with a fix
     assert main(["bill", "compare", str(tmp_path / "last.json"), str(last_b)]) == 2
+    err = capsys.readouterr().err
+    assert "needs the measured GPU time" in err and "--telemetry" in err
+    (tmp_path / "notes.txt").write_text("not json", encoding="utf-8")
+    assert main(["bill", "compare", str(tmp_path / "last.json"),
+                 str(tmp_path / "notes.txt")]) == 2
     assert "cannot read the JSON report" in capsys.readouterr().err
     # the plain command still takes a bill
     assert main(["bill", str(last_b), "--telemetry", str(tel), "--format", "csv"]) == 0
 
 
 # -- property: hostile bills ---------------------------------------------------------------
-_KINDS = ["p5", "g6", "m5", "tax", "credit", "purchase", "adjustment", "correction", "refund"]
+_KINDS = ["p5", "g6", "m5", "tax", "credit", "purchase", "adjustment", "correction", "refund",
+          # FOCUS 1.3: a line the provider split, a commitment's purchase and unused part,
+          # usage applied to a contract commitment
+          "split", "commit_purchase", "commit_unused", "contract_usage"]
+_CA = json.dumps({"Elements": [{"ContractId": "c-1", "ContractCommitmentId": "c-1",
+                                "ContractCommitmentAppliedCost": 1.0}]})
 
 
 @st.composite
@@ -211,6 +228,21 @@ def hostile(draw: Any) -> list[billgen.Line]:
         elif kind == "correction":
             ln = replace(ln, charge_class="Correction", quantity=-q, billed=-abs(amount),
                          effective=-abs(amount), listed=-abs(amount))
+        elif kind == "split":
+            target = draw(st.sampled_from([(None, None), ("pod-a", None),
+                                           ("pod-b", '{"team": "vision"}'),
+                                           (None, '{"x_other": "y"}')]))
+            ln = replace(ln, allocated_method_id="split-1", allocated_resource_id=target[0],
+                         allocated_tags=target[1])
+        elif kind == "commit_purchase":
+            ln = replace(ln, charge_category="Purchase", resource_id="cd-1", quantity=None,
+                         unit=None, commitment_id="cd-1",
+                         effective=draw(st.sampled_from([Decimal(0), abs(amount)])))
+        elif kind == "commit_unused":
+            ln = replace(ln, resource_id="cd-1", quantity=None, unit=None, billed=Decimal(0),
+                         commitment_id="cd-1", commitment_status="Unused")
+        elif kind == "contract_usage":
+            ln = replace(ln, billed=Decimal(0), contract_applied=_CA)
         out.append(ln)
         if draw(st.booleans()) and draw(st.booleans()):
             out.append(ln)  # a duplicate
@@ -227,12 +259,14 @@ def test_hostile_bills_every_line_accounted_for(lines: list[billgen.Line],
     d = tmp_path_factory.mktemp("hostile")
     sc = billgen.scenario()
     sc.lines = lines
-    b = billgen.write_csv(billgen.focus_rows(sc), d / "f.csv", billgen.FOCUS_COLUMNS)
-    r = bill(b, telemetry=billgen.write_telemetry(sc, d / "t.parquet"))
+    b = billgen.write_csv(billgen.focus_rows(sc), d / "f.csv", billgen.FOCUS13_COLUMNS)
+    cost = "effective" if len(lines) % 2 else "billed"
+    r = bill(b, telemetry=billgen.write_telemetry(sc, d / "t.parquet"), cost=cost)
     cur = r.extra["bill"]["currencies"]
     for ccy in {ln.currency for ln in lines}:
         mine = [ln for ln in lines if ln.currency == ccy]
-        exact = sum((ln.billed for ln in mine), Decimal(0))
+        exact = sum((ln.billed if cost == "billed" else ln.effective for ln in mine),
+                    Decimal(0))
         bk = cur[ccy]["buckets"]
         # no line vanishes, the buckets sum to the invoice to the cent
         assert bk["lines"] == len(mine)
@@ -245,6 +279,24 @@ def test_hostile_bills_every_line_accounted_for(lines: list[billgen.Line],
         split = sum(Decimal(v["amount"]) for k, v in bk["buckets"].items()
                     if k in ("team", "idle", "unallocated"))
         assert split == Decimal(cur[ccy]["reconciliation"]["billed"])
+        # a commitment's purchase and unused part are its bucket's, never GPU time
+        commit = [ln for ln in mine if ln.commitment_id and (
+            ln.charge_category == "Purchase" or ln.commitment_status == "Unused")]
+        twice = [ln for ln in commit if cost == "effective" and ln.charge_category ==
+                 "Purchase" and ln.effective != 0 and any(
+                     u.commitment_id == ln.commitment_id and u.charge_category == "Usage"
+                     and u.effective != 0 for u in mine)]
+        assert bk["buckets"]["commitment"]["lines"] == len(commit) - len(twice)
+        # a line the provider split goes to what it names, whole
+        split_lines = [ln for ln in mine if ln.allocated_method_id]
+        targets = [x for x in r.extra["bill"]["provider_split"]["targets"]
+                   if x["currency"] == ccy]
+        named = sum((Decimal(x["amount"]) for x in targets), Decimal(0))
+        want = sum((ln.billed if cost == "billed" else ln.effective for ln in split_lines),
+                   Decimal(0))
+        assert sum(x["lines"] for x in targets) == len(split_lines)
+        # each target rounds once to the minor unit
+        assert abs(named - want) <= quantum(ccy) * max(len(targets), 1) / 2
     if "JPY" in cur:
         for ln in cur["JPY"]["lines"]:
             assert "." not in ln["amount"]  # whole yen
@@ -255,3 +307,27 @@ def test_hostile_bills_every_line_accounted_for(lines: list[billgen.Line],
             assert "FREE" in rt.source
     dup = r.extra["bill"]["duplicates"]["lines"]
     assert dup >= 0
+
+
+def test_mig_slice_from_dcgm_priced_as_its_share(tmp_path: Path) -> None:
+    """dcgm-exporter carries a MIG instance's profile in ``mig_profile`` and the board in
+    ``gpu_model``: the A100 40GB host's GPUs as 3g.20gb slices are priced at half the board's
+    rate (the larger of 3/7 compute and 4/8 memory), not as whole GPUs."""
+    sc = billgen.scenario()
+    t = sc.telemetry
+    assert t is not None
+    prof = pa.array(["3g.20gb" if h == "ip-10-0-1-12" else None
+                     for h in t.column("host").to_pylist()], pa.string())
+    if "mig_profile" in t.column_names:
+        t = t.set_column(t.column_names.index("mig_profile"), "mig_profile", prof)
+    else:
+        t = t.append_column("mig_profile", prof)
+    sc.telemetry = t
+    b = billgen.write_csv(billgen.focus_rows(sc), tmp_path / "f.csv", billgen.FOCUS_COLUMNS)
+    r = bill(b, telemetry=billgen.write_telemetry(sc, tmp_path / "t.parquet"))
+    whole = r.cost.rates["NVIDIA H100 80GB HBM3"]  # another model: unchanged
+    assert whole.usd_per_gpu_hour == Decimal("6.88")
+    mig = r.cost.rates["NVIDIA A100-SXM4-40GB MIG 3g.20gb"]
+    assert "NVIDIA A100-SXM4-40GB" not in r.cost.rates
+    assert mig.usd_per_gpu_hour == (Decimal("0.8489") / 2).quantize(Decimal("0.0001"))
+    assert "MIG 3g.20gb: 1/2" in mig.source

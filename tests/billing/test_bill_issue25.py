@@ -194,7 +194,8 @@ def test_docs_worked_example_buckets(tmp_path: Path) -> None:
     bk = r.extra["bill"]["currencies"]["USD"]["buckets"]
     got = {k: v["amount"] for k, v in bk["buckets"].items()}
     assert got == {"team": "270.03", "idle": "77.56", "unallocated": "59.87",
-                   "non_gpu": "25.46", "tax": "12.34", "credit": "-5.00", "rejected": "0.00"}
+                   "non_gpu": "25.46", "commitment": "0.00", "tax": "12.34", "credit": "-5.00",
+                   "rejected": "0.00"}
     assert bk["invoice_total"] == "440.26" and bk["lines"] == 36 and bk["gpu_lines"] == 26
     lines = {ln["line"]: ln["amount"] for ln in r.extra["bill"]["currencies"]["USD"]["lines"]}
     assert lines["vision"] == "155.12" and lines["nlp"] == "114.91"
@@ -237,3 +238,24 @@ def test_free_hours_are_zero_and_say_so(tmp_path: Path) -> None:
     assert a100.usd_per_gpu_hour == 0 and "FREE" in a100.source
     assert "FREE" in r.render("terminal", width=400)
     assert r.cost.rates["NVIDIA H100 80GB HBM3"].usd_per_gpu_hour == Decimal("6.88")
+
+
+@pytest.mark.parametrize("case", ["header_only", "xyz", "end_before_start"])
+def test_cli_refuses_what_exited_0(case: str, tmp_path: Path,
+                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """The issue's symptoms as a user met them, from the command line: a header-only bill, a
+    currency XYZ and a period that ends before it starts each exited 0; now exit 2 with
+    error and fix."""
+    from gpuaudit.cli import main
+
+    sc = billgen.scenario()
+    if case == "header_only":
+        sc.lines = []
+    elif case == "xyz":
+        sc.lines[0] = replace(sc.lines[0], currency="XYZ")
+    else:
+        sc.lines[0] = replace(sc.lines[0], start=sc.lines[0].end, end=sc.lines[0].start)
+    b, t = _write(sc, tmp_path)
+    assert main(["bill", str(b), "--telemetry", str(t)]) == 2
+    err = capsys.readouterr().err
+    assert "error:" in err and "fix:" in err and "Traceback" not in err

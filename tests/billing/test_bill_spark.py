@@ -58,8 +58,27 @@ def test_generated_bill_equals_duckdb(files: dict[str, Path], spark: Any) -> Non
           bill(files["cur2_parquet"], engine="spark", spark=spark, **kw))
 
 
+def test_focus13_provider_split_and_commitments_equal_duckdb(tmp_path: Path,
+                                                             spark: Any) -> None:
+    """FOCUS 1.3 on Spark: the provider's split (the spec's AllocatedMethodDetails examples)
+    and the spec's contract commitment purchase and usage give DuckDB's report exactly."""
+    import billgen
+    from test_bill_focus13 import _contract_bill, _l4_telemetry, _split_bill
+
+    sc = billgen.scenario()
+    p, _node = _split_bill(sc, tmp_path / "split.csv")
+    tel = billgen.write_telemetry(sc, tmp_path / "t.parquet")
+    d = bill(p, telemetry=tel, by=["team", "project"])
+    assert d.extra["bill"]["provider_split"]["lines"] == 28
+    _same(d, bill(p, telemetry=tel, by=["team", "project"], engine="spark", spark=spark))
+    ca = _contract_bill(tmp_path / "ca.csv", purchase_effective="500000.00")
+    for cost in ("billed", "effective"):
+        _same(bill(ca, telemetry=_l4_telemetry(), cost=cost),
+              bill(ca, telemetry=_l4_telemetry(), cost=cost, engine="spark", spark=spark))
+
+
 def _inputs(files: dict[str, Path], tmp: Path, scale: Decimal) -> dict[str, Any]:
-    """The join's four inputs as DuckDB made them (bill costs times ``scale``; quantities
+    """The join's five inputs as DuckDB made them (bill costs times ``scale``; quantities
     with twelve significant digits, so the billed GPU-ms round from exact products)."""
     out = tmp / "sql"
     r = bill(files["focus_csv"], telemetry=files["telemetry"], by=["team", "project"],
@@ -76,7 +95,8 @@ def _inputs(files: dict[str, Path], tmp: Path, scale: Decimal) -> dict[str, Any]
                                               for v in t.column("quantity").to_pylist()],
                                              pa.float64()))
     return {"bill_lines": t, **{n: pq.read_table(out / f"{n}.parquet")
-                                for n in ("gpu_skus", "host_map", "usage_hours")}}
+                                for n in ("gpu_skus", "host_map", "usage_hours",
+                                          "split_groups")}}
 
 
 def test_hundred_million_dollar_lines_exact_over_partitioned_parquet(
@@ -100,7 +120,8 @@ def test_hundred_million_dollar_lines_exact_over_partitioned_parquet(
     spark.read.parquet(str(inp_path)).createOrReplaceTempView("usage_hours_tbl")
     window = ("2026-10-05T00:00:00Z", "2026-10-05T06:00:00Z")
     got = run_spark(spark, {"bill_lines": part, "gpu_skus": inp["gpu_skus"],
-                            "host_map": inp["host_map"], "usage_hours": "usage_hours_tbl"},
+                            "host_map": inp["host_map"], "usage_hours": "usage_hours_tbl",
+                            "split_groups": inp["split_groups"]},
                     2, "allocation", "billed", window)
     con = duckdb.connect()
     con.execute("SET TimeZone='UTC'")

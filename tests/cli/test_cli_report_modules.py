@@ -11,13 +11,14 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "diagnosis"
 
-#: The other commands' compositions and stages, and packages the report does not use (numba:
+#: The other commands' compositions and stages, and packages the report does not use (msgspec
+#: is used: the JSON encoder; numba:
 #: only for batches large enough for classify's compiled pass, see classify.fused).
 NOT_USED = {"gpuaudit.api.bill", "gpuaudit.api.fleet", "gpuaudit.api.queue",
             "gpuaudit.api.rightsize", "gpuaudit.api.simulate", "gpuaudit.api.trace",
             "gpuaudit.price.billing", "gpuaudit.capacity", "gpuaudit.traces",
             "gpuaudit.measure.fleet", "gpuaudit.integrate", "gpuaudit.classify._kernel"}
-HEAVY = {"pandas", "duckdb", "httpx", "rich", "msgspec", "pynvml", "prometheus_client",
+HEAVY = {"pandas", "duckdb", "httpx", "rich", "pynvml", "prometheus_client",
          "numba", "llvmlite"}
 
 

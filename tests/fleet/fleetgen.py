@@ -374,20 +374,33 @@ def run_prometheus(data_dir: Path, *, extra_args: tuple[str, ...] = ()) -> Itera
          f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",
          *extra_args],
         stdout=subprocess.DEVNULL, stderr=open(cfg_dir / "log", "wb"))
-    url = f"http://127.0.0.1:{port}"
+    try:
+        with _serving(proc, "prometheus", f"http://127.0.0.1:{port}", "/-/ready",
+                      cfg_dir / "log") as url:
+            yield url
+    finally:
+        shutil.rmtree(cfg_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def _serving(proc: subprocess.Popen[bytes], name: str, url: str, ready: str,
+             log: Path) -> Iterator[str]:
+    """Wait (60 s at most) until the server ``proc`` answers 200 on ``url + ready``, yield
+    ``url``, then stop it (SIGTERM; SIGKILL after 20 s). If it exits first, the error
+    carries the tail of its ``log``."""
     try:
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise RuntimeError("prometheus exited: "
-                                   + (cfg_dir / "log").read_text(errors="replace")[-2000:])
+                raise RuntimeError(f"{name} exited: "
+                                   + log.read_text(errors="replace")[-2000:])
             try:
-                if httpx.get(f"{url}/-/ready", timeout=1).status_code == 200:
+                if httpx.get(f"{url}{ready}", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("prometheus did not become ready in 60 s")
+                raise RuntimeError(f"{name} did not become ready in 60 s")
             time.sleep(0.2)
         yield url
     finally:
@@ -397,7 +410,6 @@ def run_prometheus(data_dir: Path, *, extra_args: tuple[str, ...] = ()) -> Itera
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        shutil.rmtree(cfg_dir, ignore_errors=True)
 
 
 def import_victoria_metrics(fleet: Fleet, url: str, work: Path, *,
@@ -422,7 +434,7 @@ def import_victoria_metrics(fleet: Fleet, url: str, work: Path, *,
 
 
 @contextlib.contextmanager
-def run_victoria_metrics(data_dir: Path) -> Iterator[str]:
+def run_victoria_metrics(data_dir: Path, *, extra_args: tuple[str, ...] = ()) -> Iterator[str]:
     """Start single-node VictoriaMetrics (Debian's ``victoria-metrics``) on 127.0.0.1 (free
     port) over ``data_dir``; yield its URL; stop it. Caches off, no latency offset, so a
     query sees every imported sample at once."""
@@ -430,36 +442,19 @@ def run_victoria_metrics(data_dir: Path) -> Iterator[str]:
         raise RuntimeError("victoria-metrics is not installed (scripts/test installs it)")
     port = free_port()
     data_dir.mkdir(parents=True, exist_ok=True)
-    log = open(data_dir.parent / f"{data_dir.name}.vm.log", "wb")
+    log_path = data_dir.parent / f"{data_dir.name}.vm.log"
+    log = open(log_path, "wb")
     proc = subprocess.Popen(
         ["victoria-metrics", f"-storageDataPath={data_dir}",
          f"-httpListenAddr=127.0.0.1:{port}", "-retentionPeriod=100y",
-         "-search.disableCache", "-search.latencyOffset=0s", "-selfScrapeInterval=0"],
+         "-search.disableCache", "-search.latencyOffset=0s", "-selfScrapeInterval=0",
+         *extra_args],
         stdout=subprocess.DEVNULL, stderr=log)
-    url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError("victoria-metrics exited: " + (
-                    data_dir.parent / f"{data_dir.name}.vm.log").read_text(
-                        errors="replace")[-2000:])
-            try:
-                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("victoria-metrics did not become ready in 60 s")
-            time.sleep(0.2)
-        yield url
+        with _serving(proc, "victoria-metrics", f"http://127.0.0.1:{port}", "/health",
+                      log_path) as url:
+            yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
         log.close()
 
 

@@ -93,15 +93,16 @@ def test_threshold_queries_for_straddling_gpus_only_give_the_same_answers(prom, 
     every = pull_aggregates(PromClient(prom), narrow=False, **kw)
     key = {sid: code for code, sid in enumerate(every.ids)}
     assert set(narrow.ids) == set(every.ids)
-    assert len(narrow.values) == len(every.values)
-    for (code, chunk), v in narrow.values.items():
-        w = every.values[(key[narrow.ids[code]], chunk)]
+    narrow_rows, every_rows = narrow.rows(), every.rows()
+    assert len(narrow_rows) == len(every_rows)
+    for (code, chunk), v in narrow_rows.items():
+        w = every_rows[(key[narrow.ids[code]], chunk)]
         if "n" not in w:
             continue  # no point in the chunk (signals only, or a series that just ended)
         assert v.keys() == w.keys()
         for name in v:
             assert v[name] == pytest.approx(w[name], rel=1e-12, abs=1e-9), name
-    assert sum("n" in v for v in narrow.values.values()) > 20
+    assert sum("n" in v for v in narrow_rows.values()) > 20
 
 
 def test_raw_pull_equals_pushdown_and_moves_more_bytes(prom, fleet):
@@ -120,7 +121,7 @@ def test_step_longer_than_the_scrape_interval_matches_the_raw_pull(prom, fleet):
     c = PromClient(prom)
     data = pull_aggregates(c, start_s=fleet.start_s, end_s=fleet.end_s, step_s=step)
     usage, _ = usage_from_pushdown(data, by=("pod",))
-    assert all("first" in v and "last" in v for v in data.values.values() if "n" in v)
+    assert all("first" in v and "last" in v for v in data.rows().values() if "n" in v)
     src = PrometheusSource(PromClient(prom), start_s=fleet.start_s, end_s=fleet.end_s,
                            step_s=step)
     raw = classify(src, by=["pod"], cap_intervals=1.0)

@@ -46,7 +46,8 @@ def fleets(draw: st.DrawFn) -> tuple[PushdownData, list[int], list[int]]:
                 "runs": min(idle, 1.0), "u2": cb * 9025.0, "first": first,
                 "last": first + (n - 1) * STEP,
                 "sum_power": n * draw(st.floats(20, 70)), "cnt_power": n}
-    data = PushdownData(ids=ids, chunks=chunks, step_s=STEP, values=values, origin="one")
+    data = PushdownData.from_rows(ids=ids, chunks=chunks, step_s=STEP, values=values,
+                                  origin="one")
     data.fleet_util_sums = {"1h": (1234.0, 20.0)}
     stores = [draw(st.integers(0, 2)) for _ in range(gpus)]
     shards = [draw(st.integers(0, 1)) for _ in range(nchunks)]
@@ -59,10 +60,10 @@ def _split(data: PushdownData, stores: list[int], shards: list[int]
     for s in sorted(set(stores)):
         for t in sorted(set(shards)):
             keep = [i for i, x in enumerate(shards) if x == t]
-            vals = {(code, keep.index(i)): dict(v) for (code, i), v in data.values.items()
+            vals = {(code, keep.index(i)): dict(v) for (code, i), v in data.rows().items()
                     if i in keep and stores[int(data.ids[code].gpu_uuid[4:])] == s}
-            part = PushdownData(ids=list(data.ids), chunks=[data.chunks[i] for i in keep],
-                                step_s=STEP, values=vals, origin=f"store {s}")
+            part = PushdownData.from_rows(ids=list(data.ids), chunks=[data.chunks[i] for i in keep],
+                                          step_s=STEP, values=vals, origin=f"store {s}")
             if t == max(shards):
                 first = s == min(stores)  # the fleet sums of one store, zero in the others
                 part.fleet_util_sums = {"1h": (1234.0 if first else 0.0,
@@ -78,12 +79,12 @@ def test_any_split_merges_to_the_one_store_answer(case) -> None:  # type: ignore
     one = merge_pushdown([("one", data)])
     many = merge_pushdown(_split(data, stores, shards))
     assert many.chunks == one.chunks
-    used = {data.ids[c] for c, _ in data.values}
+    used = {data.ids[c] for c, _ in data.rows()}
     assert [s for s in many.ids if s in used] == [s for s in one.ids if s in used]
     code_one = {s: c for c, s in enumerate(one.ids)}
     code_many = {s: c for c, s in enumerate(many.ids)}
-    assert {(one.ids[c], i): v for (c, i), v in one.values.items()} == \
-        {(many.ids[c], i): v for (c, i), v in many.values.items()}
+    assert {(one.ids[c], i): v for (c, i), v in one.rows().items()} == \
+        {(many.ids[c], i): v for (c, i), v in many.rows().items()}
     assert many.fleet_util_pct == one.fleet_util_pct
     u1, d1 = usage_from_pushdown(one, by=("pod",))
     u2, d2 = usage_from_pushdown(many, by=("pod",))
@@ -98,14 +99,14 @@ def test_a_gpu_two_stores_answer_for_is_refused_or_kept_once() -> None:
     chunk = [(T0, T0 + 100 * STEP)]
 
     def part(n: float) -> PushdownData:
-        return PushdownData(ids=[sid], chunks=chunk, step_s=STEP, origin="x", values={
+        return PushdownData.from_rows(ids=[sid], chunks=chunk, step_s=STEP, origin="x", values={
             (0, 0): {"n": n, "idle": n, "under": 0.0, "prod": 0.0, "cb": 0.0, "busy": 0.0,
                      "first": T0, "last": T0 + (n - 1) * STEP}})
 
     with pytest.raises(InputError, match=r"GPU-0001 is in 2 stores \(a, b\)"):
         merge_pushdown([("a", part(50.0)), ("b", part(80.0))])
     kept = merge_pushdown([("a", part(50.0)), ("b", part(80.0))], dedupe=True)
-    assert kept.values[(0, 0)]["n"] == 80.0
+    assert kept.rows()[(0, 0)]["n"] == 80.0
     assert [n.count for n in kept.notes if n.where == "--dedupe"] == [1]
     with pytest.raises(InputError, match="different steps"):
         other = part(10.0)

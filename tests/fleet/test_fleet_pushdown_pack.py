@@ -167,3 +167,64 @@ def test_skipped_threshold_queries_decode_the_same(u):
     decode(full, (len(u) - 1) * 15.0, 15.0, where="test")
     decode(narrowed, (len(u) - 1) * 15.0, 15.0, where="test")
     assert narrowed == full
+
+
+@st.composite
+def _rows(draw: st.DrawFn) -> list[dict[str, float]]:
+    """Answer rows of several series and chunk lengths: some with threshold queries left
+    out (narrowed), some with an SM view, the several-samples forms, signals, or no
+    utilization reading at all."""
+    out = []
+    for _ in range(draw(st.integers(1, 8))):
+        u = draw(st.lists(st.one_of(st.none(), st.integers(0, 100).map(float),
+                                    st.sampled_from([0.0, 5.0, 95.0])), min_size=2,
+                          max_size=30))
+        v = _answers(u)
+        if draw(st.booleans()):  # second pass by need
+            v = {k: x for k, x in v.items() if k not in NARROWED or straddles(v, k)}
+        if draw(st.booleans()) and "n" in v:  # an SM view: the same points as ratios
+            for name in ("n", "sum", "umin", "umax"):
+                if name in v:
+                    v[f"sm_{name}"] = v[name] / (1.0 if name == "n" else 100.0)
+        if draw(st.booleans()):
+            v["changes"] = float(draw(st.integers(0, 9)))
+        if draw(st.booleans()):
+            v["sum_power"], v["cnt_power"] = 40.0 * len(u), float(len(u))
+        if draw(st.booleans()):  # signals only: no utilization view, so no threshold answer
+            v = {k: x for k, x in v.items()
+                 if k not in ("n", "sum", "umin", "umax", *NARROWED) and not k.startswith("sm_")}
+        v["_points"] = float(len(u) - 1)
+        out.append(v)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(_rows())
+def test_columnar_decode_is_the_per_row_decode(rows):
+    """decode_columns over all rows at once gives every row what decode gives it alone."""
+    from gpuaudit.classify.pushdown_columns import Answers, decode_columns
+
+    step = 15.0
+    lengths = np.array([r.pop("_points") * step for r in rows])
+    ans = Answers.from_rows(len(rows), {(0, i): r for i, r in enumerate(rows)})
+    decode_columns(ans, lengths[ans.chunk], step, where=lambda r: f"row {r}")
+    want = []
+    for r, length in zip(rows, lengths):
+        v = dict(r)
+        decode(v, float(length), step, where="test")
+        want.append(v)
+    got = [ans.row_dict(i) for i in range(ans.rows)]
+    assert got == want
+
+
+def test_columnar_decode_names_the_row_with_a_reading_over_100_pct():
+    from gpuaudit.classify.pushdown_columns import Answers, decode_columns
+
+    base = pack_base(10)
+    good = {"n": 2.0, "sum": 20.0, "umin": 5.0, "umax": 15.0, "lo": base + 5.0}
+    bad = {"n": 2.0, "sum": 300.0, "umin": 5.0, "umax": 150.0,
+           "lo": _running_sum(np.array([150.0, 150.0]), base)}
+    ans = Answers.from_rows(2, {(0, 0): good, (0, 1): bad})
+    with pytest.raises(InputError, match=r"outside 0\.\.100") as err:
+        decode_columns(ans, np.full(2, 10 * 15.0), 15.0, where=lambda r: f"row {r}")
+    assert err.value.where == "row 1"

@@ -130,6 +130,33 @@ def test_inflate_gzip_never_holds_much_more_than_the_limit() -> None:
         inflate_gzip(gzip.compress(b"abc" * 1000)[:-12], "x")
 
 
+def test_a_lying_gzip_trailer_costs_no_memory() -> None:
+    """The trailer's size field sizes the buffer up front, but only within a ratio of the
+    compressed size: a 32-byte file that claims 2 GiB does not allocate it, and the stream's own
+    length check still calls it corrupt (the caller's error says to check it with gzip -t)."""
+    import subprocess
+    import sys
+
+    blob = bytearray(gzip.compress(b"ab" * 6))
+    blob[-4:] = (2**31 - 1).to_bytes(4, "little")  # claims 2 GiB; holds 12 bytes
+    code = ("import sys\n"
+            "import zlib\n"
+            "from gpuaudit.limits import inflate_gzip\n"
+            "try:\n"
+            f"    inflate_gzip({bytes(blob)!r}, 'x', limit=2**31)\n"
+            "    sys.exit('the wrong size was not noticed')\n"
+            "except zlib.error as exc:\n"
+            "    assert 'checksum' in str(exc) or 'length' in str(exc), exc\n"
+            # the child's own high-water mark: ru_maxrss keeps the parent's (pytest's) peak
+            # across fork + exec
+            "hwm = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+            "print(int(hwm) // 1024)\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert int(p.stdout.strip()) < 300, f"peak RSS {p.stdout.strip()} MiB"
+
+
 def test_bounded_stream_counts_what_comes_out() -> None:
     import io
 
@@ -158,3 +185,21 @@ def test_parse_bytes(text: str, n: int) -> None:
 def test_parse_bytes_refuses(text: str) -> None:
     with pytest.raises(InputError):
         parse_bytes(text)
+
+
+def test_inflate_gzip_backends_agree() -> None:
+    """ISA-L (isal, the default) and zlib inflate the same members to the same bytes, and
+    both report a truncated stream as EOFError and a corrupt one as zlib.error."""
+    import os
+    import zlib
+
+    from isal import isal_zlib
+
+    doc = os.urandom(50_000) + b'{"ph": "X", "cat": "kernel"},' * 40_000
+    blob = gzip.compress(doc) + b"\0\0" + gzip.compress(doc[:999])
+    for make in (lambda: zlib.decompressobj(31), lambda: isal_zlib.decompressobj(31)):
+        assert inflate_gzip(blob, "x", inflater=make) == doc + doc[:999]
+        with pytest.raises(EOFError):
+            inflate_gzip(blob[: len(blob) // 3], "x", inflater=make)
+        with pytest.raises(zlib.error):
+            inflate_gzip(blob[:30] + b"\xff" * 64 + blob[94:], "x", inflater=make)

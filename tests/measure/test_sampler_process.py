@@ -321,3 +321,36 @@ def test_sigterm_to_the_child_stops_and_finalises(tmp_path: Path) -> None:
     assert any("SIGTERM" in e for e in rec.events), rec.events
     assert not any("SIGKILL" in e for e in rec.events)
     assert rec.table.num_rows > 0 and read_recording(out).table.num_rows == rec.table.num_rows
+
+
+def test_an_idle_recording_wakes_the_link_only_for_news() -> None:
+    """Issue 27 (CPU of `sample --process` at 10 Hz): with no mark or step, the parent sends
+    the sampling process nothing until stop, and the child's heartbeat comes about once a
+    second, not once per 0.1 s link period; a mark still reaches the child before stop."""
+    s = Sampler(FakeNvml.backend(TWO), interval_s=0.1, process=True).start()
+    assert isinstance(s, ProcessSampler) and s._cmd is not None
+    sent: list[str] = []
+    received: list[str] = []
+    cmd = s._cmd
+    send, handle = cmd.send, s._handle
+
+    def spy_send(msg: Any) -> None:
+        sent.append(msg[0])
+        send(msg)
+
+    def spy_handle(msg: Any) -> None:
+        received.append(msg[0])
+        handle(msg)
+
+    cmd.send = spy_send  # type: ignore[method-assign]
+    s._handle = spy_handle  # type: ignore[method-assign]
+    try:
+        time.sleep(2.5)
+        idle_sent, idle_beats = list(sent), received.count("beat")
+        s.mark("now")
+        _wait(lambda: "x" in sent)  # the mark woke the link before any stop
+    finally:
+        rec = s.stop()
+    assert idle_sent == [], idle_sent
+    assert idle_beats <= 4, idle_beats  # ~25 at one beat per 0.1 s; a busy machine sends fewer
+    assert [m[1] for m in json.loads(rec.meta["marks"])] == ["now"]

@@ -55,3 +55,13 @@ def test_classes_of_real_names_unchanged() -> None:
     assert list(hta) == ["COMPUTATION", "COMPUTATION", "COMMUNICATION", "MEMORY", "OTHER"]
     assert list(cat)[:4] == ["elementwise", "gemm", "communication", "memory"]
     assert list(tc) == [False, True, False, False, False]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ProfilerStep#DataLoadr_:.() 0123é")), max_size=40))
+def test_span_selection_tests_equal_the_span_pattern(name: str) -> None:
+    """The selector's two string tests keep exactly the names ``_SPAN_NAME`` matches."""
+    from gpuaudit.traces.loader import _DATALOADER, _SPAN_NAME, _STEP_PREFIX
+
+    assert (name.startswith(_STEP_PREFIX) or _DATALOADER in name) == bool(
+        _SPAN_NAME.search(name))

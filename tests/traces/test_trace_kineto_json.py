@@ -209,3 +209,22 @@ def test_slices_bound_the_decoding_memory() -> None:
         assert cols.n_events == 20_000
     whole, sliced = peaks
     assert sliced < whole / 3, (whole, sliced)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.text(alphabet="0123456789.", max_size=22), max_size=40))
+def test_digits_and_dots_only_decode_exactly(texts: list[str]) -> None:
+    """The digits-and-dots path (Kineto's own number format, where no byte's class is
+    counted) decides as Decimal does: "1.", ".5", "..", "" and 20-digit runs included."""
+    raws = [msgspec.Raw(t.encode()) for t in texts]
+    ns, ok, frac = kj.parse_raw(raws)
+    for t, v, good, f in zip(texts, ns.tolist(), ok.tolist(), frac.tolist()):
+        try:
+            want: int | None = int((Decimal(t) * 1000).to_integral_value(ROUND_HALF_UP))
+            if not -(2**63) <= want < 2**63:
+                want = None
+        except ArithmeticError:
+            want = None
+        assert (good, v) == ((False, 0) if want is None else (True, want)), t
+        if good:
+            assert f == ("." in t), t

@@ -93,3 +93,28 @@ def test_damage_is_an_error_or_harmless(tmp_path: Path, where: int, junk: bytes)
         with pytest.raises(InputError) as exc:
             load_trace(p)
         assert exc.value.where is not None and "byte" in exc.value.where
+
+
+_INT_TOKENS = st.one_of(
+    st.integers(0, 10**17).map(lambda i: str(i).encode()),
+    st.integers(-10**6, 10**6).map(lambda i: str(i).encode()),
+    st.sampled_from([b"", b"0007", b"7.0", b"7.5", b'"7"', b"null", b"true", b"1e3",
+                     b"123456789012345", b"1234567890123456", b"9" * 19]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_INT_TOKENS, max_size=30))
+def test_integer_fast_path_equals_the_decimal_path(tokens: list[bytes]) -> None:
+    """parse_int_raw's digits-only path decides exactly as the exact decimal path."""
+    import msgspec
+    import numpy as np
+
+    from gpuaudit.traces._kineto_json import parse_int_raw, parse_raw
+
+    raws = [msgspec.Raw(t) for t in tokens]
+    vals, ok = parse_int_raw(raws)
+    ns, valid, _ = parse_raw(raws)
+    valid &= ns % 1000 == 0
+    np.testing.assert_array_equal(ok, valid)
+    np.testing.assert_array_equal(vals[ok], (ns // 1000)[valid])

@@ -3,21 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
 from gpuaudit.api.compose import Report, assemble, group_keys, open_source, rates_for
-from gpuaudit.classify import classify
+from gpuaudit.classify import Usage, classify
 from gpuaudit.recommend import Finding
-from gpuaudit.schema import Recording, SampleSource
 
 if TYPE_CHECKING:
-    pass
+    import pyarrow as pa
 
-__all__ = ["audit"]
+    from gpuaudit.schema import Recording, SampleSource
+
+__all__ = ["audit", "audit_usage"]
 
 
 def audit(
@@ -61,9 +61,35 @@ def audit(
     want_timeline = "timeline" not in extras  # the exporter passes {"timeline": None}: none
     usage = classify(source, by=group_keys(by), interval_s=interval_s, findings=finding_list,
                      workers=workers, timeline=want_timeline, **kwargs)
+    return audit_usage(usage, gpu_model=gpu_model, price=price, provider=provider,
+                       purchase=purchase, catalog=catalog, counts=counts,
+                       energy_usd_per_kwh=energy_usd_per_kwh, findings=finding_list,
+                       extra=extras)
+
+
+def audit_usage(
+    usage: Usage,
+    *,
+    gpu_model: str | None = None,
+    price: Decimal | str | float | None = None,
+    provider: str | None = None,
+    purchase: str = "on-demand",
+    catalog: str | Path | None = None,
+    counts: Mapping[str, int | float | Decimal] | None = None,
+    energy_usd_per_kwh: Decimal | str | float | None = None,
+    findings: Iterable[Finding] = (),
+    extra: Mapping[str, Any] | None = None,
+) -> Report:
+    """:func:`audit` after classify: price, recommend and assemble a usage already
+    classified (the capacity commands classify while they build their profiles, from the
+    same read, and know their findings only after)."""
+    finding_list = tuple(findings)
+    if usage.findings != finding_list:
+        usage = replace(usage, findings=finding_list)
+    extras = dict(extra or {})
     rates = rates_for(usage, gpu_model=gpu_model, price=price, provider=provider,
                       purchase=purchase, catalog=catalog)
-    if want_timeline and usage.timeline is not None:
+    if "timeline" not in extras and usage.timeline is not None:
         extras["timeline"] = usage.timeline.to_dict()
     return assemble(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh,
                     findings=finding_list, extra=extras)

@@ -2,22 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from dataclasses import replace as dc_replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from gpuaudit.api.compose import Report, assemble, group_keys, open_source
-from gpuaudit.api.fleet import fleet_usage
 from gpuaudit.classify import classify
 from gpuaudit.price.billing.budgets import load_budgets
-from gpuaudit.schema import Recording, SampleSource
 
-if TYPE_CHECKING:
-    pass
+if TYPE_CHECKING:  # loaded where used: `import gpuaudit.api` stays light (issue 27)
+    import pyarrow as pa
+
+    from gpuaudit.price.billing.allocate import BillSide
+    from gpuaudit.price.billing.readers import Bill
+    from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["BillReport", "bill", "compare_bills", "load_budgets"]
 
@@ -78,7 +80,7 @@ def bill(
     from gpuaudit.price.attribution import coarse_usage, load_mapping
     from gpuaudit.price.billing import open_bill
     from gpuaudit.price.billing.allocate import HOUR_KEY, allocate, usage_hours
-    from gpuaudit.price.billing.rates import bill_rates
+    from gpuaudit.price.billing.rates import bill_rates, with_mig_models
 
     if (telemetry is None) == (prometheus is None):
         raise InputError("give the measured GPU time: either --telemetry FILE or "
@@ -90,27 +92,37 @@ def bill(
     # by=None: no grouping (one line per charge); an empty sequence keeps the default, team
     keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     names = [k[6:] if k.startswith("label:") else k for k in keys]
-    opened = open_bill(bill_path, fmt=fmt)
     fine = tuple(dict.fromkeys([*keys, "pod"]))
+    # the bill is read, checked and summed (what needs no telemetry) in a second thread
+    # while the telemetry is classified: DuckDB works outside the interpreter lock
+    bill_f = _in_thread(lambda: _open(open_bill(bill_path, fmt=fmt), cost))
     if telemetry is not None:
-        source = open_source(telemetry)
-        if map_file is not None:
-            # the fleet's attribution rules (pod labels, the mapping file), as
-            # `gpuaudit fleet --recording` applies them; needs the table in memory
-            from gpuaudit.measure.files import read_samples
-            from gpuaudit.price.attribution import Attributor, attribute_table
+        try:
+            source = open_source(telemetry)
+            if map_file is not None:
+                # the fleet's attribution rules (pod labels, the mapping file), as
+                # `gpuaudit fleet --recording` applies them; needs the table in memory
+                from gpuaudit.measure.files import read_samples
+                from gpuaudit.price.attribution import Attributor, attribute_table
+                from gpuaudit.schema import Recording
 
-            rec = source if isinstance(source, Recording) else read_samples(telemetry) \
-                if isinstance(telemetry, (str, Path)) else None
-            if rec is None:
-                raise InputError("--map-file with a streamed sample source",
-                                 fix="give a recording file or a Recording")
-            source = dc_replace(rec, table=attribute_table(
-                rec.table, Attributor(load_mapping(map_file), {})))
-        usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers, timeline=timeline)
+                rec = source if isinstance(source, Recording) else read_samples(telemetry) \
+                    if isinstance(telemetry, (str, Path)) else None
+                if rec is None:
+                    raise InputError("--map-file with a streamed sample source",
+                                     fix="give a recording file or a Recording")
+                source = dc_replace(rec, table=attribute_table(
+                    rec.table, Attributor(load_mapping(map_file), {})))
+            usage_h = classify(source, by=(*fine, HOUR_KEY), workers=workers,
+                               timeline=timeline)
+        except BaseException:
+            bill_f.result()  # a bad bill is the error to report first, as it always was
+            raise
+        opened, side = bill_f.result()
         window = (usage_h.window_start, usage_h.window_end)
     else:
         assert prometheus is not None
+        opened, side = bill_f.result()
         span = opened.con.execute(
             "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchone()
         if span[0] is None:
@@ -120,6 +132,8 @@ def bill(
         step = step_s or 60.0
         mapping = load_mapping(map_file) if map_file else None
         fleet_fine = tuple(dict.fromkeys([*keys, "namespace", "pod"]))
+        from gpuaudit.api.fleet import fleet_usage
+
         usage_f, hourly, _util, _transfer = fleet_usage(
             prometheus, start_s=start_s - step, end_s=end_s, step_s=step_s, by=fleet_fine,
             mapping=mapping, matchers=matchers, client_kwargs=client_kwargs, chunk_s=3600.0)
@@ -135,9 +149,10 @@ def bill(
     hours = usage_hours(usage_h.cells, list(keys))
     alloc = allocate(opened, hours, names, method=method, cost=cost,
                      window=(window[0], window[1]), host_aliases=host_aliases,
-                     sql_dir=sql_dir, sql_dialect=sql_dialect, engine=engine, spark=spark)
+                     sql_dir=sql_dir, sql_dialect=sql_dialect, engine=engine, spark=spark,
+                     side=side)
     summary = alloc.summary
-    usage = coarse_usage(usage_h, keys)
+    usage = coarse_usage(with_mig_models(usage_h), keys)
     rates = bill_rates(usage, summary, catalog=catalog)
     if budgets is not None:
         from gpuaudit.price.billing.budgets import budget_status, load_budgets
@@ -154,10 +169,34 @@ def bill(
                       showback=alloc.showback)
 
 
+T = TypeVar("T")
+
+
+def _in_thread(work: Callable[[], T]) -> Future[T]:
+    """``work()`` in a thread of its own; its result (or its error) in the future."""
+    fut: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            fut.set_result(work())
+        except BaseException as exc:  # handed to the caller through the future
+            fut.set_exception(exc)
+
+    threading.Thread(target=run, name="gpuaudit-bill-read", daemon=True).start()
+    return fut
+
+
+def _open(opened: Bill, cost: str) -> tuple[Bill, BillSide]:
+    from gpuaudit.price.billing.allocate import bill_side
+
+    return opened, bill_side(opened, cost=cost)
+
+
 def _epoch_text(ts: Any) -> pa.Array:
     """Hourly chunk starts as the hour they cover, epoch seconds in text (classify's
     ``period:3600`` values). The pushdown's chunks start one scrape step after the range's
     start, so a chunk starting at 09:59:15 is the 10:00 hour: rounded to the nearest hour."""
+    import pyarrow as pa
     import pyarrow.compute as pc
 
     secs = pc.divide(pc.cast(pc.cast(ts, pa.timestamp("ns", tz="UTC")), pa.int64()),
@@ -166,21 +205,50 @@ def _epoch_text(ts: Any) -> pa.Array:
     return pc.cast(hour, pa.string())
 
 
-def compare_bills(last: str | Path, this: str | Path) -> dict[str, Any]:
+_BILL_SUFFIXES = (".csv", ".csv.gz", ".csv.zst", ".parquet", ".parq")
+
+
+def _is_bill(p: Path) -> bool:
+    return p.is_dir() or p.name.lower().endswith(_BILL_SUFFIXES)
+
+
+def compare_bills(last: str | Path, this: str | Path, *,
+                  telemetry: str | Path | Sequence[str | Path] | None = None,
+                  by: str | Sequence[str] | None = ("team",)) -> dict[str, Any]:
     """Realised savings: per team and per remediation, what last month's bill report
-    projected and what this month's bill shows (two JSON reports of :func:`bill`, as
-    ``gpuaudit bill --format json`` writes them; :mod:`gpuaudit.price.billing.compare`)."""
+    projected and what this month's bill shows (:mod:`gpuaudit.price.billing.compare`).
+
+    ``last`` and ``this``: JSON reports of :func:`bill` (as ``gpuaudit bill --format json``
+    writes them) or the bills themselves (a FOCUS/CUR/GCP file or folder), split here over
+    ``telemetry`` (one recording for both, or one per bill, in order) by ``by``."""
     import json
 
     from gpuaudit.errors import InputError
     from gpuaudit.price.billing.compare import compare_reports
 
+    paths = [Path(last), Path(this)]
+    tels: list[str | Path] = [] if telemetry is None else (
+        [telemetry] if isinstance(telemetry, (str, Path)) else list(telemetry))
+    if len(tels) > 2:
+        raise InputError(f"{len(tels)} telemetry files for two bills",
+                         fix="give one recording for both bills, or one per bill in order")
     docs = []
-    for p in (Path(last), Path(this)):
+    for i, p in enumerate(paths):
+        if _is_bill(p):
+            if not tels:
+                raise InputError("comparing bills needs the measured GPU time", where=str(p),
+                                 fix="add --telemetry RECORDING (one for both bills, or one "
+                                 "per bill), or compare two reports of gpuaudit bill "
+                                 "--format json")
+            tel = tels[min(i, len(tels) - 1)]
+            docs.append(json.loads(json.dumps(bill(p, telemetry=tel, by=by).to_dict())))
+            continue
         try:
             docs.append(json.loads(p.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise InputError(f"cannot read the JSON report: {exc}", where=str(p),
-                             fix="give reports written by gpuaudit bill --format json") from None
-    return compare_reports(docs[0], docs[1], last_name=Path(last).name,
-                           this_name=Path(this).name)
+                             fix="give reports written by gpuaudit bill --format json, or "
+                             "the bills themselves (.csv, .csv.gz, .parquet) with "
+                             "--telemetry") from None
+    return compare_reports(docs[0], docs[1], last_name=paths[0].name,
+                           this_name=paths[1].name)

@@ -10,20 +10,20 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import pyarrow as pa
-
 from gpuaudit.classify import Usage, check_health, diagnose
 from gpuaudit.classify.diagnose import group_diagnoses, job_diagnoses
 from gpuaudit.price import price_usage, resolve_rates
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding, recommend
 from gpuaudit.result import AuditResult
-from gpuaudit.schema import Recording, SampleSource
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from gpuaudit.capacity.queue import QueueReport
     from gpuaudit.capacity.rightsize import Rightsize
     from gpuaudit.capacity.simulate import Simulation
+    from gpuaudit.schema import Recording, SampleSource
 
 
 #: what a :class:`CapacityReport` holds: the capacity stage's answer
@@ -66,6 +66,10 @@ def open_source(
 
         return open_samples(samples, mapping=mapping, fields=fields, host=host,
                             gpu_model=gpu_model, tz=tz)
+    import pyarrow as pa
+
+    from gpuaudit.schema import Recording
+
     if isinstance(samples, pa.Table):
         return Recording(table=samples, source="table", origin="an in-memory sample table")
     return samples

@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from gpuaudit.api.compose import Report, assemble, group_keys, rates_for
 from gpuaudit.classify import Usage, classify
+from gpuaudit.classify.usage import arrow_cells
 from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding
@@ -297,6 +298,9 @@ def _sharded_usage(
     shard_s = DEFAULT_SHARD_S if shard_s is None else FLEET_SHARD_S.check(shard_s, "shard_s")
     concurrency = int(CONCURRENCY.check(concurrency, "concurrency"))
     stores = parse_stores(urls)
+    from gpuaudit._heap import cap_arenas
+
+    cap_arenas()  # answers are decoded in many threads: see gpuaudit._heap
     kw = dict(client_kwargs or {})
     kw["max_in_flight"] = concurrency
     clients = {st.name: PromClient(st.url, **kw) for st in stores}
@@ -424,7 +428,7 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     for d in np.unique(day):
         sub = table.filter(pa.array(day == d))
         u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0)
-        cells = u.cells
+        cells = arrow_cells(u.cells)
         start_ns = int((t0 + d * chunk_s) * 1e9)
         parts.append(cells.add_column(0, "day_start", pa.array(
             [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))))

@@ -86,8 +86,8 @@ def rightsize(
     the same job with FLOP counts (instead of ``flops_per_unit``); ``catalog``: a TOML price
     file whose ``[[owned]]`` rows add owned hardware (TCO at ``duty``). ``plan``: also run the
     audit with the right-size finding in (``CapacityReport.audit``)."""
-    from gpuaudit.api.audit import audit
-    from gpuaudit.capacity.profiles import build_profiles
+    from gpuaudit.api.audit import audit_usage
+    from gpuaudit.api.shared_read import profiles_and_usage
     from gpuaudit.capacity.rightsize import load_bench
     from gpuaudit.capacity.rightsize import rightsize as plan_rightsize
     from gpuaudit.price.catalog import load_user_catalog, resolve_rate
@@ -98,7 +98,9 @@ def rightsize(
         else throughput
     user = load_user_catalog(catalog) if catalog else ()
     owned = load_owned(catalog) if catalog else ()
-    prof = build_profiles(open_source(samples, gpu_model=gpu_model), step_s=step_s)
+    # the plan's audit classifies the same batches the profiles read, on the other core
+    prof, usage = profiles_and_usage(open_source(samples, gpu_model=gpu_model), step_s=step_s,
+                                     audit=plan)
     model = gpu_model or prof.main_model
     rate = resolve_rate(model, price=price, provider=provider, purchase=purchase,
                         user_catalog=user)
@@ -116,9 +118,9 @@ def rightsize(
     saving = rs.saving()
     findings = () if saving is None else (
         Finding(RIGHT_SIZE_SIGNAL, saving[0], saving[1], source="capacity"),)
-    report = None if not plan else audit(samples, findings=findings, price=price,
-                                         provider=provider, purchase=purchase, catalog=catalog,
-                                         gpu_model=gpu_model)
+    report = None if usage is None else audit_usage(
+        usage.result(), findings=findings, price=price, provider=provider, purchase=purchase,
+        catalog=catalog, gpu_model=gpu_model)
     source = {"path": str(samples), "step_s": prof.step_s} \
         if isinstance(samples, (str, Path)) else {"origin": _origin(samples), "step_s": prof.step_s}
     return CapacityReport(rs, source, report, findings)

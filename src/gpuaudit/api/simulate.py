@@ -100,8 +100,8 @@ def simulate(
     :class:`~gpuaudit.measure.fleet.prometheus.PromClient`). ``by`` keeps groups apart
     (``"team"``, ``"team,project"`` or a sequence). ``plan``: also run the audit with the
     consolidation finding in (``CapacityReport.audit``)."""
-    from gpuaudit.api.audit import audit
-    from gpuaudit.capacity.profiles import build_profiles
+    from gpuaudit.api.audit import audit_usage
+    from gpuaudit.api.shared_read import profiles_and_usage
     from gpuaudit.capacity.simulate import POLICIES
     from gpuaudit.capacity.simulate import simulate as replay
     from gpuaudit.classify.phases import group_key_names
@@ -119,13 +119,13 @@ def simulate(
     if prometheus is not None:
         history, source = _prometheus_history(prometheus, start_s=start_s, end_s=end_s,
                                               step_s=step_s, client_kwargs=client_kwargs)
-        audited: Any = history
     else:
         assert samples is not None
-        history, audited = open_source(samples), samples
+        history = open_source(samples)
         source = {"path": str(samples), "step_s": step_s} if isinstance(samples, (str, Path)) \
             else {"origin": str(getattr(history, "origin", "")), "step_s": step_s}
-    prof = build_profiles(history, step_s=step_s, by=keys)
+    # the plan's audit classifies the same batches the profiles read, on the other core
+    prof, usage = profiles_and_usage(history, step_s=step_s, by=keys, audit=plan)
     user = load_user_catalog(catalog) if catalog else ()
 
     def rate(model: str | None) -> Rate:
@@ -142,8 +142,9 @@ def simulate(
     saving = sim.saving()
     findings = () if saving is None else (
         Finding(CONSOLIDATION_SIGNAL, saving[0], saving[1], source="capacity"),)
-    report = None if not plan else audit(audited, findings=findings, price=price,
-                                         provider=provider, purchase=purchase, catalog=catalog)
+    report = None if usage is None else audit_usage(
+        usage.result(), findings=findings, price=price, provider=provider, purchase=purchase,
+        catalog=catalog)
     return CapacityReport(sim, source, report, findings,
                           tuple(k.removeprefix("label:") for k in keys))
 

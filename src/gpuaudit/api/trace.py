@@ -1,12 +1,17 @@
 """``gpuaudit.trace(paths, ...)``: PyTorch profiler traces (Kineto JSON) through the priced
 report; ``gpuaudit.kernel_summary(path, ...)``: an nsys ``cuda_gpu_kern_sum`` CSV.
 
-A Kineto trace becomes a :class:`~gpuaudit.schema.Recording` (one GPU series per rank, busy
-share per window, :func:`gpuaudit.traces.recording.trace_to_recording`); its findings (whose
-sentences the traces stage writes) become :class:`gpuaudit.recommend.Finding` evidence for
-the recommender, and the analyses travel in ``extra["trace"]`` (JSON as is, terminal and
-Markdown through :mod:`gpuaudit.report.trace`). The traces package never imports recommend:
-the conversion happens here, in the composition layer.
+A Kineto trace becomes per-rank busy/idle series (:func:`gpuaudit.traces.windows.
+busy_series`: one GPU series per rank, busy then idle per window), classified from those
+plain columns (:func:`gpuaudit.classify.columns.classify_columns`: the same phase engine,
+timeline and patterns as a sample table gets, without building one), then priced, diagnosed
+and advised by the same :func:`~gpuaudit.api.compose.assemble` as every other report. Its
+findings (whose sentences the traces stage writes) become :class:`gpuaudit.recommend.Finding`
+evidence for the recommender, and the analyses travel in ``extra["trace"]`` (JSON as is,
+terminal and Markdown through :mod:`gpuaudit.report.trace`). The traces package never imports
+recommend: the conversion happens here, in the composition layer. Nothing on this path
+imports pyarrow or pandas (tests/traces/test_trace_plain_path.py runs the command and checks);
+:func:`trace_extra` gives the same samples as an Arrow :class:`~gpuaudit.schema.Recording`.
 
 An nsys kernel summary has no timeline, so it cannot be classified or have its idle time
 priced: :func:`kernel_summary` gives the kernel breakdown and, given a rate, the cost of the
@@ -28,29 +33,42 @@ from gpuaudit.errors import InputError
 if TYPE_CHECKING:
     from gpuaudit.recommend import Finding
     from gpuaudit.schema import Recording
+    from gpuaudit.series import ImportNote
+    from gpuaudit.traces.loader import Trace
+    from gpuaudit.traces.windows import RankSeries
 
 __all__ = ["KernelSummary", "kernel_summary", "trace", "trace_extra"]
 
 _NS_PER_HOUR = Decimal(3_600_000_000_000)
 
 
-def trace_extra(paths: Sequence[str | Path], *, hta_compat: bool = False,
-                include_last_step: bool = False, window_ms: float = 100.0,
-                gpu_model: str | None = None) -> tuple[Recording, dict[str, Any], list[Finding]]:
-    """(Recording, ``extra["trace"]`` dict, findings as recommend Findings) for Kineto traces.
+@dataclass(frozen=True)
+class _Parts:
+    """A trace read and analysed: the busy/idle series, ``extra["trace"]`` and the findings."""
 
-    ``gpu_model`` names the GPU whose peak the achieved FLOP/s is compared with where the
-    trace's ``deviceProperties`` do not."""
+    trace: Trace
+    series: list[RankSeries]
+    notes: tuple[ImportNote, ...]  # the loader's notes, then ranks without samples
+    extra: dict[str, Any]
+    evidence: list[Finding]
+    window_s: float
+
+
+def _parts(paths: Sequence[str | Path], *, hta_compat: bool, include_last_step: bool,
+           window_ms: float, gpu_model: str | None) -> _Parts:
     from gpuaudit.recommend import Finding
+    from gpuaudit.series import ImportNote
     from gpuaudit.traces.analysis import AnalysisOptions, analyze
+    from gpuaudit.traces.findings import findings
     from gpuaudit.traces.flops import SOURCE, achieved_flops, flop_evidence, sentence
     from gpuaudit.traces.loader import load_traces
-    from gpuaudit.traces.recording import findings, trace_to_recording
+    from gpuaudit.traces.windows import busy_series, rows, series_origin
 
     trace = load_traces([Path(p) for p in paths])
     opt = AnalysisOptions(hta_compat=hta_compat, include_last_step=include_last_step)
     analysis = analyze(trace, opt)
-    rec = trace_to_recording(trace, window_s=window_ms / 1000.0, options=opt)
+    window_s = window_ms / 1000.0
+    series, empty = busy_series(trace, window_s=window_s, options=opt)
     window = sum(r.window_ns for r in analysis.ranks)
     idle = sum(r.idle_ns for r in analysis.ranks)
     tfs = findings(analysis)
@@ -79,11 +97,31 @@ def trace_extra(paths: Sequence[str | Path], *, hta_compat: bool = False,
         "findings": [dict(f.__dict__) for f in tfs],
         "flops": {"source": SOURCE, "ranks": [r.as_dict() for r in flops],
                   "sentences": [sentence(r) for r in flops]} if flops else None,
-        "recording": {"rows": rec.table.num_rows, "interval_s": rec.interval_s,
-                      "origin": rec.origin},
+        "recording": {"rows": rows(series), "interval_s": window_s,
+                      "origin": series_origin(trace, window_s)},
         "import_notes": [dict(n.__dict__) for n in trace.all_notes()],
     }
-    return rec, extra, evidence
+    notes = tuple(ImportNote(n.reason, n.count, n.where, n.column)
+                  for n in (*trace.all_notes(), *empty))
+    return _Parts(trace, series, notes, extra, evidence, window_s)
+
+
+def trace_extra(paths: Sequence[str | Path], *, hta_compat: bool = False,
+                include_last_step: bool = False, window_ms: float = 100.0,
+                gpu_model: str | None = None) -> tuple[Recording, dict[str, Any], list[Finding]]:
+    """(Recording, ``extra["trace"]`` dict, findings as recommend Findings) for Kineto traces:
+    the samples :func:`trace` classifies, as a sample table (imports pyarrow).
+
+    ``gpu_model`` names the GPU whose peak the achieved FLOP/s is compared with where the
+    trace's ``deviceProperties`` do not."""
+    from gpuaudit.traces.analysis import AnalysisOptions
+    from gpuaudit.traces.recording import trace_to_recording
+
+    p = _parts(paths, hta_compat=hta_compat, include_last_step=include_last_step,
+               window_ms=window_ms, gpu_model=gpu_model)
+    rec = trace_to_recording(p.trace, window_s=p.window_s, options=AnalysisOptions(
+        hta_compat=hta_compat, include_last_step=include_last_step))
+    return rec, p.extra, p.evidence
 
 
 def trace(
@@ -106,27 +144,37 @@ def trace(
 
     ``window_ms``: the window of the per-rank busy series that is priced; ``hta_compat``:
     reproduce HolisticTraceAnalysis 0.5.0 exactly; ``include_last_step``: keep the last
-    ProfilerStep (HTA drops it). Pricing as :func:`gpuaudit.audit`."""
-    from gpuaudit.api.audit import audit
+    ProfilerStep (HTA drops it). Pricing as :func:`gpuaudit.audit`. The report equals
+    ``gpuaudit.audit`` of :func:`trace_extra`'s recording, without building it."""
+    from gpuaudit.api.compose import assemble, rates_for
+    from gpuaudit.classify.columns import SeriesColumns, classify_columns
 
     plist = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    rec, extra, evidence = trace_extra(plist, hta_compat=hta_compat,
-                                       include_last_step=include_last_step,
-                                       window_ms=window_ms, gpu_model=gpu_model)
-    if rec.table.num_rows == 0:
-        fl = extra.get("flops")
+    p = _parts(plist, hta_compat=hta_compat, include_last_step=include_last_step,
+               window_ms=window_ms, gpu_model=gpu_model)
+    if not p.series:
+        fl = p.extra.get("flops")
         counted = (" (its CPU operators count " + "; ".join(fl["sentences"]) + ", from "
                    + fl["source"] + ")") if fl else ""
         raise InputError(
             "the trace(s) hold no GPU kernel events, so there is no GPU time to audit"
             + counted,
-            where=", ".join(str(p) for p in plist),
+            where=", ".join(str(x) for x in plist),
             fix="record with torch.profiler activities=[ProfilerActivity.CPU, "
             "ProfilerActivity.CUDA]",
         )
-    return audit(rec, findings=evidence, extra={"trace": extra}, price=price,
-                 gpu_model=gpu_model, provider=provider, purchase=purchase, catalog=catalog,
-                 counts=counts, energy_usd_per_kwh=energy_usd_per_kwh)
+    usage = classify_columns(
+        [SeriesColumns(s.gpu_uuid, s.host, s.gpu_model, None, s.ts_ns, s.util_pct, s.end_ns)
+         for s in p.series],
+        interval_s=p.window_s, source="trace", origin=p.extra["recording"]["origin"],
+        notes=p.notes, findings=p.evidence)
+    rates = rates_for(usage, gpu_model=gpu_model, price=price, provider=provider,
+                      purchase=purchase, catalog=catalog)
+    extras: dict[str, Any] = {"trace": p.extra}
+    if usage.timeline is not None:
+        extras["timeline"] = usage.timeline.to_dict()
+    return assemble(usage, rates, counts=counts, energy_usd_per_kwh=energy_usd_per_kwh,
+                    findings=p.evidence, extra=extras)
 
 
 @dataclass(frozen=True)

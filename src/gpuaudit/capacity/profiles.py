@@ -34,7 +34,7 @@ from gpuaudit.hardware import MIG_COMPUTE_SLICES
 from gpuaudit.schema import Recording, SampleSource
 from gpuaudit.validate import STEP_S
 
-__all__ = ["Profiles", "WorkloadStats", "build_profiles", "profile_stats"]
+__all__ = ["ProfileBuilder", "Profiles", "WorkloadStats", "build_profiles", "profile_stats"]
 
 _COLUMNS = ("namespace", "pod", "container", "host", "gpu_model")
 #: a MIG instance's gpu_uuid is ``<parent-uuid>/gi<GPU_I_ID>`` (gpuaudit.measure.fleet.dcgm)
@@ -206,21 +206,50 @@ def build_profiles(
     step_s = STEP_S.check(step_s, "step_s")
     if step_s <= 0:
         raise InputError(f"step must be positive, got {step_s}", fix="pass --step 1m or more")
-    keys = tuple(by)
-    batches, (lo, hi), origin = _batches_and_window(source, window_ns)
-    step_ns = round(step_s * 1e9)
-    start = lo // step_ns * step_ns
-    steps = (hi - start) // step_ns + 1
-    grid = _Grid(steps)
-    index: dict[tuple[Any, ...], int] = {}
-    names: list[tuple[str, str, str | None, tuple[str | None, ...]]] = []
-    scal: dict[str, list[float]] = {k: [] for k in (
-        "mem_total", "power_sum", "power_n", "dram_sum", "dram_n", "tensor_sum", "tensor_n")}
-    per_pod = "pod" in keys
+    batches, window, origin = _batches_and_window(source, window_ns)
+    builder = ProfileBuilder(window, step_s=step_s, by=by, origin=origin)
     for batch in batches:
+        builder.add(batch)
+    return builder.finish()
+
+
+class ProfileBuilder:
+    """:func:`build_profiles` batch by batch, for a caller that reads the batches itself
+    (``gpuaudit.api`` reads a file once for the profiles and the audit's classify together).
+
+    ``window_ns``: the first and last timestamp of the samples to come (a recording's footer
+    says: ``FileSource.ts_range_ns``); samples outside it are not counted."""
+
+    def __init__(self, window_ns: tuple[int, int], *, step_s: float = 60.0,
+                 by: Sequence[str] = (), origin: str = "") -> None:
+        step_s = STEP_S.check(step_s, "step_s")
+        if step_s <= 0:
+            raise InputError(f"step must be positive, got {step_s}",
+                             fix="pass --step 1m or more")
+        self.keys = tuple(by)
+        self.step_s = float(step_s)
+        self.origin = origin
+        lo, hi = window_ns
+        self.step_ns = round(step_s * 1e9)
+        self.start = lo // self.step_ns * self.step_ns
+        self.steps = (hi - self.start) // self.step_ns + 1
+        self.grid = _Grid(self.steps)
+        self.index: dict[tuple[Any, ...], int] = {}
+        self.names: list[tuple[str, str, str | None, tuple[str | None, ...]]] = []
+        self.scal: dict[str, list[float]] = {k: [] for k in (
+            "mem_total", "power_sum", "power_n", "dram_sum", "dram_n", "tensor_sum",
+            "tensor_n")}
+        self._lut: np.ndarray | None = None
+        self._dicts: tuple[Any, ...] | None = None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        """Accumulate one sample-table batch."""
         n = batch.num_rows
         if n == 0:
-            continue
+            return
+        keys, steps, start, step_ns = self.keys, self.steps, self.start, self.step_ns
+        grid, index, names, scal = self.grid, self.index, self.names, self.scal
+        per_pod = "pod" in keys
         ts = batch.column(batch.schema.get_field_index("ts")).cast(pa.int64()).to_numpy()
         step = (ts - start) // step_ns
         inside = (step >= 0) & (step < steps)
@@ -236,7 +265,7 @@ def build_profiles(
             mult *= len(v) + 1
         combo = combo * (len(mm_vals) + 1) + (mm_codes + 1)
         mult *= len(mm_vals) + 1
-        if mult <= 4 * n + 1024:  # a dense lookup: no sort of the batch
+        if mult <= 4 * n + 1024:  # a dense lookup: no sort of the batch (``dense`` below)
             present = np.zeros(mult, dtype=bool)
             present[combo] = True
             uniq = np.flatnonzero(present)
@@ -248,8 +277,19 @@ def build_profiles(
             inv = slot[combo]
         else:
             uniq, first, inv = np.unique(combo, return_index=True, return_inverse=True)
-        local = np.empty(len(uniq), dtype=np.int64)
-        for j, row in enumerate(first):
+        # the combination -> workload table of the previous batch holds while the batch's
+        # dictionaries are the same (batches of one row group share them): only combinations
+        # not seen before go through the Python loop
+        dense = mult <= 4 * n + 1024
+        dicts = (uu_vals, [v for _c, v in group_parts], mm_vals)
+        if dense and (self._lut is None or self._lut.shape[0] != mult
+                      or self._dicts != dicts):
+            self._lut = np.full(mult, -1, dtype=np.int64)
+            self._dicts = dicts
+        lut = self._lut if dense else None
+        local = lut[uniq] if lut is not None else np.full(len(uniq), -1, dtype=np.int64)
+        for j in np.flatnonzero(local < 0).tolist():
+            row = first[j]
             uuid = str(uu_vals[uu_codes[row]])
             group = tuple(None if c[row] < 0 else str(v[c[row]]) for c, v in group_parts)
             model = None if mm_codes[row] < 0 else str(mm_vals[mm_codes[row]])
@@ -264,6 +304,8 @@ def build_profiles(
                     lst.append(0.0)
                 scal["mem_total"][-1] = np.nan
             local[j] = w
+            if lut is not None:
+                lut[uniq[j]] = w
         wid = local[inv.reshape(-1)]
         grid.ensure(len(names))
         util = _float(batch, "util_gpu_pct")
@@ -310,42 +352,49 @@ def build_profiles(
             for jj in np.flatnonzero(cnt):
                 scal[f"{name}_sum"][int(jj)] += float(sums[jj])
                 scal[f"{name}_n"][int(jj)] += float(cnt[jj])
-    if not names:
-        raise InputError("no samples to profile", where=origin or None,
-                         fix="check the file or the Prometheus range")
-    w_total = len(names)
-    grid.ensure(w_total)
-    num = grid.arrays.pop("u_num", np.zeros((grid.cap, steps), np.float32))[:w_total]
-    den = grid.arrays.pop("u_den", np.zeros((grid.cap, steps), np.float32))[:w_total]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        util_m = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan).astype(np.float32)
-    del num, den
-    sm_m = None
-    if "s_num" in grid.arrays:
-        sn, sd = grid.arrays.pop("s_num")[:w_total], grid.arrays.pop("s_den")[:w_total]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            sm_m = np.where(sd > 0, sn / np.where(sd > 0, sd, 1), np.nan).astype(np.float32)
-    mem_m = grid.arrays.get("mem")
-    if mem_m is None:
-        mem_m = np.full((w_total, steps), np.nan, np.float32)
-    else:  # stored + 1: 0 is a step without a reading
-        mem_m = mem_m[:w_total]
-        mem_m -= 1.0
-        mem_m[mem_m < 0] = np.nan
 
-    def mean(name: str) -> np.ndarray:
-        s = np.asarray(scal[f"{name}_sum"])
-        c = np.asarray(scal[f"{name}_n"])
+    def finish(self) -> Profiles:
+        """The profiles of every batch added (the builder is spent)."""
+        names, grid, scal, steps = self.names, self.grid, self.scal, self.steps
+        if not names:
+            raise InputError("no samples to profile", where=self.origin or None,
+                             fix="check the file or the Prometheus range")
+        w_total = len(names)
+        grid.ensure(w_total)
+        num = grid.arrays.pop("u_num", np.zeros((grid.cap, steps), np.float32))[:w_total]
+        den = grid.arrays.pop("u_den", np.zeros((grid.cap, steps), np.float32))[:w_total]
         with np.errstate(invalid="ignore", divide="ignore"):
-            return np.where(c > 0, s / np.where(c > 0, c, 1), np.nan)
+            util_m = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan
+                              ).astype(np.float32)
+        del num, den
+        sm_m = None
+        if "s_num" in grid.arrays:
+            sn, sd = grid.arrays.pop("s_num")[:w_total], grid.arrays.pop("s_den")[:w_total]
+            with np.errstate(invalid="ignore", divide="ignore"):
+                sm_m = np.where(sd > 0, sn / np.where(sd > 0, sd, 1), np.nan
+                                ).astype(np.float32)
+        mem_m = grid.arrays.get("mem")
+        if mem_m is None:
+            mem_m = np.full((w_total, steps), np.nan, np.float32)
+        else:  # stored + 1: 0 is a step without a reading
+            mem_m = mem_m[:w_total]
+            mem_m -= 1.0
+            mem_m[mem_m < 0] = np.nan
 
-    return Profiles(
-        workload=tuple(n[0] for n in names), gpu_uuid=tuple(n[1] for n in names),
-        gpu_model=tuple(n[2] for n in names), group=tuple(n[3] for n in names),
-        group_keys=keys, start_ns=int(start), step_s=float(step_s), util_pct=util_m,
-        mem_mib=mem_m, sm_pct=sm_m, mem_total_mib=np.asarray(scal["mem_total"], np.float32),
-        power_w_mean=mean("power"), dram_active_mean=mean("dram"),
-        tensor_active_mean=mean("tensor"), origin=origin)
+        def mean(name: str) -> np.ndarray:
+            s = np.asarray(scal[f"{name}_sum"])
+            c = np.asarray(scal[f"{name}_n"])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                return np.where(c > 0, s / np.where(c > 0, c, 1), np.nan)
+
+        return Profiles(
+            workload=tuple(n[0] for n in names), gpu_uuid=tuple(n[1] for n in names),
+            gpu_model=tuple(n[2] for n in names), group=tuple(n[3] for n in names),
+            group_keys=self.keys, start_ns=int(self.start), step_s=self.step_s,
+            util_pct=util_m, mem_mib=mem_m, sm_pct=sm_m,
+            mem_total_mib=np.asarray(scal["mem_total"], np.float32),
+            power_w_mean=mean("power"), dram_active_mean=mean("dram"),
+            tensor_active_mean=mean("tensor"), origin=self.origin)
 
 
 def _accumulate(grid: _Grid, name: str, flat: np.ndarray, ok: np.ndarray, values: np.ndarray,

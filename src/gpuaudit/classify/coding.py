@@ -15,11 +15,14 @@ of an engine that read a later range of the same stream (see ``_Engine.absorb``)
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpuaudit.classify.rows import NS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["CellKey", "Coding"]
 
@@ -57,6 +60,9 @@ class Coding:
     # -- series ---------------------------------------------------------------------------
     def series_codes(self, batch: pa.RecordBatch, ts: np.ndarray) -> np.ndarray:
         """Each row's series code; series seen for the first time get the next codes."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         col = batch.column("gpu_uuid")
         if not pa.types.is_dictionary(col.type):
             col = pc.dictionary_encode(col)
@@ -94,6 +100,20 @@ class Coding:
                 self.first_ts[start:len(self.series_index)] = ts[first_rows]
         return np.asarray(mapping[idx])
 
+    def add_series(self, uuid: str, host: str, gpu_model: str | None, mig_profile: str | None,
+                   first_ts: int) -> int:
+        """Register a series given by its identity rather than read off a batch (a source
+        classified from plain columns); returns its code. Adding a known series is an
+        error: its rows must come in one go per call of the engine."""
+        if uuid in self.series_index:
+            raise ValueError(f"series {uuid!r} is already known")
+        code = len(self.series_index)
+        self.series_index[uuid] = code
+        self.series_meta.append((host, gpu_model, mig_profile))
+        self._grow_first_ts(code + 1)
+        self.first_ts[code] = first_ts
+        return code
+
     def _grow_first_ts(self, n: int) -> None:
         if self.first_ts.shape[0] < n:
             grown = np.zeros(max(n, 2 * self.first_ts.shape[0], 64), dtype=np.int64)
@@ -116,6 +136,8 @@ class Coding:
             for code in range(len(self.series_index)):
                 ids[code] = self.cell(code, ())
             return np.asarray(ids[codes])
+        import pyarrow.compute as pc
+
         group_vals = self._group_values(batch)
         # Encode the combination of series and group values row by row only over the
         # distinct combinations (few), not per row.
@@ -148,6 +170,9 @@ class Coding:
 
     def _group_values(self, batch: pa.RecordBatch) -> list[pa.Array]:
         """The rows' value of each ``--by`` key, as strings."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         values: list[pa.Array] = []
         if any(not k.startswith("period:") for k in self.by):
             labels = batch.column("labels")
@@ -181,25 +206,30 @@ class Coding:
             code_of_cell[cid] = code
         return code_of_cell
 
-    def cell_columns(self) -> dict[str, pa.Array]:
-        """The cells' identity columns, in cell id order: gpu_uuid, host, gpu_model and one
-        column per ``--by`` key."""
+    def cell_values(self) -> dict[str, list[str | None]]:
+        """The cells' identity columns as lists (what :meth:`cell_columns` holds)."""
         n = len(self.cell_index)
         uuids = list(self.series_index)
-        code_of_cell = np.empty(n, dtype=np.int64)
+        code_of_cell = [0] * n
         keys: list[tuple[str | None, ...]] = [()] * n
         for (code, key), cid in self.cell_index.items():
             code_of_cell[cid] = code
             keys[cid] = key
-        cols: dict[str, pa.Array] = {
-            "gpu_uuid": pa.array([uuids[i] for i in code_of_cell], type=pa.string()),
-            "host": pa.array([self.series_meta[i][0] for i in code_of_cell], type=pa.string()),
-            "gpu_model": pa.array([self.series_meta[i][1] for i in code_of_cell],
-                                  type=pa.string()),
+        cols: dict[str, list[str | None]] = {
+            "gpu_uuid": [uuids[i] for i in code_of_cell],
+            "host": [self.series_meta[i][0] for i in code_of_cell],
+            "gpu_model": [self.series_meta[i][1] for i in code_of_cell],
         }
         for j, name in enumerate(self.by):
-            cols[name] = pa.array([k[j] for k in keys], type=pa.string())
+            cols[name] = [k[j] for k in keys]
         return cols
+
+    def cell_columns(self) -> dict[str, pa.Array]:
+        """The cells' identity columns, in cell id order: gpu_uuid, host, gpu_model and one
+        column per ``--by`` key."""
+        import pyarrow as pa
+
+        return {k: pa.array(v, type=pa.string()) for k, v in self.cell_values().items()}
 
     # -- merging ranges -------------------------------------------------------------------
     def absorb(self, other: Coding) -> tuple[np.ndarray, np.ndarray]:

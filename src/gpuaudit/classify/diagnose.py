@@ -49,7 +49,14 @@ from dataclasses import dataclass, replace
 from statistics import median
 
 from gpuaudit.classify.patterns import job_key
-from gpuaudit.classify.usage import OnsetLag, Pattern, RunPhase, SeriesSignals, Usage
+from gpuaudit.classify.usage import (
+    OnsetLag,
+    Pattern,
+    RunPhase,
+    SeriesSignals,
+    Usage,
+    arrow_cells,
+)
 from gpuaudit.errors import InputError
 from gpuaudit.hardware import GpuSpec, gpu_family, spec_for
 
@@ -603,7 +610,7 @@ def _group_seconds(usage: Usage) -> dict[tuple[str | None, ...], dict[str, float
     """Observed seconds per group and GPU, from the usage cells."""
     keys = [*usage.by, "gpu_uuid"]
     phases = ("idle_s", "underutilized_s", "productive_s", "compute_bound_s")
-    agg = usage.cells.group_by(keys, use_threads=False).aggregate(
+    agg = arrow_cells(usage.cells).group_by(keys, use_threads=False).aggregate(
         [(p, "sum") for p in phases])
     cols = [agg.column(k).to_pylist() for k in usage.by]
     uuids = agg.column("gpu_uuid").to_pylist()

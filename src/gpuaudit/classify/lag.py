@@ -16,16 +16,17 @@ is the median over peers, the GPU's lag the median over steps (:func:`onset_lags
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpuaudit.classify.usage import IDLE_BELOW_PCT, OnsetLag
-from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["MAX_ONSETS", "OnsetAcc", "busy_onsets", "onset_lags"]
+if TYPE_CHECKING:
+    from gpuaudit.schema import Recording, SampleSource
+
+__all__ = ["MAX_ONSETS", "OnsetAcc", "busy_onsets", "onset_lags", "onsets_of"]
 
 #: Onsets kept per GPU (the first ones): 20,000 steps are far more than a lag needs.
 MAX_ONSETS = 20_000
@@ -36,10 +37,17 @@ def busy_onsets(source: SampleSource | Recording, uuids: Sequence[str]
                 ) -> dict[str, np.ndarray]:
     """Busy-onset times (ns) per GPU of ``uuids``, in time order (vectorised per batch: one
     sort by GPU and time, no per-GPU scan of the rows)."""
-    want = set(uuids)
-    out: dict[str, list[np.ndarray]] = {u: [] for u in uuids}
-    kept = dict.fromkeys(uuids, 0)
-    last_busy: dict[str, bool] = {}
+    return onsets_of(_batch_arrays(source), uuids)
+
+
+#: one batch as arrays: (series names, each row's index into them, utilization %, ts ns)
+BatchArrays = tuple[list[str], np.ndarray, np.ndarray, np.ndarray]
+
+
+def _batch_arrays(source: SampleSource | Recording) -> Iterator[BatchArrays]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     for batch in source.batches():
         if batch.num_rows == 0:
             continue
@@ -49,11 +57,23 @@ def busy_onsets(source: SampleSource | Recording, uuids: Sequence[str]
         names = [str(x) for x in uu.dictionary.to_pylist()]
         codes = uu.indices.to_numpy(zero_copy_only=False)
         u = batch.column("util_gpu_pct").cast(pa.float64()).to_numpy(zero_copy_only=False)
+        ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        yield names, codes, u, ts
+
+
+def onsets_of(batches: Iterable[BatchArrays], uuids: Sequence[str]) -> dict[str, np.ndarray]:
+    """:func:`busy_onsets` over batches given as arrays (a source read without Arrow, such
+    as a profiler trace's busy/idle series, gives them directly)."""
+    want = set(uuids)
+    out: dict[str, list[np.ndarray]] = {u: [] for u in uuids}
+    kept = dict.fromkeys(uuids, 0)
+    last_busy: dict[str, bool] = {}
+    for names, codes, u, ts_all in batches:
         wanted = np.array([n in want and kept[n] < MAX_ONSETS for n in names], dtype=bool)
         ok = ~np.isnan(u) & wanted[codes]
         if not ok.any():
             continue
-        ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)[ok]
+        ts = ts_all[ok]
         c, u = codes[ok], u[ok]
         order = np.lexsort((ts, c))
         c, ts, busy = c[order], ts[order], u[order] >= IDLE_BELOW_PCT

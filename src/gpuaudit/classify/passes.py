@@ -15,9 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-
-import pyarrow as pa
-import pyarrow.compute as pc
+from typing import TYPE_CHECKING
 
 from gpuaudit._heap import keep_freed_memory
 from gpuaudit.classify.lag import busy_onsets, onset_lags
@@ -40,8 +38,12 @@ from gpuaudit.classify.phases import (
 from gpuaudit.classify.timeline import Grid, timeline_for, timeline_grid
 from gpuaudit.classify.usage import OnsetLag, SeriesSignals, Usage
 from gpuaudit.errors import SampleTableError
-from gpuaudit.schema import Recording, SampleSource
 from gpuaudit.validate import CAP_INTERVALS, INTERVAL_S, WORKERS
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["classify"]
 
@@ -68,6 +70,10 @@ def classify(
     ``timeline``: build ``Usage.timeline`` (in the same pass where the window is known up
     front, else by reading a re-readable source once more; a one-shot stream gets none).
     """
+    import pyarrow as pa  # a sample table's path (plain columns: classify.columns)
+
+    from gpuaudit.schema import Recording
+
     if isinstance(samples, pa.Table):
         samples = Recording(table=samples, source="table", origin="an in-memory sample table")
     cap_intervals = CAP_INTERVALS.check(cap_intervals, "cap_intervals")
@@ -98,6 +104,8 @@ def classify(
 def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
               interval_s: float | None, cap_intervals: float, findings: tuple[object, ...],
               workers: int | None, timeline: bool) -> Usage:
+    from gpuaudit.schema import Recording
+
     interval = interval_s if interval_s is not None else samples.interval_s
     rows = getattr(samples, "num_rows", None)
     if isinstance(rows, int) and rows >= _LARGE_ROWS:
@@ -176,6 +184,11 @@ def _grid_up_front(samples: SampleSource | Recording, interval_s: float | None) 
     memory, or a file whose footer gives the first and last timestamp."""
     if interval_s is None:
         return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpuaudit.schema import Recording
+
     if isinstance(samples, Recording):
         if samples.table.num_rows == 0:
             return None

@@ -29,9 +29,9 @@ stretches per series), :mod:`~gpuaudit.classify.signals` (the other per-GPU sign
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 from gpuaudit.classify import fused
 from gpuaudit.classify.accumulate import (
@@ -56,9 +56,12 @@ from gpuaudit.classify.rows import (
 from gpuaudit.classify.signals import Signals, signal_columns
 from gpuaudit.classify.signals import timeline_signals as _timeline_signals  # patched by a bench
 from gpuaudit.classify.timeline import Grid, TimelineAcc
-from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals
+from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, CellColumns, SeriesSignals
 from gpuaudit.errors import InputError
-from gpuaudit.schema import ImportNote, series_order
+from gpuaudit.series import ImportNote, series_order
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
 
@@ -175,7 +178,37 @@ class _Engine:
     def feed(self, batch: pa.RecordBatch, position: str) -> None:
         if batch.num_rows == 0:
             return
-        rows = self._rows(batch)
+        self.feed_rows(self._rows(batch), position)
+
+    def add_series(self, uuid: str, host: str, gpu_model: str | None,
+                   mig_profile: str | None, first_ts: int) -> int:
+        """A series given by its identity, for :meth:`feed_columns` (without ``--by`` keys:
+        the series is its one cell); returns its code."""
+        if self.by:
+            raise ValueError("plain columns carry no group keys: classify them without by")
+        code = self.coding.add_series(uuid, host, gpu_model, mig_profile, first_ts)
+        self._grow_series(self.coding.n_series)
+        self.coding.cell(code, ())
+        self.cells.ensure(self.coding.n_cells)
+        return code
+
+    def feed_columns(self, codes: np.ndarray, ts: np.ndarray, u: np.ndarray,
+                     position: str) -> None:
+        """Rows given as plain columns rather than an Arrow batch: series codes (from
+        :meth:`add_series`), timestamps (epoch ns) and utilization (%, NaN: no reading);
+        no other signal. The same accounting as :meth:`feed`."""
+        if codes.shape[0] == 0:
+            return
+        cell_of_code = np.array([self.coding.cell_index[(c, ())]
+                                 for c in range(self.coding.n_series)], dtype=np.int64)
+        self.feed_rows({"code": codes.astype(np.int64, copy=False),
+                        "ts": ts.astype(np.int64, copy=False),
+                        "cell": cell_of_code[codes],
+                        "u": u.astype(np.float64, copy=False)}, position)
+
+    def feed_rows(self, rows: Rows, position: str) -> None:
+        """One batch's rows as a row dict (:mod:`gpuaudit.classify.rows`), series and
+        cells already registered."""
         if self.interval_s is None:
             self.interval_s = infer_interval_s(rows["code"], rows["ts"])
         t0 = int(rows["ts"].min())
@@ -238,6 +271,8 @@ class _Engine:
     def _rows(self, batch: pa.RecordBatch) -> Rows:
         """The batch as a row dict (see :mod:`gpuaudit.classify.rows`); new series and cells
         get room in every accumulator; point signals are taken here."""
+        import pyarrow as pa
+
         ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
         codes = self.coding.series_codes(batch, ts)
         self._grow_series(self.coding.n_series)
@@ -377,7 +412,18 @@ class _Engine:
             self.pending = rest if self.pending is None else concat(self.pending, rest)
 
     # -- results --------------------------------------------------------------------------
+    def cell_columns(self) -> CellColumns:
+        """The cells as plain columns (what :meth:`cells_table` holds, without Arrow)."""
+        n = self.coding.n_cells
+        cols: dict[str, list[Any]] = dict(self.coding.cell_values())
+        for name in CELL_VALUE_COLUMNS:
+            vals = self.cells.data[name][:n]
+            cols[name] = (vals.astype(np.int64) if name == "samples" else vals).tolist()
+        return CellColumns(cols)
+
     def cells_table(self) -> pa.Table:
+        import pyarrow as pa
+
         n = self.coding.n_cells
         cols = self.coding.cell_columns()
         for name in CELL_VALUE_COLUMNS:

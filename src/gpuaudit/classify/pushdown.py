@@ -20,18 +20,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol, TypeVar
 
+import msgspec
 import numpy as np
 import pyarrow as pa
 
 from gpuaudit.classify.patterns import detect_patterns, job_patterns
 from gpuaudit.classify.phases import group_key_names
+from gpuaudit.classify.pushdown_columns import Answers, decode_columns, straddles_columns
 from gpuaudit.classify.pushdown_queries import (
+    _LOWER_PCT,
     MAX_FIELDS,
     MULTI_SAMPLE,
+    NARROWED,
     SECOND_PASS,
     build_queries,
-    decode,
-    needs,
     share_query,
 )
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
@@ -39,8 +41,8 @@ from gpuaudit.errors import InputError
 from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
 
-__all__ = ["PushdownData", "QueryClient", "chunk_grid", "merge_pushdown", "pull_aggregates",
-           "usage_from_pushdown"]
+__all__ = ["Answers", "PushdownData", "QueryClient", "chunk_grid", "merge_pushdown",
+           "pull_aggregates", "usage_from_pushdown"]
 
 
 _T = TypeVar("_T")
@@ -49,17 +51,19 @@ _UTIL = "DCGM_FI_DEV_GPU_UTIL"
 _GR = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"
 _SM = "DCGM_FI_PROF_SM_ACTIVE"
 _WINDOW_FORMS = ("first", "last", "edges", "idle_pairs")  # what MULTI_SAMPLE replaces
+_IDLE_PCT = _LOWER_PCT[0]
 
 
 @dataclass
 class PushdownData:
-    """Per-series, per-chunk sums from the store. ``values[(code, chunk)]`` maps a query name
-    to its number; ``ids[code]`` decodes the series; ``chunks`` are (start_s, end_s)."""
+    """Per-series, per-chunk sums from the store, columnar (:class:`Answers`: one array per
+    query name over (series code, chunk) rows, NaN where none). ``ids[code]`` decodes the
+    series; ``chunks`` are (start_s, end_s)."""
 
     ids: list[SeriesId]
     chunks: list[tuple[float, float]]
     step_s: float
-    values: dict[tuple[int, int], dict[str, float]]
+    answers: Answers
     origin: str
     notes: list[ImportNote] = field(default_factory=list)
     fleet_util_pct: dict[str, float | None] = field(default_factory=dict)
@@ -70,6 +74,18 @@ class PushdownData:
     has_sm: bool = False
     shared: bool = False
 
+    @classmethod
+    def from_rows(cls, *, ids: list[SeriesId], chunks: list[tuple[float, float]],
+                  step_s: float, values: Mapping[tuple[int, int], Mapping[str, float]],
+                  origin: str) -> PushdownData:
+        """From ``{(code, chunk): {name: value}}`` (decoded answers: tests, tools)."""
+        return cls(ids=ids, chunks=chunks, step_s=step_s, origin=origin,
+                   answers=Answers.from_rows(len(chunks), values))
+
+    def rows(self) -> dict[tuple[int, int], dict[str, float]]:
+        """The answers as ``{(code, chunk): {name: value}}`` (tests, debugging)."""
+        return dict(self.answers.iter_rows())
+
 
 class QueryClient(Protocol):
     """What the pushdown needs of a Prometheus client: instant queries and label-name probes
@@ -79,6 +95,8 @@ class QueryClient(Protocol):
     progress: Callable[[str, int], Callable[[int], None]] | None
 
     def query(self, expr: str, time_s: float) -> list[tuple[dict[str, str], float]]: ...
+
+    def query_rows(self, expr: str, time_s: float) -> tuple[list[bytes], list[float]]: ...
 
     def label_names(self, match: str, start_s: float, end_s: float) -> list[str]: ...
 
@@ -145,9 +163,10 @@ def pull_aggregates(
     # node_exporter beside dcgm-exporter: the hosts' CPU per GPU (an index lookup)
     has_cpu = bool(client.label_names(NODE_CPU, float(start_s), float(end_s)))
     families = ["util", "mig"] if has_mig else ["util"]
-    data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, values={},
+    data = PushdownData(ids=[], chunks=list(chunks), step_s=step_s, answers=Answers(len(chunks)),
                         origin=f"Prometheus {client.url} (PromQL pushdown, step {step_s:g} s)",
                         has_sm=has_sm)
+    ans = data.answers
     ids = _SeriesCodes(data, client.url, identify)
     jobs: list[tuple[int, str, str]] = []
     for i, (a, b) in enumerate(chunks):
@@ -180,99 +199,165 @@ def pull_aggregates(
     # several-samples-per-step forms for series with more samples than points; selected by
     # GPU and pod (a superset: answers of series that did not need one agree anyway)
     jobs2: list[tuple[int, str, str]] = []
+    wanted = _second_pass_rows(ans, narrow)
+    row_code, row_chunk = ans.code, ans.chunk
     for i, (a, b) in enumerate(chunks):
-        wanted: dict[str, dict[tuple[str, str], set[tuple[str, str]]]] = {}
-        for (code, j), v in data.values.items():
-            if j != i:
-                continue
-            names = [nm for nm in SECOND_PASS if narrow and needs(v, nm)]
-            # the window forms do not hold: more raw samples than points, or none seen raw
-            # (VictoriaMetrics' per-day index misses a series whose only sample in a
-            # window is at the UTC midnight the query is evaluated at)
-            if "n" in v and v.get("raw_n") != v["n"]:
-                names = [nm for nm in names if nm not in _WINDOW_FORMS] + list(MULTI_SAMPLE)
-            (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
-            for nm in names:
-                wanted.setdefault(nm, {}).setdefault((ulabel, plabel), set()).add(
-                    (uvalue, pvalue))
-        for nm, groups in wanted.items():
+        in_chunk = row_chunk == i
+        for nm, mask in wanted.items():
+            groups: dict[tuple[str, str], set[tuple[str, str]]] = {}
+            for code in np.unique(row_code[mask & in_chunk]).tolist():
+                (ulabel, uvalue), (plabel, pvalue) = ids.uuid_label[code], ids.pod_label[code]
+                groups.setdefault((ulabel, plabel), set()).add((uvalue, pvalue))
             for (ulabel, plabel), pairs in sorted(groups.items()):
-                for part in _batches(sorted(pairs), 200):
+
+                def second(part: list[tuple[str, str]], nm: str = nm, ulabel: str = ulabel,
+                           plabel: str = plabel, a: float = a, b: float = b) -> list[str]:
                     gpus = with_matcher(sel, f'{ulabel}=~"{regex_of({u for u, _ in part})}"')
                     if plabel:
                         gpus = with_matcher(gpus, f'{plabel}=~"{regex_of({p for _, p in part})}"')
+                    out = []
                     for fam in families:
                         qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
                                            family=fam, signals=False)
                         if nm in qs:
-                            jobs2.append((i, nm, qs[nm]))
+                            out.append(qs[nm])
+                    return out
+
+                for part in _batches(sorted(pairs), 200):
+                    jobs2 += [(i, nm, e) for e in _fitting(part, second)]
     _run(client, jobs2, chunks, data, ids, workers, "pushdown, second pass")
     jobs += jobs2
-    for (_code, i), v in data.values.items():
-        if v.pop("at_start", None) is not None and "first" not in v:
-            v["first"] = chunks[i][0]
-        if v.pop("at_end", None) is not None and "last" not in v:
-            v["last"] = chunks[i][1]
-        raw_sum = v.pop("raw_sum", None)
-        if "n" in v and "sum" not in v and raw_sum is not None:
-            v["sum"] = raw_sum  # one sample per step: the raw sum is the points' sum
-        if "first_ts" in v:  # several samples per step: the timestamp forms hold
-            v["first"], v["last"] = v.pop("first_ts"), v.pop("last_ts", v.get("last", 0.0))
-        else:
-            v.pop("changes", None)
-            v.pop("last_ts", None)
-    for (code, i), v in data.values.items():
-        a, b = chunks[i]
-        decode(v, b - a + step_s, step_s, where=f"{client.url}: pushdown, series "
-               f"{data.ids[code].gpu_uuid}, chunk starting {a:.0f}")
+    _settle_edges(ans, chunks)
+    lengths = np.array([b - a + step_s for a, b in chunks])
+    decode_columns(ans, lengths[ans.chunk] if ans.rows else np.zeros(0), step_s,
+                   where=lambda r: f"{client.url}: pushdown, series "
+                   f"{data.ids[int(ans.code[r])].gpu_uuid}, chunk starting "
+                   f"{chunks[int(ans.chunk[r])][0]:.0f}")
     # time-sliced GPUs: series of one GPU whose [first, last] overlap within a chunk
     share_jobs: list[tuple[int, str, str]] = []
-    for i, (a, b) in enumerate(chunks):
-        by_gpu: dict[str, list[tuple[float, float, int]]] = {}
-        for (code, j), v in data.values.items():
-            if j == i and "first" in v and "last" in v:
-                by_gpu.setdefault(data.ids[code].gpu_uuid, []).append(
-                    (v["first"], v["last"], code))
-        overlapping: dict[str, set[str]] = {}
-        for spans in by_gpu.values():
-            spans.sort()
-            if any(spans[k + 1][0] <= max(x[1] for x in spans[:k + 1])
-                   for k in range(len(spans) - 1)):
-                for _f, _l, code in spans:
-                    name, value = ids.uuid_label[code]
-                    overlapping.setdefault(name, set()).add(value)
+    for i, overlapping in enumerate(_overlapping(data, ids)):
         for name, values in sorted(overlapping.items()):
+            a, b = chunks[i]
             data.shared = True
-            for uuids in _batches(sorted(values), 200):
+
+            def shares(uuids: list[str], name: str = name, a: float = a,
+                       b: float = b) -> list[str]:
                 gpus = with_matcher(sel, f'{name}=~"{regex_of(set(uuids))}"')
-                for fam in families:
-                    share_jobs.append((i, "wsum", share_query(gpus, step_s, b - a + step_s,
-                                                              family=fam)))
+                return [share_query(gpus, step_s, b - a + step_s, family=fam)
+                        for fam in families]
+
+            for uuids in _batches(sorted(values), 200):
+                share_jobs += [(i, "wsum", e) for e in _fitting(uuids, shares)]
     _run(client, share_jobs, chunks, data, ids, workers, "time-sliced GPUs")
     data.queries = len(jobs) + len(fleet_jobs) + len(share_jobs) + len(probes)
     return data
 
 
+def _second_pass_rows(ans: Answers, narrow: bool) -> dict[str, np.ndarray]:
+    """Which rows each second-pass query is asked for (:func:`needs` of every row; the
+    several-samples-per-step forms where a row has more raw samples than points, or none
+    seen raw: VictoriaMetrics' per-day index misses a series whose only sample in a window
+    is at the UTC midnight the query is evaluated at)."""
+    has_n = ans.has("n")
+    with np.errstate(invalid="ignore"):
+        multi = has_n & (ans.col("raw_n") != ans.col("n"))  # NaN raw_n: not seen raw
+        lo, hi = ans.col("umin"), ans.col("umax")
+        known = ~np.isnan(lo) & ~np.isnan(hi)
+        need: dict[str, np.ndarray] = {}
+        for nm in SECOND_PASS if narrow else ():
+            if nm in NARROWED:
+                m = ans.has(f"{NARROWED[nm][0]}n") & straddles_columns(ans, nm)
+            elif nm == "first":
+                m = has_n & ~ans.has("at_start")
+            elif nm == "last":
+                m = has_n & ~ans.has("at_end")
+            elif nm == "edges":
+                m = has_n & (~known | (lo < _IDLE_PCT))
+            else:  # absstep
+                m = has_n & (~known | (lo < hi))
+            need[nm] = m & ~multi if nm in _WINDOW_FORMS else m
+    for nm in MULTI_SAMPLE:
+        need[nm] = need.get(nm, np.zeros(ans.rows, bool)) | multi
+    return {nm: m for nm, m in need.items() if m.any()}
+
+
+def _settle_edges(ans: Answers, chunks: Sequence[tuple[float, float]]) -> None:
+    """First / last point from the first pass's edge answers where the second pass asked
+    none; the sum of points from the raw sum where each step holds one sample; the timestamp
+    forms where the steps hold several (in place)."""
+    if not ans.rows:
+        return
+    starts = np.array([a for a, _ in chunks])[ans.chunk]
+    ends = np.array([b for _, b in chunks])[ans.chunk]
+    first, last = ans.col("first"), ans.col("last")
+    first = np.where(ans.has("at_start") & np.isnan(first), starts, first)
+    last = np.where(ans.has("at_end") & np.isnan(last), ends, last)
+    ans.pop("at_start")
+    ans.pop("at_end")
+    raw_sum = ans.pop("raw_sum")
+    total = ans.col("sum")
+    ans.put("sum", np.where(ans.has("n") & np.isnan(total), raw_sum, total))
+    multi = ans.has("first_ts")  # several samples per step: the timestamp forms hold
+    last_ts = ans.pop("last_ts")
+    ans.put("first", np.where(multi, ans.pop("first_ts"), first))
+    ans.put("last", np.where(multi, np.where(np.isnan(last_ts), np.nan_to_num(last), last_ts),
+                             last))
+    ans.put("changes", np.where(multi, ans.col("changes"), np.nan))
+
+
+def _overlapping(data: PushdownData, ids: _SeriesCodes) -> list[dict[str, set[str]]]:
+    """Per chunk: the GPUs (UUID label -> values) whose series' [first, last] overlap."""
+    ans = data.answers
+    out: list[dict[str, set[str]]] = [{} for _ in data.chunks]
+    rows = np.flatnonzero(ans.has("first") & ans.has("last"))
+    first, last = ans.col("first")[rows], ans.col("last")[rows]
+    codes, chunk_of = ans.code[rows], ans.chunk[rows]
+    uuids = [data.ids[c].gpu_uuid for c in codes.tolist()]
+    by: dict[tuple[int, str], list[tuple[float, float, int]]] = {}
+    for k in range(rows.shape[0]):
+        by.setdefault((int(chunk_of[k]), uuids[k]), []).append(
+            (float(first[k]), float(last[k]), int(codes[k])))
+    for (i, _uuid), spans in by.items():
+        if len(spans) < 2:
+            continue
+        spans.sort()
+        if any(spans[k + 1][0] <= max(x[1] for x in spans[:k + 1])
+               for k in range(len(spans) - 1)):
+            for _f, _l, code in spans:
+                name, value = ids.uuid_label[code]
+                out[i].setdefault(name, set()).add(value)
+    return out
+
+
 class _SeriesCodes:
-    """Series identity of query answers -> code in ``data.ids``. Prometheus lists each
-    series' labels in the same order in every answer, so the label items key a cache and
-    :func:`gpuaudit.measure.fleet.dcgm.series_id` runs once per series, not once per answer row."""
+    """Series identity of query answers -> code in ``data.ids``. A store writes each
+    series' labels the same way in every answer, so the label object's JSON text keys a
+    cache and :func:`gpuaudit.measure.fleet.dcgm.series_id` runs once per series, not once
+    per answer row (the labels are not even parsed again)."""
 
     def __init__(self, data: PushdownData, url: str, identify: Identify) -> None:
         self.data = data
         self.url = url
         self.identify = identify
-        self.by_labels: dict[tuple[tuple[str, str], ...], int] = {}
+        self.by_raw: dict[bytes, int] = {}
         self.by_id: dict[SeriesId, int] = {}
         self.uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
         #: code -> the pod label that tells its series apart (exported_pod, else pod; "")
         self.pod_label: dict[int, tuple[str, str]] = {}
 
-    def code(self, labels: dict[str, str], query: str) -> int:
-        key = tuple(labels.items())
-        code = self.by_labels.get(key)
+    def codes(self, raws: list[bytes], query: str) -> np.ndarray:
+        get = self.by_raw.get
+        out = [get(r) for r in raws]
+        for k, c in enumerate(out):
+            if c is None:
+                out[k] = self.code(raws[k], query)
+        return np.array(out, dtype=np.int64)
+
+    def code(self, raw: bytes, query: str) -> int:
+        code = self.by_raw.get(raw)
         if code is not None:
             return code
+        labels = {str(k): str(v) for k, v in msgspec.json.decode(raw).items()}
         sid = self.identify(labels, default_host="unknown", where=f"{self.url}: pushdown {query}")
         code = self.by_id.get(sid)
         if code is None:
@@ -283,7 +368,7 @@ class _SeriesCodes:
             pod = "exported_pod" if "exported_pod" in labels else \
                 "pod" if "pod" in labels else ""
             self.pod_label[code] = (pod, labels.get(pod, "")) if pod else ("", "")
-        self.by_labels[key] = code
+        self.by_raw[raw] = code
         return code
 
 
@@ -291,33 +376,52 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
          chunks: list[tuple[float, float]], data: PushdownData, ids: _SeriesCodes,
          workers: int, what: str, *, end_s: float | None = None) -> dict[str, float]:
     """Evaluate ``jobs`` (chunk, name, PromQL) at their chunk's end, ``workers`` at a time,
-    into ``data.values``; NaN answers (nothing measured) are left out. Jobs of chunk -1 are
+    into ``data.answers``; NaN answers (nothing measured) are left out. Jobs of chunk -1 are
     fleet-wide aggregates evaluated at ``end_s``: returned by name, not stored per series."""
     out: dict[str, float] = {}
     if not jobs:
         return out
     advance = client.progress(what, len(jobs)) if client.progress else None
+    nchunks = data.answers.nchunks
 
-    def run(job: tuple[int, str, str]) -> tuple[int, str, list[tuple[dict[str, str], float]]]:
+    def run(job: tuple[int, str, str]) -> tuple[int, str, tuple[list[bytes], list[float]]]:
         i, name, expr = job
         at = chunks[i][1] if i >= 0 else end_s
         assert at is not None
-        rows = client.query(expr, at)
+        rows = client.query_rows(expr, at)
         if advance:
             advance(1)
         return i, name, rows
 
     with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, name, rows in pool.map(run, jobs):
+        for i, name, (raws, values) in pool.map(run, jobs):
             if i < 0:
-                if rows and rows[0][1] == rows[0][1]:
-                    out[name] = rows[0][1]
+                if values and values[0] == values[0]:
+                    out[name] = values[0]
                 continue
-            for labels, value in rows:
-                code = ids.code(labels, name)
-                if value == value:  # NaN: nothing measured
-                    data.values.setdefault((code, i), {})[name] = value
+            codes = ids.codes(raws, name)
+            vals = np.array(values, dtype=np.float64)
+            live = ~np.isnan(vals)  # NaN: nothing measured
+            data.answers.add(name, codes[live] * nchunks + i, vals[live])
+    data.answers.flush()
     return out
+
+
+#: the longest PromQL text a query may have: VictoriaMetrics refuses longer ones
+#: (``-search.maxQueryLen``, 16 KiB by default: HTTP 422 "too long query")
+MAX_QUERY_BYTES = 16_000
+
+
+def _fitting(items: list[_T], build: Callable[[list[_T]], list[str]],
+             limit: int | None = None) -> list[str]:
+    """``build(items)``'s queries, the items halved until every query is at most ``limit``
+    bytes (:data:`MAX_QUERY_BYTES`); a single item's queries are kept whatever their size."""
+    limit = MAX_QUERY_BYTES if limit is None else limit
+    exprs = build(items)
+    if len(items) <= 1 or all(len(e.encode()) <= limit for e in exprs):
+        return exprs
+    half = len(items) // 2
+    return _fitting(items[:half], build, limit) + _fitting(items[half:], build, limit)
 
 
 def _batches(items: list[_T], size: int) -> list[list[_T]]:
@@ -343,7 +447,7 @@ def merge_pushdown(parts: Sequence[tuple[str, PushdownData]], *,
     inside one store, so merging moves answers, never re-adds a series' numbers. Series are
     laid out in one canonical order (one part in, the same order out), so the
     :class:`Usage` built from the merge is the same to the last bit whichever way the fleet
-    was split.
+    was split. Columnar: each part's rows are renumbered and concatenated, never unpacked.
 
     A GPU answered by two parts for the same chunk (HA replicas, or stores that both scrape
     a node) would be counted twice: an :class:`InputError` naming the GPU, the chunk and both
@@ -361,41 +465,69 @@ def merge_pushdown(parts: Sequence[tuple[str, PushdownData]], *,
     step_s = parts[0][1].step_s
     grid = sorted({c for _, d in parts for c in d.chunks})
     chunk_of = {c: i for i, c in enumerate(grid)}
-    # who answers for each (GPU, chunk): points per part
-    owners: dict[tuple[str, int], dict[int, float]] = {}
-    for p, (_name, d) in enumerate(parts):
-        for (code, i), v in d.values.items():
-            key = (d.ids[code].gpu_uuid, chunk_of[d.chunks[i]])
-            per = owners.setdefault(key, {})
-            per[p] = per.get(p, 0.0) + v.get("n", 0.0) + v.get("sm_n", 0.0)
-    keep: dict[tuple[str, int], int] = {}
-    dropped = 0
-    for key, per in owners.items():
-        if len(per) > 1:
-            if not dedupe:
-                gpu, i = key
-                names = [parts[p][0] for p in sorted(per)]
-                raise InputError(
-                    f"GPU {gpu} is in {len(per)} stores ({', '.join(names)}) for the chunk "
-                    f"starting {_iso(grid[i][0])}: counting both would bill it twice",
-                    where=", ".join(names),
-                    fix="if the stores are HA replicas give one of them (or a Thanos / "
-                    "Mimir querier that deduplicates), or pass --dedupe to keep the store "
-                    "with the most points per GPU and chunk")
-            dropped += len(per) - 1
-        keep[key] = max(sorted(per), key=lambda p: per[p])  # max keeps the first of ties
+    ng = max(1, len(grid))
     ids = sorted({sid for _, d in parts for sid in d.ids}, key=_sid_key)
     code_of = {sid: c for c, sid in enumerate(ids)}
-    items: list[tuple[tuple[int, int], dict[str, float]]] = []
+    gpus = sorted({sid.gpu_uuid for sid in ids})
+    gpu_of = {u: g for g, u in enumerate(gpus)}
+    gpu_of_code = np.array([gpu_of[sid.gpu_uuid] for sid in ids], dtype=np.int64)
+    # each part's rows in the merged numbering: series code and grid chunk
+    mapped: list[tuple[np.ndarray, np.ndarray]] = []
+    owner_keys, owner_part, owner_pts = [], [], []
     for p, (_name, d) in enumerate(parts):
-        for (code, i), v in d.values.items():
-            sid = d.ids[code]
-            j = chunk_of[d.chunks[i]]
-            if keep[(sid.gpu_uuid, j)] == p:
-                items.append(((code_of[sid], j), dict(v)))
-    items.sort(key=lambda kv: kv[0])
+        a = d.answers
+        cmap = np.array([code_of[sid] for sid in d.ids], dtype=np.int64)
+        kmap = np.array([chunk_of[c] for c in d.chunks], dtype=np.int64)
+        code = cmap[a.code] if a.rows else np.zeros(0, np.int64)
+        chunk = kmap[a.chunk] if a.rows else np.zeros(0, np.int64)
+        mapped.append((code, chunk))
+        # who answers for each (GPU, chunk): points per part
+        gk = gpu_of_code[code] * ng + chunk
+        pts = np.nan_to_num(a.col("n")) + np.nan_to_num(a.col("sm_n"))
+        uk, inv = np.unique(gk, return_inverse=True)
+        owner_keys.append(uk)
+        owner_part.append(np.full(uk.shape[0], p, np.int64))
+        owner_pts.append(np.bincount(inv, weights=pts, minlength=uk.shape[0]))
+    okey = np.concatenate(owner_keys) if owner_keys else np.zeros(0, np.int64)
+    opart = np.concatenate(owner_part) if owner_part else np.zeros(0, np.int64)
+    opts = np.concatenate(owner_pts) if owner_pts else np.zeros(0)
+    order = np.lexsort((opart, -opts, okey))  # by key; most points first; ties: first part
+    okey, opart = okey[order], opart[order]
+    first_of_key = np.ones(okey.shape[0], bool)
+    first_of_key[1:] = okey[1:] != okey[:-1]
+    dropped = int((~first_of_key).sum())
+    if dropped and not dedupe:
+        k = int(np.flatnonzero(~first_of_key)[0])
+        key = int(okey[k])
+        names = [parts[p][0] for p in sorted(set(opart[okey == key].tolist()))]
+        raise InputError(
+            f"GPU {gpus[key // ng]} is in {len(names)} stores ({', '.join(names)}) for the "
+            f"chunk starting {_iso(grid[key % ng][0])}: counting both would bill it twice",
+            where=", ".join(names),
+            fix="if the stores are HA replicas give one of them (or a Thanos / "
+            "Mimir querier that deduplicates), or pass --dedupe to keep the store "
+            "with the most points per GPU and chunk")
+    keep_key, keep_part = okey[first_of_key], opart[first_of_key]
+    out_ans = Answers(ng)
+    keys_all: list[np.ndarray] = []
+    pieces: list[tuple[int, np.ndarray]] = []
+    for p in range(len(parts)):
+        code, chunk = mapped[p]
+        gk = gpu_of_code[code] * ng + chunk
+        pos = np.searchsorted(keep_key, gk)
+        kept = keep_part[np.minimum(pos, max(keep_key.shape[0] - 1, 0))] == p \
+            if keep_key.shape[0] else np.zeros(gk.shape[0], bool)
+        keys_all.append(code[kept] * ng + chunk[kept])
+        pieces.append((p, kept))
+    merged = np.concatenate(keys_all) if keys_all else np.zeros(0, np.int64)
+    layout = np.argsort(merged, kind="stable")
+    out_ans.key = merged[layout]
+    names = list(dict.fromkeys(n for _, d in parts for n in d.answers.cols))
+    for name in names:
+        col = np.concatenate([parts[p][1].answers.col(name)[kept] for p, kept in pieces])
+        out_ans.cols[name] = col[layout]
     out = PushdownData(
-        ids=ids, chunks=grid, step_s=step_s, values=dict(items),
+        ids=ids, chunks=grid, step_s=step_s, answers=out_ans,
         origin=parts[0][1].origin if len(parts) == 1 else
         f"{len({n for n, _ in parts})} Prometheus-compatible stores (PromQL pushdown, step "
         f"{step_s:g} s): " + ", ".join(dict.fromkeys(d.origin.split(" (")[0]
@@ -423,32 +555,46 @@ def _iso(t: float) -> str:
 
 
 
-def _phase_values(v: Mapping[str, float], step_s: float) -> dict[str, float]:
-    """PhaseTime fields of one series-chunk from its pushdown answers. A time-sliced GPU's
-    series is weighted by its mean share over the chunk (``wsum / n``: exact when the pods
-    sharing it overlap for the whole chunk)."""
-    s = step_s
-    get = v.get
-    n = get("n", 0.0)
-    share = get("wsum", n) / n if n > 0 else 1.0
-    k = s * share
-    out = {
-        "idle_s": get("idle", 0.0) * k,
-        "underutilized_s": get("under", 0.0) * k,
-        "productive_s": get("prod", 0.0) * k,
-        "compute_bound_s": get("cb", 0.0) * k,
-        "underutilized_unused_s": get("unused", 0.0) * k / 100.0,
-        "headroom_s": get("headroom", 0.0) * k / 100.0,
-        "busy_s": get("busy", 0.0) * k / 100.0,
-        "samples": float(n),
-        "no_reading_s": 0.0,
-        "sm_idle_s": get("sm_idle", 0.0) * k,
-        "sm_underutilized_s": get("sm_under", 0.0) * k,
-        "sm_productive_s": get("sm_prod", 0.0) * k,
-        "sm_compute_bound_s": get("sm_cb", 0.0) * k,
-        "sm_busy_s": get("sm_busy", 0.0) * k / 100.0,
+def _phase_columns(a: Answers, rows: np.ndarray, step_s: float) -> np.ndarray:
+    """PhaseTime fields (:data:`CELL_VALUE_COLUMNS`, one column each) of the rows ``rows``
+    from their pushdown answers. A time-sliced GPU's series is weighted by its mean share
+    over the chunk (``wsum / n``: exact when the pods sharing it overlap for the whole
+    chunk)."""
+    def get(name: str) -> np.ndarray:
+        x: np.ndarray = np.nan_to_num(a.col(name)[rows])
+        return x
+
+    n = get("n")
+    wsum = a.col("wsum")[rows]
+    wsum = np.where(np.isnan(wsum), n, wsum)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = np.where(n > 0, wsum / np.where(n > 0, n, 1.0), 1.0)
+    k = step_s * share
+    cols = {
+        "idle_s": get("idle") * k,
+        "underutilized_s": get("under") * k,
+        "productive_s": get("prod") * k,
+        "compute_bound_s": get("cb") * k,
+        "underutilized_unused_s": get("unused") * k / 100.0,
+        "headroom_s": get("headroom") * k / 100.0,
+        "busy_s": get("busy") * k / 100.0,
+        "samples": n,
+        "no_reading_s": np.zeros(n.shape[0]),
+        "sm_idle_s": get("sm_idle") * k,
+        "sm_underutilized_s": get("sm_under") * k,
+        "sm_productive_s": get("sm_prod") * k,
+        "sm_compute_bound_s": get("sm_cb") * k,
+        "sm_busy_s": get("sm_busy") * k / 100.0,
+        "gap_s": np.zeros(n.shape[0]),  # set per GPU below
     }
-    out["gap_s"] = 0.0  # set per GPU in to_usage
+    return np.column_stack([cols[c] for c in CELL_VALUE_COLUMNS]) if n.shape[0] else \
+        np.zeros((0, len(CELL_VALUE_COLUMNS)))
+
+
+def _sum_by(index: np.ndarray, values: np.ndarray, size: int) -> np.ndarray:
+    """Per group sums of ``values`` (rows x columns), added in row order."""
+    out = np.zeros((size, values.shape[1]))
+    np.add.at(out, index, values)
     return out
 
 
@@ -461,9 +607,10 @@ def usage_from_pushdown(
     """The :class:`Usage` of the whole range (cells per GPU and group, as local classify
     builds), and a per-chunk cells table (column ``day_start``: the chunk's start, UTC) for
     daily figures. ``labels_for`` gives a series' label map (attribution: team, project ...)
-    for label group keys."""
+    for label group keys. Columnar: every sum is a grouped sum over the answer rows."""
     keys = group_key_names(by)
     s = data.step_s
+    a = data.answers
 
     def group_of(sid: SeriesId) -> tuple[str | None, ...]:
         labels = labels_for(sid) if labels_for else dict(sid.labels)
@@ -472,62 +619,81 @@ def usage_from_pushdown(
             out.append(labels.get(k[6:]) if k.startswith("label:") else getattr(sid, k))
         return tuple(out)
 
-    groups = [group_of(sid) for sid in data.ids]
-    cell_rows: dict[tuple[str, tuple[str | None, ...]], np.ndarray] = {}
-    day_rows: dict[tuple[int, str, tuple[str | None, ...]], np.ndarray] = {}
-    meta: dict[str, SeriesId] = {}
-    ncol = len(CELL_VALUE_COLUMNS)
-    per_gpu: dict[str, dict[str, Any]] = {}
-    for (code, chunk), v in sorted(data.values.items()):
-        sid = data.ids[code]
-        if "n" not in v and "idle" not in v:
-            continue  # a series with no utilization readings (signals only)
-        pv = _phase_values(v, s)
-        vec = np.array([pv[c] for c in CELL_VALUE_COLUMNS])
-        key = (sid.gpu_uuid, groups[code])
-        meta.setdefault(sid.gpu_uuid, sid)
-        cell_rows[key] = cell_rows.get(key, np.zeros(ncol)) + vec
-        dkey = (chunk, sid.gpu_uuid, groups[code])
-        day_rows[dkey] = day_rows.get(dkey, np.zeros(ncol)) + vec
-        g = per_gpu.setdefault(sid.gpu_uuid, {"first": np.inf, "last": -np.inf,
-                                              "pods": set(), "sig": {}, "max": {}})
-        g["first"] = min(g["first"], v.get("first", np.inf))
-        g["last"] = max(g["last"], v.get("last", -np.inf))
-        if sid.pod:
-            g["pods"].add(sid.pod)
-        for name, x in v.items():
-            if name in MAX_FIELDS:
-                g["max"][name] = max(g["max"].get(name, -np.inf), x)
-            elif name not in ("first", "last"):
-                g["sig"][name] = g["sig"].get(name, 0.0) + x
-        cnt_p = v.get("cnt_power", 0.0)
-        if cnt_p > 0 and "std_power" in v:
-            mean_p = v.get("sum_power", 0.0) / cnt_p
-            g["sig"]["sumsq_power"] = g["sig"].get("sumsq_power", 0.0) + cnt_p * (
-                v["std_power"] ** 2 + mean_p**2)
-        g["sig"]["observed_s"] = g["sig"].get("observed_s", 0.0) + (
-            pv["idle_s"] + pv["underutilized_s"] + pv["productive_s"] + pv["compute_bound_s"])
-        g["sig"]["busy_s"] = g["sig"].get("busy_s", 0.0) + pv["busy_s"]
-        g["sig"]["idle_s"] = g["sig"].get("idle_s", 0.0) + pv["idle_s"]
-        g["sig"]["high_s"] = g["sig"].get("high_s", 0.0) + pv["productive_s"] + \
-            pv["compute_bound_s"]
-    _spread_gaps(cell_rows, {u: (g["first"], g["last"]) for u, g in per_gpu.items()}, s)
-    for i in range(len(data.chunks)):
-        spans: dict[str, tuple[float, float]] = {}
-        for (code, chunk), v in data.values.items():
-            if chunk != i or "first" not in v:
-                continue
-            uuid = data.ids[code].gpu_uuid
-            a, b = spans.get(uuid, (np.inf, -np.inf))
-            spans[uuid] = (min(a, v["first"]), max(b, v["last"]))
-        day_i = {(k[1], k[2]): vec for k, vec in day_rows.items() if k[0] == i}
-        _spread_gaps(day_i, spans, s)
-    cells = _cells_table([(k[0], k[1], v) for k, v in cell_rows.items()], keys, meta)
-    day_cells = _cells_table([(k[1], k[2], v) for k, v in day_rows.items()], keys, meta,
-                             days=[data.chunks[k[0]][0] for k in day_rows])
-    series = tuple(_signals(uuid, meta[uuid], g, s) for uuid, g in per_gpu.items())
-    t0 = min((g["first"] for g in per_gpu.values()), default=None)
-    t1 = max((g["last"] for g in per_gpu.values()), default=None)
+    rows = np.flatnonzero(a.has("n") | a.has("idle"))  # series with utilization readings
+    code, chunk = a.code[rows], a.chunk[rows]
+    pv = _phase_columns(a, rows, s)
+    # GPU and cell (GPU x group) of each row, numbered in order of first appearance
+    used = np.unique(code).tolist()
+    groups = {c: group_of(data.ids[c]) for c in used}
+    gpu_num: dict[str, int] = {}
+    cell_num: dict[tuple[str, tuple[str | None, ...]], int] = {}
+    gpu_of_code: dict[int, int] = {}
+    cell_of_code: dict[int, int] = {}
+    first_row = {c: k for k, c in reversed(list(enumerate(code.tolist())))}
+    for c in sorted(used, key=first_row.__getitem__):
+        uuid = data.ids[c].gpu_uuid
+        gpu_of_code[c] = gpu_num.setdefault(uuid, len(gpu_num))
+        cell_of_code[c] = cell_num.setdefault((uuid, groups[c]), len(cell_num))
+    gpu_list = list(gpu_num)
+    meta = {uuid: data.ids[c] for c in sorted(used, key=first_row.__getitem__)[::-1]
+            for uuid in [data.ids[c].gpu_uuid]}
+    gpu = np.array([gpu_of_code[c] for c in code.tolist()], dtype=np.int64)
+    cell = np.array([cell_of_code[c] for c in code.tolist()], dtype=np.int64)
+    ng = len(gpu_list)
+    cells_mat = _sum_by(cell, pv, len(cell_num))
+    cell_gpu = np.array([gpu_num[u] for u, _g in cell_num], dtype=np.int64)
+    # per-chunk cells: (chunk, cell) in order of first appearance
+    dkey = chunk * len(cell_num) + cell
+    _u, first_at, dinv = np.unique(dkey, return_index=True, return_inverse=True)
+    rank = np.empty(first_at.shape[0], np.int64)
+    rank[np.argsort(first_at, kind="stable")] = np.arange(first_at.shape[0])
+    day_index = rank[dinv.reshape(-1)]
+    day_key = np.empty(first_at.shape[0], np.int64)
+    day_key[day_index] = dkey
+    day_mat = _sum_by(day_index, pv, first_at.shape[0])
+    # the GPUs' spans, first to last point
+    first = a.col("first")[rows]
+    last = a.col("last")[rows]
+    g_first = np.full(ng, np.inf)
+    g_last = np.full(ng, -np.inf)
+    np.minimum.at(g_first, gpu, np.where(np.isnan(first), np.inf, first))
+    np.maximum.at(g_last, gpu, np.where(np.isnan(last), -np.inf, last))
+    _spread_gaps_columns(cells_mat, cell_gpu, g_first, g_last, s)
+    # per chunk: spans from every row with a first point
+    srows = np.flatnonzero(a.has("first"))
+    span_key = np.full(0, 0, np.int64)
+    d_first = d_last = np.zeros(0)
+    if srows.shape[0]:
+        uu = [gpu_num.get(data.ids[c].gpu_uuid, -1) for c in a.code[srows].tolist()]
+        sg = np.array(uu, dtype=np.int64)
+        ok = sg >= 0
+        skey = a.chunk[srows][ok] * max(ng, 1) + sg[ok]
+        span_key, sinv = np.unique(skey, return_inverse=True)
+        d_first = np.full(span_key.shape[0], np.inf)
+        d_last = np.full(span_key.shape[0], -np.inf)
+        f, la = a.col("first")[srows][ok], a.col("last")[srows][ok]
+        np.minimum.at(d_first, sinv, np.where(np.isnan(f), np.inf, f))
+        np.maximum.at(d_last, sinv, np.where(np.isnan(la), -np.inf, la))
+    day_chunk = day_key // max(len(cell_num), 1)
+    day_cell = day_key % max(len(cell_num), 1)
+    day_gpu_key = day_chunk * max(ng, 1) + cell_gpu[day_cell] if day_key.shape[0] else day_key
+    pos = np.searchsorted(span_key, day_gpu_key)
+    pos_c = np.minimum(pos, max(span_key.shape[0] - 1, 0))
+    has_span = (span_key.shape[0] > 0) & (span_key[pos_c] == day_gpu_key) \
+        if span_key.shape[0] else np.zeros(day_key.shape[0], bool)
+    sf = np.where(has_span, d_first[pos_c] if span_key.shape[0] else 0.0, np.inf)
+    sl = np.where(has_span, d_last[pos_c] if span_key.shape[0] else 0.0, -np.inf)
+    # a span per (chunk, GPU): group the per-chunk cells by it
+    _spread_gaps_columns(day_mat, day_gpu_key, sf, sl, s, per_row_span=True, has=has_span)
+    cell_list = list(cell_num)
+    cells = _cells_table([(u, g, cells_mat[j]) for j, (u, g) in enumerate(cell_list)], keys,
+                         meta)
+    day_cells = _cells_table([(cell_list[int(c)][0], cell_list[int(c)][1], day_mat[j])
+                              for j, c in enumerate(day_cell.tolist())], keys, meta,
+                             days=[data.chunks[int(i)][0] for i in day_chunk.tolist()])
+    series = _signals_columns(data, rows, gpu, gpu_list, meta, pv, g_first, g_last, s)
+    t0 = float(g_first.min()) if ng else None
+    t1 = float(g_last.max()) if ng else None
     patterns = detect_patterns(series, s)
     usage = Usage(
         cells=cells, by=keys, series=series, patterns=patterns,
@@ -544,25 +710,38 @@ _OBS = [CELL_VALUE_COLUMNS.index(c) for c in ("idle_s", "underutilized_s", "prod
 _GAP = CELL_VALUE_COLUMNS.index("gap_s")
 
 
-def _spread_gaps(rows: Mapping[tuple[str, tuple[str | None, ...]], np.ndarray],
-                 spans: Mapping[str, tuple[float, float]], step_s: float) -> None:
+def _spread_gaps_columns(mat: np.ndarray, owner: np.ndarray, first: np.ndarray,
+                         last: np.ndarray, step_s: float, *, per_row_span: bool = False,
+                         has: np.ndarray | None = None) -> None:
     """Unobserved time of each GPU (its span, first to last point plus a step, less the
-    observed time of all its series), shared among its cells by their observed time (in
-    place). Local classify gives a gap to the sample before it; PromQL cannot say which."""
-    by_gpu: dict[str, list[np.ndarray]] = {}
-    for (uuid, _g), vec in rows.items():
-        by_gpu.setdefault(uuid, []).append(vec)
-    for uuid, vecs in by_gpu.items():
-        if uuid not in spans:
-            continue
-        first, last = spans[uuid]
-        obs = np.array([v[_OBS].sum() for v in vecs])
-        gap = max(0.0, last - first + step_s - float(obs.sum()))
-        if gap <= 1e-6:
-            continue
-        weights = obs / obs.sum() if obs.sum() > 0 else np.full(len(vecs), 1.0 / len(vecs))
-        for v, w in zip(vecs, weights):
-            v[_GAP] += gap * w
+    observed time of all its cells), shared among its cells (rows of ``mat``, ``owner``:
+    the GPU of each) by their observed time (in place). Local classify gives a gap to the
+    sample before it; PromQL cannot say which. ``first``/``last``: per GPU, or per row
+    (``per_row_span``, rows without a span in ``has`` get none)."""
+    if mat.shape[0] == 0:
+        return
+    obs = mat[:, _OBS[0]] + mat[:, _OBS[1]] + mat[:, _OBS[2]] + mat[:, _OBS[3]]
+    uo, inv = np.unique(owner, return_inverse=True)
+    inv = inv.reshape(-1)
+    tot = np.bincount(inv, weights=obs, minlength=uo.shape[0])
+    cnt = np.bincount(inv, minlength=uo.shape[0])
+    if per_row_span:
+        f = np.zeros(uo.shape[0])
+        la = np.zeros(uo.shape[0])
+        f[inv], la[inv] = first, last
+        ok = np.zeros(uo.shape[0], bool)
+        if has is not None:
+            ok[inv[has]] = True
+    else:
+        f, la = first[uo], last[uo]
+        ok = np.isfinite(f) & np.isfinite(la)
+    with np.errstate(invalid="ignore"):
+        gap = np.maximum(0.0, la - f + step_s - tot)
+    gap = np.where(ok & (gap > 1e-6), gap, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        w = np.where(tot[inv] > 0, obs / np.where(tot[inv] > 0, tot[inv], 1.0),
+                     1.0 / cnt[inv])
+    mat[:, _GAP] += np.where(gap[inv] > 0, gap[inv] * w, 0.0)
 
 
 def _dt(t: float | None) -> datetime | None:
@@ -588,6 +767,64 @@ def _cells_table(rows: list[tuple[str, tuple[str | None, ...], np.ndarray]],
         col = mat[:, j]
         cols[c] = pa.array(np.round(col).astype(np.int64) if c == "samples" else col)
     return pa.table(cols)
+
+
+def _signals_columns(data: PushdownData, rows: np.ndarray, gpu: np.ndarray,
+                     gpu_list: list[str], meta: Mapping[str, SeriesId], pv: np.ndarray,
+                     g_first: np.ndarray, g_last: np.ndarray, step_s: float,
+                     ) -> tuple[SeriesSignals, ...]:
+    """Each GPU's :class:`SeriesSignals` from grouped sums (maxima for :data:`MAX_FIELDS`)
+    of its rows' answers; a field no row of the GPU answered stays absent."""
+    a = data.answers
+    ng = len(gpu_list)
+    sig: dict[str, np.ndarray] = {}
+    present: dict[str, np.ndarray] = {}
+    mx: dict[str, np.ndarray] = {}
+    for name, col in a.cols.items():
+        if name in ("first", "last"):
+            continue
+        x = col[rows]
+        hit = ~np.isnan(x)
+        if not hit.any():
+            continue
+        if name in MAX_FIELDS:
+            m = np.full(ng, -np.inf)
+            np.maximum.at(m, gpu[hit], x[hit])
+            mx[name] = np.where(np.bincount(gpu[hit], minlength=ng) > 0, m, np.nan)
+        else:
+            sig[name] = np.bincount(gpu, weights=np.where(hit, x, 0.0), minlength=ng)
+            present[name] = np.bincount(gpu[hit], minlength=ng) > 0
+    cnt_p = np.nan_to_num(a.col("cnt_power")[rows])
+    std_p = a.col("std_power")[rows]
+    with_sq = (cnt_p > 0) & ~np.isnan(std_p)
+    if with_sq.any():
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean_p = np.nan_to_num(a.col("sum_power")[rows]) / np.where(cnt_p > 0, cnt_p, 1.0)
+        sq = np.where(with_sq, cnt_p * (np.nan_to_num(std_p) ** 2 + mean_p**2), 0.0)
+        sig["sumsq_power"] = np.bincount(gpu, weights=sq, minlength=ng)
+        present["sumsq_power"] = np.bincount(gpu[with_sq], minlength=ng) > 0
+    c = {col: CELL_VALUE_COLUMNS.index(col) for col in CELL_VALUE_COLUMNS}
+    obs_row = pv[:, c["idle_s"]] + pv[:, c["underutilized_s"]] + pv[:, c["productive_s"]] + \
+        pv[:, c["compute_bound_s"]]
+    derived = {
+        "observed_s": obs_row, "busy_s": pv[:, c["busy_s"]], "idle_s": pv[:, c["idle_s"]],
+        "high_s": pv[:, c["productive_s"]] + pv[:, c["compute_bound_s"]],
+    }
+    for name, x in derived.items():
+        sig[name] = np.bincount(gpu, weights=x, minlength=ng)
+        present[name] = np.ones(ng, bool)
+    pods: list[set[str]] = [set() for _ in range(ng)]
+    for cd, g in zip(a.code[rows].tolist(), gpu.tolist()):
+        p = data.ids[cd].pod
+        if p:
+            pods[g].add(p)
+    out = []
+    for g, uuid in enumerate(gpu_list):
+        sg = {k: float(v[g]) for k, v in sig.items() if present[k][g]}
+        mg = {k: float(v[g]) for k, v in mx.items() if v[g] == v[g]}
+        out.append(_signals(uuid, meta[uuid], {"sig": sg, "max": mg, "pods": pods[g]},
+                            step_s))
+    return tuple(out)
 
 
 def _signals(uuid: str, sid: SeriesId, g: Mapping[str, Any], step_s: float) -> SeriesSignals:

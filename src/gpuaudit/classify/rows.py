@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from gpuaudit.errors import SampleTableError
-from gpuaudit.schema import series_order
+from gpuaudit.series import series_order
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["NS", "Rows", "concat", "float_column", "infer_interval_s", "order_error",
            "read_rows", "sort_and_step"]
@@ -36,6 +39,8 @@ def float_column(batch: pa.RecordBatch, name: str) -> np.ndarray | None:
     if col.null_count == len(col):
         return None
     if col.null_count:
+        import pyarrow as pa
+
         col = col.cast(pa.float64()).fill_null(np.nan)
     return np.asarray(col.to_numpy(zero_copy_only=False), dtype=np.float64)
 

@@ -16,13 +16,16 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpuaudit.classify.accumulate import Grow, grown
 from gpuaudit.classify.rows import Rows, float_column
 from gpuaudit.classify.usage import IDLE_BELOW_PCT
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["CPU_SIGNALS", "MAX_SIGNALS", "MEAN_SIGNALS", "SPLIT_SIGNALS", "Signals", "signal_columns", "timeline_signals"]
 
@@ -154,6 +157,9 @@ class Signals:
     def add_points(self, batch: pa.RecordBatch, codes: np.ndarray) -> None:
         """Signals that need no time weighting (rows in time order per series, any series
         order): energy counter, ECC, XID, pods."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
         energy = float_column(batch, "energy_j")
         if energy is not None:
             ok = ~np.isnan(energy)

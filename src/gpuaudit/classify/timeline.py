@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from gpuaudit.classify.usage import (
     HIST_EDGES_PCT,
@@ -35,10 +34,14 @@ from gpuaudit.classify.usage import (
     Usage,
     add_phase_index,
 )
-from gpuaudit.schema import Recording, SampleSource
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["HIST_EDGES_PCT", "SIGNALS", "Grid", "Timeline", "TimelineAcc", "build_timeline",
-           "resample_mean", "timeline_for", "timeline_grid"]
+           "resample_mean", "timeline_for", "timeline_grid", "timeline_of_rows"]
 
 _NS = 1_000_000_000
 _N_HIST = len(HIST_EDGES_PCT) - 1
@@ -227,11 +230,32 @@ def build_timeline(
     recording's length. GPUs past ``max_gpus`` (in order of first appearance) are counted in
     ``truncated_gpus`` and left out of the per-GPU arrays but not out of the histogram.
     """
+    index: dict[str, int] = {}
+    hosts: list[str] = []
+    rows = (_rows(batch, index, hosts) for batch in source.batches() if batch.num_rows)
+    return timeline_of_rows(rows, index, hosts, start=start, end=end, interval_s=interval_s,
+                            cap_s=cap_s, max_buckets=max_buckets, max_gpus=max_gpus)
+
+
+def timeline_of_rows(
+    batches: Iterable[dict[str, np.ndarray]],
+    index: dict[str, int],
+    hosts: list[str],
+    *,
+    start: datetime,
+    end: datetime,
+    interval_s: float,
+    cap_s: float,
+    max_buckets: int = 240,
+    max_gpus: int = 512,
+) -> Timeline:
+    """:func:`build_timeline` over row dicts (``code``, ``ts``, ``u``, ``share`` and the
+    ``sig_*`` signals present) whose codes index ``index`` (gpu_uuid -> code, filled in by
+    the time each batch is consumed) and ``hosts``: a source read without Arrow (a profiler
+    trace's busy/idle series) gives them directly."""
     grid = timeline_grid(start, end, interval_s, max_buckets)
     interval_ns = max(round(interval_s * _NS), 1)
     cap_ns = max(round(cap_s * _NS), 1)
-    index: dict[str, int] = {}
-    hosts: list[str] = []
     tl = TimelineAcc(grid)
     pending: dict[str, np.ndarray] | None = None
 
@@ -268,10 +292,7 @@ def build_timeline(
                    len(index), sig)
         return left
 
-    for batch in source.batches():
-        if batch.num_rows == 0:
-            continue
-        rows = _rows(batch, index, hosts)
+    for rows in batches:
         if pending is not None and pending["code"].shape[0]:
             n_old, n_new = pending["code"].shape[0], rows["code"].shape[0]
             rows = {k: np.concatenate([pending.get(k, np.full(n_old, np.nan)),
@@ -284,6 +305,9 @@ def build_timeline(
 
 
 def _rows(batch: pa.RecordBatch, index: dict[str, int], hosts: list[str]) -> dict[str, np.ndarray]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     col = batch.column("gpu_uuid")
     if not pa.types.is_dictionary(col.type):
         col = pc.dictionary_encode(col)
@@ -340,6 +364,8 @@ def _float(batch: pa.RecordBatch, name: str, n: int) -> np.ndarray:
     col = batch.column(name)
     if col.null_count == len(col):
         return np.full(n, np.nan)
+    import pyarrow as pa
+
     return np.asarray(col.cast(pa.float64()).fill_null(np.nan).to_numpy(zero_copy_only=False),
                       dtype=np.float64)
 

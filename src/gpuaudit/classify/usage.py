@@ -12,13 +12,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
-from gpuaudit.schema import ImportNote
+from gpuaudit.series import ImportNote
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = [
     "CPU_FIELDS",
@@ -26,6 +27,7 @@ __all__ = [
     "IDLE_BELOW_PCT",
     "PHASES",
     "PHASE_LOWER_PCT",
+    "CellColumns",
     "JobPattern",
     "Pattern",
     "PhaseTime",
@@ -34,6 +36,7 @@ __all__ = [
     "Timeline",
     "Usage",
     "add_phase_index",
+    "arrow_cells",
     "largest_remainder",
 ]
 
@@ -377,12 +380,54 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class CellColumns:
+    """:attr:`Usage.cells` as plain columns (name -> one list per column, all of one length),
+    for a usage classified without Arrow (a profiler trace's, see
+    :func:`gpuaudit.classify.columns.classify_columns`): the same rows and columns the Arrow
+    table would hold. :meth:`to_arrow` builds that table (importing pyarrow)."""
+
+    columns: dict[str, list[Any]]
+
+    @property
+    def num_rows(self) -> int:
+        return len(next(iter(self.columns.values()), []))
+
+    @property
+    def column_names(self) -> list[str]:
+        return list(self.columns)
+
+    def rows(self, names: Sequence[str]) -> list[dict[str, Any]]:
+        """The rows as dicts of the ``names`` columns present (as ``pa.Table.to_pylist``)."""
+        cols = {n: self.columns[n] for n in names if n in self.columns}
+        return [dict(zip(cols, vals)) for vals in zip(*cols.values())] if cols else \
+            [{} for _ in range(self.num_rows)]
+
+    def to_arrow(self) -> pa.Table:
+        import pyarrow as pa
+
+        return pa.table({k: pa.array(v, type=pa.int64() if k == "samples" else
+                                     pa.float64() if k in CELL_VALUE_COLUMNS else pa.string())
+                         for k, v in self.columns.items()})
+
+
+#: what :attr:`Usage.cells` holds: an Arrow table, or plain columns (a trace's usage)
+Cells = Union["pa.Table", CellColumns]
+
+
+def arrow_cells(cells: Cells) -> pa.Table:
+    """``cells`` as an Arrow table (plain columns are converted; a table is returned as is)."""
+    return cells.to_arrow() if isinstance(cells, CellColumns) else cells
+
+
+@dataclass(frozen=True)
 class Usage:
     """Where GPU time went. ``cells`` has one row per (gpu_uuid, group values) with the
     :data:`CELL_VALUE_COLUMNS`; ``by`` names the group columns (label keys as ``label:<k>``).
+    ``cells`` is an Arrow table, or :class:`CellColumns` where the usage was classified
+    from plain columns (:func:`arrow_cells` gives the table either way).
     """
 
-    cells: pa.Table
+    cells: Cells
     by: tuple[str, ...]
     series: tuple[SeriesSignals, ...]
     patterns: tuple[Pattern, ...]
@@ -423,6 +468,8 @@ class Usage:
         """Sum the cells over ``keys`` (any of gpu_uuid, host, gpu_model and the ``by`` keys)."""
         if self.cells.num_rows == 0:
             return []
+        if isinstance(self.cells, CellColumns):
+            return _grouped_plain(self.cells, keys)
         agg = self.cells.group_by(list(keys), use_threads=False).aggregate(
             [(c, "sum") for c in CELL_VALUE_COLUMNS]
         )
@@ -443,11 +490,43 @@ class Usage:
         return {s.gpu_uuid: s for s in self.series}
 
 
-def _sum_rows(cells: pa.Table) -> PhaseTime:
+def _sum_rows(cells: Cells) -> PhaseTime:
     if cells.num_rows == 0:
         return PhaseTime()
     vals: dict[str, Any] = {}
+    if isinstance(cells, CellColumns):
+        for c in CELL_VALUE_COLUMNS:
+            vals[c] = _sum_column(cells.columns[c], c)
+        return PhaseTime(**vals)
+    import pyarrow.compute as pc
+
     for c in CELL_VALUE_COLUMNS:
         s = pc.sum(cells.column(c)).as_py() or 0
         vals[c] = int(s) if c == "samples" else float(s)
     return PhaseTime(**vals)
+
+
+def _sum_column(values: Sequence[Any], name: str) -> int | float:
+    """A cell column's sum as Arrow's ``sum`` gives it: integers for ``samples``; floats
+    added in order (Arrow sums a float64 column of up to 16 values in order: a trace's
+    usage has one cell per rank)."""
+    if name == "samples":
+        return int(sum(int(v) for v in values))
+    return float(sum((float(v) for v in values), 0.0))
+
+
+def _grouped_plain(cells: CellColumns, keys: Sequence[str]
+                   ) -> list[tuple[tuple[str | None, ...], PhaseTime]]:
+    """:meth:`Usage.grouped` on plain columns: groups in key order (nulls last, as Arrow
+    sorts them), each group's sums in row order."""
+    groups: dict[tuple[Any, ...], list[int]] = {}
+    key_cols = [cells.columns[k] for k in keys]
+    for i, key in enumerate(zip(*key_cols)):
+        groups.setdefault(key, []).append(i)
+    out = []
+    for key in sorted(groups, key=lambda k: tuple((v is None, v or "") for v in k)):
+        rows = groups[key]
+        vals = {c: _sum_column([cells.columns[c][i] for i in rows], c)
+                for c in CELL_VALUE_COLUMNS}
+        out.append((key, PhaseTime(**vals)))  # type: ignore[arg-type]
+    return out

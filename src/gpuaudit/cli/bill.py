@@ -43,26 +43,35 @@ class _BillCommand(click.Command):
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_paragraph()
         formatter.write_text("Realised savings: gpuaudit bill compare LAST.json THIS.json "
-                             "(two reports of gpuaudit bill --format json).")
+                             "(two reports of gpuaudit bill --format json), or two bills: "
+                             "gpuaudit bill compare last.csv this.csv --telemetry RUN.")
 
 
 @click.command("compare")
-@click.argument("last", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument("this", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("last", type=click.Path(exists=True, path_type=Path))
+@click.argument("this", type=click.Path(exists=True, path_type=Path))
+@click.option("--telemetry", type=click.Path(exists=True, path_type=Path), multiple=True,
+              help="With two bills instead of two reports: the measured GPU time (one "
+              "recording for both, or given twice: one per bill, in order).")
+@click.option("--by", "by", multiple=True, metavar="KEY",
+              help="With two bills: split by these keys (comma-separate; default team).")
 @click.option("--format", "fmt", type=click.Choice(["terminal", "markdown", "json"]),
               multiple=True, default=["terminal"], show_default=True, callback=one_value,
               help="Report format.")
 @click.option("-o", "--output", type=OutputFile(), default=None,
               help="Write the comparison here instead of stdout ('-': stdout).")
-def compare_cmd(last: Path, this: Path, fmt: str, output: Path | None) -> None:
+def compare_cmd(last: Path, this: Path, telemetry: tuple[Path, ...], by: tuple[str, ...],
+                fmt: str, output: Path | None) -> None:
     """Realised savings: per team and per remediation, what last month's bill report
-    projected and what this month's bill shows."""
+    projected and what this month's bill shows. LAST and THIS: two reports of gpuaudit bill
+    --format json, or two bills with --telemetry."""
     import json
 
     from gpuaudit.api.bill import compare_bills
     from gpuaudit.report.bill import render_compare
 
-    cmp = compare_bills(last, this)
+    keys = [k.strip() for v in by for k in v.split(",") if k.strip()] or ["team"]
+    cmp = compare_bills(last, this, telemetry=list(telemetry) or None, by=keys)
     text = json.dumps(cmp, indent=2) + "\n" if fmt == "json" else render_compare(cmp, fmt)
     write_output(text, output, f"{fmt} comparison")
 

@@ -39,7 +39,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, Usage
+from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, Usage, arrow_cells
 from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.price.cost import CostLine, cost_lines
@@ -222,7 +222,7 @@ def coarse_usage(usage: Usage, keys: Sequence[str]) -> Usage:
     base = list(dict.fromkeys(["gpu_uuid", "host", "gpu_model", *keys]))  # --by host: once
     if usage.cells.num_rows == 0:
         return replace(usage, by=keys)
-    agg = usage.cells.group_by(base, use_threads=False).aggregate(
+    agg = arrow_cells(usage.cells).group_by(base, use_threads=False).aggregate(
         [(c, "sum") for c in CELL_VALUE_COLUMNS])
     agg = agg.rename_columns([c[:-4] if c.endswith("_sum") else c for c in agg.column_names])
     agg = agg.select([*base, *CELL_VALUE_COLUMNS])
@@ -255,7 +255,7 @@ def fleet_summary(
     carry the ``group_keys`` and ``pod``/``namespace``; ``daily`` is a cells table with a
     ``day_start`` column (one row per day, GPU and group)."""
     keys = list(group_keys)
-    cells = usage.cells
+    cells = arrow_cells(usage.cells)
     show = []
     pod_keys = [k for k in ("namespace", "pod") if k in cells.column_names]
     for line in cost_lines(cells, rates, keys):

@@ -19,9 +19,14 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-import pyarrow as pa
-
-from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, PHASES, PhaseTime, Usage
+from gpuaudit.classify.usage import (
+    CELL_VALUE_COLUMNS,
+    PHASES,
+    CellColumns,
+    Cells,
+    PhaseTime,
+    Usage,
+)
 from gpuaudit.errors import PricingError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.price.money import (
@@ -191,10 +196,14 @@ def _merge(key: tuple[str | None, ...], lines: Sequence[CostLine]) -> CostLine:
 CellLines = list[tuple[dict[str, Any], CostLine]]
 
 
-def _rows_of(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
+def _rows_of(table: Cells, names: Sequence[str]) -> list[dict[str, Any]]:
     """Rows as dicts over ``names`` (those present). Nanosecond timestamps become microsecond
     ``datetime``s: pyarrow converts ns timestamps to Python only through pandas, which is not
-    a dependency."""
+    a dependency. Plain cell columns (a trace's usage) are read without Arrow."""
+    if isinstance(table, CellColumns):
+        return table.rows(list(dict.fromkeys(names)))
+    import pyarrow as pa
+
     cols = {}
     for name in dict.fromkeys(names):
         if name not in table.column_names:
@@ -206,7 +215,7 @@ def _rows_of(table: pa.Table, names: Sequence[str]) -> list[dict[str, Any]]:
     return pa.table(cols).to_pylist() if cols else [{} for _ in range(table.num_rows)]
 
 
-def _priced_cells(cells: pa.Table, rates: Mapping[str | None, Rate],
+def _priced_cells(cells: Cells, rates: Mapping[str | None, Rate],
                   key_names: Sequence[str]) -> CellLines:
     """Each cell (a :attr:`Usage.cells` row) priced at its GPU model's rate, with its
     ``key_names`` values for rolling up."""
@@ -232,7 +241,7 @@ def _rollup(cell_lines: CellLines, names: Sequence[str]) -> tuple[CostLine, ...]
     return tuple(sorted(merged, key=lambda ln: (-ln.observed_cost, [str(x) for x in ln.key])))
 
 
-def cost_lines(cells: pa.Table, rates: Mapping[str | None, Rate], keys: Sequence[str]
+def cost_lines(cells: Cells, rates: Mapping[str | None, Rate], keys: Sequence[str]
                ) -> tuple[CostLine, ...]:
     """Cells (:attr:`Usage.cells` rows) priced at their GPU model's rate and summed by
     ``keys`` (cell columns), most costly first; ``keys=()`` gives one total line, or none for

@@ -24,9 +24,11 @@ from gpuaudit.validate import check_output_path
 
 __all__ = ["bill_html", "render_bill", "render_compare", "showback_csv", "write_showback_parquet"]
 
-PHASES = ("idle", "underutilized", "productive", "compute_bound", "unobserved")
+PHASES = ("idle", "underutilized", "productive", "compute_bound", "unobserved",
+          "provider_split")
 PHASE_COLORS = {"idle": "#d62728", "underutilized": "#ff7f0e", "productive": "#2ca02c",
-                "compute_bound": "#1f77b4", "unobserved": "#7f7f7f"}
+                "compute_bound": "#1f77b4", "unobserved": "#7f7f7f",
+                "provider_split": "#9467bd"}
 
 
 def _m(s: str | None, ccy: str) -> str:
@@ -71,13 +73,17 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
         out.append(f"non-GPU lines (shown apart, not split): {_m(c['non_gpu']['billed'], ccy)} "
                    f"in {c['non_gpu']['lines']} lines")
         rows = []
+        # the provider-split column only where the provider split a line (FOCUS 1.3)
+        shown = PHASES if any("provider_split" in ln["phases"] for ln in c["lines"]) \
+            else PHASES[:-1]
         for ln in c["lines"]:
             ph = ln["phases"]
             rows.append([ln["line"], f"{ln['gpu_hours']:,.1f}", _m(ln["amount"], ccy)]
-                        + [_m(ph.get(p), ccy) if p in ph else "" for p in PHASES])
+                        + [_m(ph.get(p), ccy) if p in ph else "" for p in shown])
         out.append("")
         out += _table(["line", "GPU-h", "amount", "idle", "underutil.", "productive",
-                       "compute-bound", "no telemetry"], rows, md)
+                       "compute-bound", "no telemetry", "provider split"][:3 + len(shown)],
+                      rows, md)
         r = c["reconciliation"]
         out.append("")
         out.append(f"reconciliation: lines {_m(r['sum_of_lines'], ccy)} = billed "
@@ -124,6 +130,17 @@ def render_bill(bill: Mapping[str, Any], fmt: str = "terminal") -> str:
         out += _table(["GPU model", "rate from", "rate/GPU-h", "bill GPU-h",
                        f"bill ({ex['cost_basis']})", "audit GPU-h", "audit", "difference",
                        "why"], xrows, md)
+    ps = (bill.get("provider_split") or {}).get("targets") or []
+    if ps:
+        out.append(h("Lines the provider split (FOCUS 1.3 Allocated*): each went to what it "
+                     "names"))
+        prow = [[x["resource_id"] or "-", x["allocated_resource_id"] or "-",
+                 x["allocated_resource_name"] or "", x["allocated_tags"] or "",
+                 str(x["lines"]), _m(x["amount"], x["currency"]), x["to"],
+                 ",".join(str(i) for i in x["rows"][:6]) + (" ..." if len(x["rows"]) > 6
+                                                            else "")] for x in ps]
+        out += _table(["resource", "allocated to", "name", "tags", "lines", "amount",
+                       "line of the split", "rows"], prow, md)
     miss = bill.get("bill_without_telemetry", [])
     if miss:
         out.append(h("Billed GPU nodes with no telemetry (unallocated)"))
@@ -258,6 +275,19 @@ def bill_html(bill: Mapping[str, Any]) -> str:
                      "model</th><th>rate from</th><th>bill GPU-h</th><th>bill</th><th>audit "
                      "GPU-h</th><th>audit</th><th>difference</th><th>why</th></tr></thead>"
                      f"<tbody>{xr}</tbody></table></div>")
+    ps = (bill.get("provider_split") or {}).get("targets") or []
+    if ps:
+        pr = "".join(f"<tr><td>{_e(x['resource_id'] or '-')}</td>"
+                     f"<td>{_e(x['allocated_resource_id'] or '-')}</td>"
+                     f"<td>{_e(x['allocated_resource_name'] or '')}</td>"
+                     f"<td>{_e(x['allocated_tags'] or '')}</td><td class=num>{x['lines']}"
+                     f"</td><td class=num>{_e(_m(x['amount'], x['currency']))}</td>"
+                     f"<td>{_e(x['to'])}</td></tr>" for x in ps)
+        parts.append("<h3>Lines the provider split (FOCUS 1.3 Allocated*)</h3>"
+                     '<div class="scroll"><table class="bill-provider-split"><thead><tr>'
+                     "<th>resource</th><th>allocated to</th><th>name</th><th>tags</th>"
+                     "<th>lines</th><th>amount</th><th>line of the split</th></tr></thead>"
+                     f"<tbody>{pr}</tbody></table></div>")
     b = bill.get("budgets")
     if b:
         br = "".join(f"<tr><td>{_e(x['team'])}</td><td class=num>"

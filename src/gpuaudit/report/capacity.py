@@ -11,7 +11,6 @@ here but rounding.
 from __future__ import annotations
 
 import html
-import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -343,7 +342,9 @@ def _plan_lines(plan: Mapping[str, Any], fmt: str) -> list[str]:
 def render_capacity(doc: Mapping[str, Any], fmt: str = "terminal") -> str:
     """The document as ``terminal``, ``markdown``, ``html`` or ``json`` text."""
     if fmt == "json":
-        return json.dumps(doc, indent=2, default=str) + "\n"
+        from gpuaudit.report.json import indented
+
+        return indented(doc)
     if fmt not in ("terminal", "markdown", "html"):
         raise InputError(f"unknown report format {fmt!r}",
                          fix="use one of terminal, json, markdown, html")

@@ -20,7 +20,7 @@ from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import cents
 from gpuaudit.result import AuditResult
 
-__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "to_dict"]
+__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "indented", "to_dict"]
 
 SCHEMA_ID = "gpuaudit.report"
 SCHEMA_VERSION = "1.3"
@@ -263,4 +263,18 @@ def presented(value: Any) -> Any:
 
 
 def dumps(result: AuditResult) -> str:
-    return json.dumps(to_dict(result), indent=2, default=str) + "\n"
+    return indented(to_dict(result))
+
+
+def indented(doc: Any) -> str:
+    """``json.dumps(doc, indent=2, default=str) + "\\n"``, byte for byte, faster: the
+    standard library encodes in C only without ``indent`` (a 6 MB bill report: 0.6 s of
+    Python), so the values are encoded in C and msgspec re-indents the text (whitespace only;
+    a NaN, which msgspec does not read, takes the slow path)."""
+    import msgspec
+
+    flat = json.dumps(doc, default=str)
+    try:
+        return msgspec.json.format(flat.encode(), indent=2).decode() + "\n"
+    except msgspec.DecodeError:
+        return json.dumps(doc, indent=2, default=str) + "\n"

@@ -28,6 +28,7 @@ one JSON object: a small header (``schemaVersion``, ``deviceProperties``,
 from __future__ import annotations
 
 import gzip
+import os
 import re
 import zlib
 from collections import Counter
@@ -145,7 +146,13 @@ def read_document(path: Path) -> tuple[bytes | bytearray, bool]:
     A truncated or corrupt gzip stream is an :class:`InputError` naming the decompressed
     byte offset where it failed.
     """
-    raw = path.read_bytes()
+    with path.open("rb") as fh:
+        # a plain document is read into a mutable buffer: slices are framed in place
+        # (see _Frame), never copied
+        raw = bytearray(os.fstat(fh.fileno()).st_size)
+        got = fh.readinto(raw)
+        if got < len(raw):  # the file shrank under us: what was read is the document
+            del raw[got:]
     if raw[:2] != _GZIP_MAGIC:
         return raw, False
     try:
@@ -164,7 +171,7 @@ def read_document(path: Path) -> tuple[bytes | bytearray, bool]:
         ) from exc
 
 
-def _decompressed_before_failure(raw: bytes) -> int:
+def _decompressed_before_failure(raw: bytes | bytearray) -> int:
     d = zlib.decompressobj(wbits=31)
     got = 0
     try:
@@ -356,6 +363,7 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     arr = memoryview(events)  # a view into ``data``: no copy
     if not len(arr) or arr[0] != 0x5B:  # "["
         raise _bad(path, max(data.find(b'"traceEvents"'), 0), "'traceEvents' is not an array")
+    frame = _Frame(data, events)
     acc = _Accumulator(cats, select)
     end = len(arr) - 1  # the closing bracket
     lo = 1
@@ -364,7 +372,7 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     shapes: bool | None = None
     while lo < end:
         evs, lo = _next_slice(arr, lo, end, slice_bytes or SLICE_BYTES, path, acc.n_events,
-                              shapes is not False)
+                              shapes is not False, frame)
         acc.add(evs)
         del evs
         if shapes is None and acc.ops_seen:
@@ -372,8 +380,45 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     return meta, acc.finish()
 
 
+class _Frame:
+    """A slice ``arr[lo:hi]`` of the events array as a JSON array of its own, without copying
+    it: the byte before ``lo`` (``[``, a comma or white space) becomes ``[`` and the byte at
+    ``hi`` (a comma, white space or the closing ``]``) becomes ``]`` in the document itself,
+    for the decode only, then both are put back. Where the document is immutable (bytes) or
+    the array is not a view into it, the slice is copied between brackets instead."""
+
+    def __init__(self, data: bytes | bytearray, events: msgspec.Raw) -> None:
+        self.buf: bytearray | None = None
+        self.base = 0
+        if isinstance(data, bytearray) and len(events):
+            a = np.frombuffer(events, np.uint8).__array_interface__["data"][0]
+            b = np.frombuffer(data, np.uint8).__array_interface__["data"][0]
+            off = a - b
+            if 0 <= off and off + len(events) <= len(data) and data[off] == 0x5B:
+                self.buf, self.base = data, off
+
+    def decode(self, dec: msgspec.json.Decoder[Any], arr: memoryview, lo: int,
+               hi: int) -> Any:
+        buf = self.buf
+        if buf is None:
+            return dec.decode(b"".join((b"[", arr[lo:hi], b"]")))
+        i, j = self.base + lo - 1, self.base + hi
+        before, after = buf[i], buf[j]
+        buf[i], buf[j] = 0x5B, 0x5D
+        try:
+            # the decoded events' raw numbers are views into it: the view is not released
+            return dec.decode(memoryview(buf)[i:j + 1])
+        finally:
+            buf[i], buf[j] = before, after
+
+    def text(self, arr: memoryview, lo: int, hi: int) -> bytes:
+        """The slice between brackets, as bytes (a copy: the rare invalid UTF-8 path)."""
+        return b"".join((b"[", arr[lo:hi], b"]"))
+
+
 def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path,
-                n_before: int, shapes: bool) -> tuple[list[_Event], int]:
+                n_before: int, shapes: bool, frame: _Frame | None = None
+                ) -> tuple[list[_Event], int]:
     """Decode the events from ``lo`` up to a cut about ``slice_bytes`` on (see the module
     docstring); returns them and where the next slice starts."""
     pos = lo + slice_bytes
@@ -381,26 +426,27 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
         m = _CUT.search(arr, pos, end) if pos < end else None
         cut, nxt = (m.start() + 1, m.end() - 1) if m else (end, end)
         try:
-            return _decode_slice(arr, lo, cut, path, n_before, shapes), nxt
+            return _decode_slice(arr, lo, cut, path, n_before, shapes, frame), nxt
         except msgspec.DecodeError:
             if cut == end:  # the document was validated: this cannot happen
                 raise
             pos = cut  # the cut was inside a string or a nested object: try the next one
-    return _decode_slice(arr, lo, end, path, n_before, shapes), end
+    return _decode_slice(arr, lo, end, path, n_before, shapes, frame), end
 
 
-def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int, shapes: bool
-                  ) -> list[_Event]:
-    chunk = b"".join((b"[", arr[lo:hi], b"]"))
+def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int, shapes: bool,
+                  frame: _Frame | None = None) -> list[_Event]:
+    frame = frame or _Frame(b"", msgspec.Raw(b""))
     dec: msgspec.json.Decoder[list[_Event]] | msgspec.json.Decoder[list[_ShapeEvent]] = (
         _SHAPE_DECODER if shapes else _SLICE_DECODER)
     try:
         try:
-            return cast(list[_Event], dec.decode(chunk))
+            return cast(list[_Event], frame.decode(dec, arr, lo, hi))
         except UnicodeDecodeError:
             # invalid UTF-8 inside a string: decode it as U+FFFD, as other trace viewers do
+            text = frame.text(arr, lo, hi)
             return cast(list[_Event],
-                        dec.decode(chunk.decode("utf-8", errors="replace").encode()))
+                        dec.decode(text.decode("utf-8", errors="replace").encode()))
     except msgspec.ValidationError as exc:
         m = _INDEX_AT.search(str(exc))
         at = f"traceEvents[{n_before + int(m.group(1))}]" if m else "traceEvents"
@@ -430,10 +476,30 @@ def parse_raw(raws: list[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 def parse_int_raw(raws: list[msgspec.Raw]) -> tuple[np.ndarray, np.ndarray]:
-    """Raw JSON integers (or integral decimals such as ``7.0``) -> (int64, valid)."""
+    """Raw JSON integers (or integral decimals such as ``7.0``) -> (int64, valid).
+
+    The common case, every value present a plain run of at most 15 digits (a stream,
+    device or correlation id), is read by NumPy's C text parser in one call; anything else
+    (absent values aside) takes :func:`parse_raw`'s exact decimal path."""
+    n = len(raws)
+    length = np.fromiter(map(len, raws), I64, n)
+    present = length > 0
+    if n and 0 < int(length.max()) <= _INT_DIGITS:
+        some = present.all()
+        text = b",".join(raws if some else compress(raws, present))
+        c = np.frombuffer(text, np.uint8)
+        if bool(((c - 48 <= 9) | (c == 44)).all()):  # digits and commas only
+            got = np.fromstring(text, dtype=I64, sep=",")
+            if got.size == int(present.sum()):
+                vals = np.zeros(n, dtype=I64)
+                vals[present] = got
+                return vals, present
     ns, valid, _ = parse_raw(raws)
     valid &= ns % 1000 == 0
     return ns // 1000, valid
+
+
+_INT_DIGITS = 15  # x 1000 (parse_raw's ns) still fits in int64: the two paths agree
 
 
 def parse_ns(data: bytes, lo: np.ndarray, hi: np.ndarray
@@ -459,20 +525,30 @@ def parse_ns(data: bytes, lo: np.ndarray, hi: np.ndarray
     if n == 0 or b.size == 0:
         return ns, valid, frac
     length = hi - lo
-    cs = np.zeros(b.size + 1, dtype=I64)
-    np.cumsum(_CLASS_WEIGHT[b], out=cs[1:])
-    counts = cs[hi] - cs[lo]
-    n_bad, n_exp = counts >> 30, (counts >> 20) & 1023
-    n_dot, n_minus = (counts >> 10) & 1023, counts & 1023
-    neg = (length > 0) & (b[np.minimum(lo, b.size - 1)] == 45)
     dotpos = hi.copy()
     dots = np.flatnonzero(b == 46)
+    owner = np.zeros(0, dtype=I64)
     if dots.size:
         owner = np.searchsorted(hi, dots, side="right")
         inside = owner < n
         owner, dots = owner[inside], dots[inside]
         inside = dots >= lo[owner]
-        dotpos[owner[inside]] = dots[inside]
+        owner, dots = owner[inside], dots[inside]
+        dotpos[owner] = dots
+    if bool(_DIGIT_OR_DOT[b].all()):
+        # the common case (Kineto's %.3f microseconds, integer ids): digits and dots only,
+        # so only the dots need counting per value, not every byte's class
+        zero = np.zeros(n, dtype=I64)
+        n_bad = n_exp = n_minus = zero
+        n_dot = np.bincount(owner, minlength=n).astype(I64) if owner.size else zero
+        neg = np.zeros(n, dtype=bool)
+    else:
+        cs = np.zeros(b.size + 1, dtype=I64)
+        np.cumsum(_CLASS_WEIGHT[b], out=cs[1:])
+        counts = cs[hi] - cs[lo]
+        n_bad, n_exp = counts >> 30, (counts >> 20) & 1023
+        n_dot, n_minus = (counts >> 10) & 1023, counts & 1023
+        neg = (length > 0) & (b[np.minimum(lo, b.size - 1)] == 45)
     nint = dotpos - lo - neg
     plain = (length > 0) & (length <= 1023) & (n_bad == 0) & (n_exp == 0) & (n_dot <= 1) & (
         n_minus == neg)
@@ -507,6 +583,8 @@ _CLASS_WEIGHT[list(b"0123456789")] = 0  # (20-29), dot (10-19), minus (0-9)
 _CLASS_WEIGHT[list(b"eE+")] = 1 << 20
 _CLASS_WEIGHT[ord(".")] = 1 << 10
 _CLASS_WEIGHT[ord("-")] = 1
+_DIGIT_OR_DOT = np.zeros(256, dtype=bool)
+_DIGIT_OR_DOT[list(b"0123456789.")] = True
 _COL16 = np.arange(16, dtype=I64)
 _POW16 = _POW10[15::-1].copy()
 _POW3 = np.array([100, 10, 1], dtype=I64)

@@ -56,9 +56,13 @@ def sweep(sets: list[tuple[np.ndarray, np.ndarray]]) -> dict[int, int]:
     dur = np.diff(t)
     state = running[:-1]
     out: dict[int, int] = {}
-    for st in np.unique(state):
-        if st > 0:
-            out[int(st)] = int(dur[state == st].sum())
+    # every state is a bitmask of the sets (each set disjoint): at most 2 ** len(sets) - 1
+    # of them, in increasing order (a loop over them rather than np.unique, whose first
+    # plain call imports numpy.ma: ~10 ms of the trace command)
+    for st in range(1, 1 << len(sets)):
+        m = state == st
+        if m.any():
+            out[st] = int(dur[m].sum())
     return out
 
 

@@ -70,6 +70,27 @@ def waits(n: int, busy_mean: float, gap_median: float, sigma: float,
     return out
 
 
+Level = tuple[float, float, float]  # (value while busy, value while idle, noise sd)
+
+
+def busy_or_idle(g: Gpu, sl: slice, busy: np.ndarray, *, util: Level, sm: Level,
+                 tensor: Level, dram: Level, pcie: Level, nvlink: Level,
+                 mem_mib: float) -> None:
+    """A training stretch that alternates GPU work and waits: utilization, SM, tensor and
+    DRAM activity, PCIe and NVLink bytes per second (the same both ways) at their busy or
+    idle level by ``busy``, with noise; ``mem_mib`` held (noise 50 MiB). Draws from the
+    GPU's generator in this order, so a case built with it is the same file as before."""
+    for col, (on, off, noise) in (("util_gpu_pct", util), ("sm_active", sm),
+                                  ("tensor_active", tensor), ("dram_active", dram)):
+        g.set(col, sl, np.where(busy, on, off), noise, hi=100 if col == "util_gpu_pct" else 1)
+    for cols, (on, off, noise) in ((("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"), pcie),
+                                   (("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
+                                    nvlink)):
+        for col in cols:
+            g.set(col, sl, np.where(busy, on, off), noise)
+    g.set("mem_used_mib", sl, mem_mib, 50)
+
+
 def write(name: str, interval_s: float, host: str, gpus: list[tuple[str, str, Gpu]]) -> None:
     cols: dict[str, list[np.ndarray]] = {}
     for uuid, model, g in gpus:
@@ -113,15 +134,10 @@ def offload_8xh100_10hz(rng: np.random.Generator) -> None:
         g.set("pcie_tx_bytes_per_s", w, 0.2e9, 0.02e9)
         g.set("pcie_rx_bytes_per_s", w, 2.5e9, 0.2e9)
         busy = cycle(n_steady, 10 * hz, 2 * hz, phase=3 * i)
-        g.set("util_gpu_pct", s, np.where(busy, 80.0, 0.0), 3.0, hi=100)
-        g.set("sm_active", s, np.where(busy, 0.45, 0.0), 0.01, hi=1)
-        g.set("tensor_active", s, np.where(busy, 0.25, 0.0), 0.01, hi=1)
-        g.set("dram_active", s, np.where(busy, 0.2, 0.01), 0.005, hi=1)
-        g.set("pcie_tx_bytes_per_s", s, np.where(busy, 0.5e9, 1.1e9), 0.05e9)
-        g.set("pcie_rx_bytes_per_s", s, np.where(busy, 0.5e9, 1.1e9), 0.05e9)
-        g.set("nvlink_tx_bytes_per_s", s, np.where(busy, 2e9, 0.01e9), 0.001e9)
-        g.set("nvlink_rx_bytes_per_s", s, np.where(busy, 2e9, 0.01e9), 0.001e9)
-        g.set("mem_used_mib", s, 32 * GIB, 50)
+        busy_or_idle(g, s, busy, util=(80.0, 0.0, 3.0), sm=(0.45, 0.0, 0.01),
+                     tensor=(0.25, 0.0, 0.01), dram=(0.2, 0.01, 0.005),
+                     pcie=(0.5e9, 1.1e9, 0.05e9), nvlink=(2e9, 0.01e9, 0.001e9),
+                     mem_mib=32 * GIB)
         g.set("power_w", s, np.where(busy, 520.0, 130.0), 10)
         g.set("util_gpu_pct", c, 0.0, 0.5, hi=100)
         g.set("mem_used_mib", c, 32 * GIB)
@@ -392,15 +408,10 @@ def fsdp_offload_8xh100_10hz(rng: np.random.Generator) -> None:
         g = Gpu(n, rng)
         a = slice(0, n)
         busy = waits(n, 6.6, 28, 0.04, rng)
-        g.set("util_gpu_pct", a, np.where(busy, 74.0, 0.0), 3.0, hi=100)
-        g.set("sm_active", a, np.where(busy, 0.47, 0.0), 0.02, hi=1)
-        g.set("tensor_active", a, np.where(busy, 0.25, 0.0), 0.02, hi=1)
-        g.set("dram_active", a, np.where(busy, 0.2, 0.005), 0.01, hi=1)
-        g.set("pcie_tx_bytes_per_s", a, np.where(busy, 0.1e9, 0.065e9), 0.01e9)
-        g.set("pcie_rx_bytes_per_s", a, np.where(busy, 0.1e9, 0.065e9), 0.01e9)
-        g.set("nvlink_tx_bytes_per_s", a, np.where(busy, 25e9, 0.02e9), 1e9)
-        g.set("nvlink_rx_bytes_per_s", a, np.where(busy, 25e9, 0.02e9), 1e9)
-        g.set("mem_used_mib", a, 32 * GIB, 50)
+        busy_or_idle(g, a, busy, util=(74.0, 0.0, 3.0), sm=(0.47, 0.0, 0.02),
+                     tensor=(0.25, 0.0, 0.02), dram=(0.2, 0.005, 0.01),
+                     pcie=(0.1e9, 0.065e9, 0.01e9), nvlink=(25e9, 0.02e9, 1e9),
+                     mem_mib=32 * GIB)
         g.set("mem_total_mib", a, 81559.0)
         g.set("power_w", a, np.where(busy, 480.0, 140.0), 10)
         out.append((uuid("fsdp", i), H100, g))

@@ -161,6 +161,7 @@ class FileSource:
         tz: str,
         batch_rows: int,
         row_groups: tuple[int, int] | None = None,
+        shown: Path | None = None,
     ) -> None:
         if batch_rows < 1:
             raise InputError(f"batch_rows must be positive, got {batch_rows}",
@@ -170,6 +171,9 @@ class FileSource:
                              fix=f"use one of: {', '.join(FORMATS)}")
         _check_file(path)
         self.path = path
+        #: the file notes and row errors name: ``path`` itself, or the file the user gave
+        #: when ``path`` is a scratch copy parsed from it (a saved dcgm-exporter page)
+        self.shown_path = shown or path
         self.fmt = fmt or _sniff_format(path)
         if self.fmt != "parquet":
             _refuse_profiler_trace(path)
@@ -388,7 +392,7 @@ class FileSource:
 
     def _setup_parquet(self) -> None:
         path = self.path
-        shown: Path = getattr(self, "shown_path", None) or path  # where notes and errors point
+        shown = self.shown_path
         try:
             pf = pq.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as exc:
@@ -734,9 +738,9 @@ def _exposition_source(path: Path, **kw: Any) -> FileSource:
                               origin=f"a saved dcgm-exporter page {path}",
                               interval_s=DCGM_EXPORTER_INTERVAL_S,
                               notes=tuple(notes)), out)
-    src = _PageSource(path, out, fmt="parquet", mapping=None, fields=None,
-                      host=kw.get("host"), gpu_model=kw.get("gpu_model"), tz="UTC",
-                      batch_rows=kw.get("batch_rows", 1 << 20))
+    src = FileSource(out, fmt="parquet", mapping=None, fields=None, host=kw.get("host"),
+                     gpu_model=kw.get("gpu_model"), tz="UTC",
+                     batch_rows=kw.get("batch_rows", 1 << 20), shown=path)
     src.origin = f"a saved dcgm-exporter page {path} (one sample per GPU)"
     src._book.add("one dcgm-exporter page is a snapshot: one sample per GPU, standing for one "
                   f"sampling interval ({DCGM_EXPORTER_INTERVAL_S:g} s, dcgm-exporter's default "
@@ -945,11 +949,3 @@ def _csv_blocks(path: Path, names: list[str], header_lines: int,
     except OSError as exc:
         raise _decompress_error(path, exc) from exc
 
-
-class _PageSource(FileSource):
-    """A saved dcgm-exporter page read through the recording it was parsed into; notes and
-    errors name the page (``node.prom: row N``, the Nth GPU sample), not the scratch file."""
-
-    def __init__(self, shown: Path, path: Path, **kw: Any) -> None:
-        self.shown_path = shown
-        super().__init__(path, **kw)

@@ -203,6 +203,13 @@ class PromClient:
         return {"Authorization": f"Bearer {token}"} if token else {}
 
     def _post(self, path: str, data: Mapping[str, str]) -> Any:
+        """POST ``data`` to ``path``; the answer's ``data`` object, decoded."""
+        return self._post_as(path, data, _decode_any)
+
+    def _post_as(self, path: str, data: Mapping[str, str],
+                 decode: Callable[[bytes], Any]) -> Any:
+        """POST ``data`` to ``path`` (retries, errors, byte counts); ``decode`` turns the
+        body into what the caller wants (``ValueError``: not the Prometheus API)."""
         assert self._client is not None
         where = f"{self.url}{path}"
         delay = self.backoff_s
@@ -249,12 +256,11 @@ class PromClient:
                                  f"{text}", where=f"{where} query={data.get('query', '')!r}",
                                  fix="check the selector and the time range")
             try:  # msgspec: ~3x faster than json on the large pushdown answers
-                body = msgspec.json.decode(resp.content)
+                return decode(resp.content)
             except ValueError as exc:  # msgspec.DecodeError too
                 raise SourceUnavailableError(
                     "answer is not JSON: is this the Prometheus API?", where=where,
                     fix="give the server's base URL (without /api/v1)") from exc
-            return body.get("data", {})
         raise SourceUnavailableError(
             f"Prometheus unavailable after {self.retries + 1} attempt(s): {last}",
             where=where, fix="check the server is up and reachable; --timeout and --retries "
@@ -267,6 +273,14 @@ class PromClient:
         if data.get("resultType") == "scalar":
             return [({}, float(data["result"][1]))]
         return [(dict(r.get("metric", {})), float(r["value"][1])) for r in data.get("result", [])]
+
+    def query_rows(self, expr: str, time_s: float) -> tuple[list[bytes], list[float]]:
+        """``/api/v1/query`` at ``time_s`` for many series: each series' label object as
+        its JSON text (a cache key, decoded only once per series) and its value. The label
+        objects are not parsed: a fleet's answers repeat the same series in every query."""
+        rows: tuple[list[bytes], list[float]] = self._post_as(
+            "/api/v1/query", {"query": expr, "time": _fmt_time(time_s)}, _decode_rows)
+        return rows
 
     def query_samples(self, expr: str, time_s: float) -> list[list[float]]:
         """``/api/v1/query`` of a range selector (``m{...}[1h]``) at ``time_s``: each series'
@@ -313,6 +327,46 @@ class PromClient:
             mid = a + (n // 2) * step_s
             yield from self._range_split(expr, a, mid, step_s)
             yield from self._range_split(expr, mid + step_s, b, step_s)
+
+
+def _decode_any(content: bytes) -> Any:
+    body = msgspec.json.decode(content)
+    if not isinstance(body, dict):
+        raise ValueError("not a JSON object")
+    return body.get("data", {})
+
+
+class _Row(msgspec.Struct):
+    metric: msgspec.Raw = msgspec.Raw(b"{}")
+    value: tuple[float, str] = (0.0, "NaN")
+
+
+class _RowsData(msgspec.Struct):
+    resultType: str = ""
+    result: msgspec.Raw = msgspec.Raw(b"[]")
+
+
+class _RowsBody(msgspec.Struct):
+    data: _RowsData = msgspec.field(default_factory=_RowsData)
+
+
+_ROWS = msgspec.json.Decoder(_RowsBody)
+_VECTOR = msgspec.json.Decoder(list[_Row])
+_SCALAR = msgspec.json.Decoder(tuple[float, str])
+
+
+def _decode_rows(content: bytes) -> tuple[list[bytes], list[float]]:
+    """An instant query's answer -> (label objects as JSON text, values); a scalar answer
+    is one series with no labels. Values are Prometheus' strings (``"NaN"``, ``"+Inf"``)."""
+    try:
+        data = _ROWS.decode(content).data
+        if data.resultType == "scalar":
+            _t, v = _SCALAR.decode(data.result)
+            return [b"{}"], [float(v)]
+        rows = _VECTOR.decode(data.result)
+        return [bytes(r.metric) for r in rows], [float(r.value[1]) for r in rows]
+    except msgspec.ValidationError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 def _fmt_time(t: float) -> str:

@@ -4,7 +4,9 @@ Started by :class:`gpuaudit.measure.live.sampler_process.ProcessSampler`, never 
 its settings and the pickled backend (or factory) from ``CMD_FD``, builds the backend here
 (``NvmlBackend`` imports pynvml and calls ``nvmlInit`` in this process), runs an in-process
 :class:`~gpuaudit.measure.live.sampler.Sampler` with the crash-safe recorder, applies the marks,
-events and counters the parent sends, and on ``stop``, end-of-file (the parent died) or
+events and counters the parent sends (they come batched, only when there are new
+ones), sends a heartbeat with its progress every ``idle_beat_s`` while sampling and every
+``beat_s`` while finalising, and on ``stop``, end-of-file (the parent died) or
 SIGTERM stops, finalises the Parquet recording and answers ``("done", stats)``.
 
 SIGINT is ignored: a terminal's Ctrl-C reaches the whole foreground process group, and it
@@ -96,13 +98,23 @@ def main(argv: list[str]) -> int:
     # sampling thread waits less behind the writer's Arrow build and the heartbeat.
     sys.setswitchinterval(0.001)
     done = threading.Event()
+    stopping = threading.Event()
     beat_s = float(cfg.get("beat_s", 0.1))
+    idle_beat_s = float(cfg.get("idle_beat_s", beat_s))
 
     def beat() -> None:
-        while not done.wait(beat_s):
+        # Sampling: a beat every idle_beat_s (progress for stats(); each one is a wake-up,
+        # a pickle and a write, so not at the tick rate). Stopping: one at once, then every
+        # beat_s, so the parent can tell a long finalisation from a hung process.
+        while True:
+            if stopping.is_set():
+                if done.wait(beat_s):
+                    return
+            else:
+                stopping.wait(idle_beat_s)
             progress: dict[str, Any] = dict(sampler.progress())
             progress["process_cpu_s"] = time.process_time() - cpu0_s
-            if not send(("beat", progress)):
+            if done.is_set() or not send(("beat", progress)):
                 return
 
     threading.Thread(target=beat, name="gpuaudit-sampler-beat", daemon=True).start()
@@ -121,6 +133,7 @@ def main(argv: list[str]) -> int:
     except _Terminated:
         reason = "the sampling process got SIGTERM; it stopped and finalised the recording"
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    stopping.set()
     if reason is not None:
         sampler._event(reason)
     sampler.stop()

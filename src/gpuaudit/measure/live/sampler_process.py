@@ -12,11 +12,15 @@ Messages (``multiprocessing.connection`` framing over the pipes, pickled tuples)
 
 * parent -> child: first the settings and the pickled backend (a dict), then
   ``("x" | "stop", new_marks, new_events, counters)``: a link thread sends
-  what :meth:`mark` / :meth:`step` collected every ``link_s`` (batched; ``mark``/``step``
-  only append under a lock, so the workload never waits on the pipe); ``stop`` also ends
-  the recording.
+  what :meth:`mark` / :meth:`step` collected, at most ``link_s`` after it (batched;
+  ``mark``/``step`` only append under a lock and wake the link, so the workload never
+  waits on the pipe; with nothing new, nothing is sent); ``stop`` also ends the recording.
 * child -> parent: ``("ready", devices, wall0_ns, mono0_ns, source)`` or ``("error", kind,
-  text)``; ``("beat", progress)`` every ``_BEAT_S``; ``("done", stats)`` once finalised.
+  text)``; ``("beat", progress)`` every ``_IDLE_BEAT_S`` while sampling and every
+  ``_BEAT_S`` once stopping; ``("done", stats)`` once finalised.
+
+Idle, the two processes wake only for the ticks, the flushes and one heartbeat a second:
+at 10 Hz a 0.1 s heartbeat and link poll used to cost as much CPU as the sampling itself.
 
 Failure handling: a child that dies (SIGKILL, segfault in the driver) or stops answering
 (no message for ``stop_timeout_s`` while stopping, or past ``finalize_timeout_s``) is killed;
@@ -57,7 +61,11 @@ from gpuaudit.schema import SAMPLE_SCHEMA, Recording
 __all__ = ["ProcessSampler"]
 
 _CHILD_MODULE = "gpuaudit.measure.live.sampler_child"
-_BEAT_S = 0.1  # the child's heartbeat period (progress counts for stats())
+_BEAT_S = 0.1  # the child's heartbeat period while it finalises (liveness during stop())
+#: ... and while it samples (progress counts for stats()). Each beat wakes both processes,
+#: so not at the tick rate: at 10 Hz a 0.1 s beat and link poll cost as much CPU as the
+#: sampling itself (docs/benchmarks.md, "Live sampler").
+_IDLE_BEAT_S = 1.0
 
 
 class ProcessSampler(Sampler):
@@ -87,6 +95,8 @@ class ProcessSampler(Sampler):
         self._sent_counters: dict[str, float | None] | None = None
         self._send_lock = threading.Lock()
         self._link_stop = threading.Event()
+        self._dirty = threading.Event()  # set by mark/step/events: the link has news to send
+        self._recv_lock = threading.Lock()  # one reader of the result pipe at a time
         self._link: threading.Thread | None = None
         self._beat: dict[str, Any] = {}
         self._final: dict[str, Any] | None = None
@@ -149,6 +159,7 @@ class ProcessSampler(Sampler):
             "output": str(self._out), "origin": self.origin, "flush_s": self.flush_s,
             "output_mode": self.output_mode,
             "host": self.host, "stop_timeout_s": self.stop_timeout_s, "beat_s": _BEAT_S,
+            "idle_beat_s": _IDLE_BEAT_S,
             # the CPU reader and the workload's root pid (the child leaves itself out)
             "cpu": pickle.dumps(self._cpu_spec if self._cpu_spec is not None else False),
             "cpu_pid": self.cpu_pid,
@@ -191,11 +202,19 @@ class ProcessSampler(Sampler):
 
     # -- the link thread -------------------------------------------------------------------
     def _link_loop(self) -> None:
-        while not self._link_stop.wait(self.link_s):
-            if self._gone is not None:
+        # Wakes when mark/step/an event has something new (then waits link_s more so that a
+        # training loop's steps go as one message), else once per heartbeat to read it:
+        # an idle recording costs one wake-up a second here, not one per link_s.
+        while True:
+            self._dirty.wait(_IDLE_BEAT_S)
+            if self._link_stop.is_set() or self._gone is not None:
                 return
             try:
-                self._send("x")
+                if self._dirty.is_set():
+                    if self._link_stop.wait(self.link_s):
+                        return  # stop() sends what is left itself
+                    self._dirty.clear()
+                    self._send("x")
                 self._drain()
             except Exception as exc:  # a bug of ours; say it once, keep sampling
                 if not self._link_failed:
@@ -236,18 +255,40 @@ class ProcessSampler(Sampler):
 
     def _drain(self) -> None:
         res = self._res
-        if res is None:
-            return
+        if res is None or not self._recv_lock.acquire(blocking=False):
+            return  # another thread is reading: it handles what is there
         try:
             while res.poll(0):
                 self._handle(res.recv())
         except (EOFError, OSError):
             self._gone = self._gone or "it closed its pipe"
+        finally:
+            self._recv_lock.release()
+
+    # -- the workload's signals: also wake the link ----------------------------------------
+    def mark(self, text: str) -> None:
+        super().mark(text)
+        self._dirty.set()
+
+    def step(self, steps: int = 1, samples: float | None = None,
+             tokens: float | None = None) -> None:
+        super().step(steps, samples, tokens)
+        if not self._dirty.is_set():  # a training loop calls this often: no lock when set
+            self._dirty.set()
+
+    def _event(self, text: str) -> None:
+        super()._event(text)
+        self._dirty.set()
 
     def _recv_until(self, deadline: float, kinds: set[str],
                     silence_s: float | None = None) -> Any:
         """Read messages until one of ``kinds``; None at the deadline, after ``silence_s``
         without any message, or when the child is gone (``self._gone`` says why)."""
+        with self._recv_lock:
+            return self._recv_until_locked(deadline, kinds, silence_s)
+
+    def _recv_until_locked(self, deadline: float, kinds: set[str],
+                           silence_s: float | None) -> Any:
         res = self._res
         assert res is not None and self._proc is not None
         self._last_msg = time.monotonic()
@@ -282,6 +323,7 @@ class ProcessSampler(Sampler):
         if self.recording is not None:
             return self.recording
         self._link_stop.set()
+        self._dirty.set()  # wakes the link thread
         if self._link is not None:
             self._link.join(self.stop_timeout_s)
         self._drain()
@@ -363,10 +405,12 @@ class ProcessSampler(Sampler):
 
     # -- statistics ------------------------------------------------------------------------
     def stats(self) -> SamplerStats:
-        """The child's final statistics once stopped; counts from its heartbeat before."""
+        """The child's final statistics once stopped; before, counts from its latest
+        heartbeat (at most ``_IDLE_BEAT_S`` old)."""
         if self._final is not None:
             fields = SamplerStats.__dataclass_fields__
             return SamplerStats(**{k: v for k, v in self._final.items() if k in fields})
+        self._drain()  # the latest heartbeat, if one came since the link thread read
         b = self._beat
         return SamplerStats(
             ticks=int(b.get("ticks", 0)), late=int(b.get("late", 0)),

@@ -32,12 +32,12 @@ from gpuaudit.price.billing.reconcile import (
     split_cents,
 )
 from gpuaudit.price.billing.sql.engines import run_join
-from gpuaudit.price.billing.sql.join import INPUTS
+from gpuaudit.price.billing.sql.join import COMMITMENT_ROLES, INPUTS, PROVIDER_PHASE, split_key
 from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
 from gpuaudit.validate import check_output_dir
 
-__all__ = ["HOUR_KEY", "BillAllocation", "allocate", "usage_hours"]
+__all__ = ["HOUR_KEY", "BillAllocation", "BillSide", "allocate", "bill_side", "usage_hours"]
 
 HOUR_KEY = "period:3600"
 UNATTRIBUTED = "unattributed"
@@ -111,6 +111,91 @@ def _host_candidates(resource_id: str | None, name: str | None) -> list[str]:
     return out
 
 
+@dataclass(frozen=True)
+class BillSide:
+    """What the report takes from the bill alone, whatever the telemetry: the GPU SKUs (the
+    ``gpu_skus`` temp table is left on the bill's connection) and, per currency, the totals,
+    the non-GPU lines, the lines a rate is read from, the buckets' sums, the commitments; the
+    overlapping charge periods and the duplicates.
+    Computed by :func:`bill_side`, which :func:`allocate` calls when it is not given one."""
+
+    cost: str
+    currencies: tuple[str, ...]
+    totals: Mapping[str, tuple[Any, int]]
+    non_gpu: Mapping[str, list[tuple[Any, ...]]]
+    model_rates: Mapping[str, list[dict[str, Any]]]
+    bucket_kinds: Mapping[str, list[tuple[Any, ...]]]
+    bucket_gpu: Mapping[str, tuple[int, int]]
+    commitments: Mapping[str, dict[str, Any]]
+    overlaps: dict[str, Any]
+    duplicates: dict[str, Any]
+
+
+def bill_side(bill: Bill, *, cost: str = "billed",
+              catalog: Sequence[CatalogEntry] | None = None) -> BillSide:
+    """The GPU SKUs of ``bill`` (matched in ``catalog``, else the embedded one) as the
+    ``gpu_skus`` temp table on its connection, and every figure of the report that depends on
+    the bill alone (:class:`BillSide`). Nothing here needs the telemetry, so it can run while
+    the telemetry is classified (DuckDB works outside the interpreter lock)."""
+    if cost not in COST_COLUMNS:
+        raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
+    con = bill.con
+    # GPU SKUs from the catalog, over the bill's distinct SKU texts
+    texts = [r[0] for r in con.execute(
+        "SELECT DISTINCT sku_text FROM bill_lines WHERE sku_text IS NOT NULL").fetchall()]
+    skus = match_skus(texts, catalog)
+    con.register("gpu_skus_arrow", pa.table({
+        "sku_text": pa.array(list(skus), pa.string()),
+        "instance": pa.array([s.instance for s in skus.values()], pa.string()),
+        "gpu_model": pa.array([s.gpu_model for s in skus.values()], pa.string()),
+        "gpus_per_instance": pa.array([s.gpus_per_instance for s in skus.values()], pa.int64()),
+        "per_gpu": pa.array([s.per_gpu for s in skus.values()], pa.bool_()),
+    }))
+    con.execute("CREATE OR REPLACE TEMP TABLE gpu_skus AS SELECT * FROM gpu_skus_arrow")
+    con.unregister("gpu_skus_arrow")
+    totals = {str(r[0]): (r[1], int(r[2])) for r in con.execute(
+        "SELECT currency, sum(billed_cost), count(*) FROM bill_lines GROUP BY currency"
+    ).fetchall()}
+    currencies = tuple(totals)
+    non_gpu: dict[str, list[tuple[Any, ...]]] = {c: [] for c in currencies}
+    for r in con.execute(
+            "SELECT currency, COALESCE(service, '(no service)'), COALESCE(charge_category, ''), "
+            "sum(billed_cost), sum(effective_cost), sum(list_cost), count(*) "
+            f"FROM bill_lines b WHERE NOT {IS_GPU} AND NOT {ROLE_COMMIT} "
+            "GROUP BY ALL ORDER BY 1, 4 DESC").fetchall():
+        non_gpu[str(r[0])].append(tuple(r[1:]))
+    col = COST_COLUMNS[cost]
+    # FOCUS amortises a commitment's purchase into the usage it covers: the purchase's
+    # EffectiveCost is 0. A purchase that keeps its cost there while the usage of the same
+    # commitment carries the amortised cost would count the commitment twice: rejected.
+    twice = "false"
+    if cost == "effective":
+        twice = ("(b.line_role = 'commitment purchase' AND b.effective_cost <> 0 AND EXISTS ("
+                 "SELECT 1 FROM bill_lines u WHERE u.charge_category = 'Usage' AND "
+                 "u.effective_cost <> 0 AND u.currency = b.currency AND "
+                 "((u.commitment_id = b.commitment_id) OR COALESCE(list_contains("
+                 "json_extract_string(u.contract_applied, '$.Elements[*].ContractCommitmentId'), "
+                 "b.resource_id), false))))")
+    kinds: dict[str, list[tuple[Any, ...]]] = {c: [] for c in currencies}
+    for r in con.execute(
+            f"SELECT currency, CASE WHEN b.{col} IS NULL THEN 'rejected' "
+            f"WHEN {twice} THEN 'rejected_twice' "
+            f"WHEN {ROLE_COMMIT} THEN 'commitment' "
+            "WHEN b.charge_category = 'Tax' THEN 'tax' "
+            "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
+            f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
+            f"FROM bill_lines b WHERE NOT {IS_GPU} GROUP BY 1, 2").fetchall():
+        kinds[str(r[0])].append(tuple(r[1:]))
+    gpu = {str(r[0]): (int(r[1]), int(r[2])) for r in con.execute(
+        f"SELECT b.currency, count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} "
+        f"AS HUGEINT) FROM bill_lines b WHERE {IS_GPU} GROUP BY b.currency").fetchall()}
+    return BillSide(cost=cost, currencies=currencies, totals=totals, non_gpu=non_gpu,
+                    model_rates={c: _model_rates(con, c) for c in currencies},
+                    bucket_kinds=kinds, bucket_gpu=gpu,
+                    commitments={c: _commitments(con, c) for c in currencies},
+                    overlaps=_overlaps(con), duplicates=_duplicates(con))
+
+
 def allocate(
     bill: Bill,
     hours: pa.Table,
@@ -125,6 +210,7 @@ def allocate(
     sql_dialect: str = "duckdb",
     engine: str = "duckdb",
     spark: Any = None,
+    side: BillSide | None = None,
 ) -> BillAllocation:
     """Join ``bill`` to measured ``hours`` (:func:`usage_hours`) and reconcile.
 
@@ -136,23 +222,14 @@ def allocate(
     warehouse (docs/billing.md); ``sql_dialect``: that SQL's dialect (duckdb, spark, trino,
     bigquery), with the inputs' DDL and a README of their contract.
     ``engine``: where the join runs (``duckdb``, or ``spark`` on ``spark`` or a local
-    session); the report is the same.
+    session); the report is the same. ``side``: :func:`bill_side` of this bill, computed
+    beforehand (``gpuaudit.bill`` computes it while classify reads the telemetry).
     """
     if method not in METHODS:
         raise InputError(f"unknown method {method!r}", fix="use allocation or usage")
+    if side is None or side.cost != cost:
+        side = bill_side(bill, cost=cost, catalog=catalog)
     con = bill.con
-    # GPU SKUs from the catalog, over the bill's distinct SKU texts
-    texts = [r[0] for r in con.execute(
-        "SELECT DISTINCT sku_text FROM bill_lines WHERE sku_text IS NOT NULL").fetchall()]
-    skus = match_skus(texts, catalog)
-    con.register("gpu_skus_arrow", pa.table({
-        "sku_text": pa.array(list(skus), pa.string()),
-        "instance": pa.array([s.instance for s in skus.values()], pa.string()),
-        "gpu_model": pa.array([s.gpu_model for s in skus.values()], pa.string()),
-        "gpus_per_instance": pa.array([s.gpus_per_instance for s in skus.values()], pa.int64()),
-        "per_gpu": pa.array([s.per_gpu for s in skus.values()], pa.bool_()),
-    }))
-    con.execute("CREATE OR REPLACE TEMP TABLE gpu_skus AS SELECT * FROM gpu_skus_arrow")
     # which telemetry host each GPU resource is
     hosts = sorted(set(hours.column("host").to_pylist())) if hours.num_rows else []
     by_name = {h.lower(): h for h in hosts}
@@ -171,6 +248,7 @@ def allocate(
         "resource_id": pa.array(list(pairs), pa.string()),
         "host": pa.array(list(pairs.values()), pa.string())}))
     con.execute("CREATE OR REPLACE TEMP TABLE host_map AS SELECT * FROM host_map_arrow")
+    _split_groups(con, keys)
     con.register("usage_hours_arrow", hours)
     con.execute("CREATE OR REPLACE TEMP TABLE usage_hours AS SELECT * FROM usage_hours_arrow")
     win = None if window is None else (_iso(window[0]), _iso(window[1]))
@@ -182,19 +260,112 @@ def allocate(
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
         write_sql_dir(out, len(keys), method, cost, win, sql_dialect)
     run_join(con, engine, len(keys), method, cost, win, spark=spark)
-    return _summarise(bill, keys, method, cost, window, pairs, hosts)
+    return _summarise(bill, keys, method, cost, window, pairs, hosts, side)
+
+
+#: a commitment's purchase or unused part (readers.py ``line_role``): never GPU time
+ROLE_COMMIT = ("COALESCE(b.line_role IN (" + ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
+               + "), false)")
+#: a GPU line: its SKU is a GPU instance of the catalog, and it is no commitment's line
+IS_GPU = ("(EXISTS (SELECT 1 FROM gpu_skus s WHERE s.sku_text = b.sku_text) AND NOT "
+          f"{ROLE_COMMIT})")
+PROVIDER_SPLIT = "provider split"
+PROVIDER_UNALLOCATED = "provider split: unallocated portion"
+
+
+def _tag_value(tags: Mapping[str, Any], key: str) -> str | None:
+    """``key``'s value in a provider's AllocatedTags: the exact key, else one equal to it
+    ignoring case or a prefix (``user:team``, ``k8s.io/team``)."""
+    if key in tags and tags[key] not in (None, ""):
+        return str(tags[key])
+    low = key.lower()
+    for k, v in tags.items():
+        tail = str(k).replace(":", "/").rsplit("/", 1)[-1].lower()
+        if (str(k).lower() == low or tail == low) and v not in (None, ""):
+            return str(v)
+    return None
+
+
+def _split_groups(con: Any, keys: Sequence[str]) -> None:
+    """``split_groups``: for each target a provider split a line to (FOCUS 1.3
+    ``AllocatedTags``, ``AllocatedResourceName``/``Id``), the group it is: each key's value
+    from the allocated tags, else (first key) the allocated resource's name or id; a split
+    line naming nothing is the origin charge's unallocated portion."""
+    import json
+
+    rows = con.execute(
+        f"SELECT DISTINCT {split_key('b')}, b.allocated_tags, b.allocated_resource_name, "
+        "b.allocated_resource_id FROM bill_lines b "
+        "WHERE b.line_role = 'provider split' ORDER BY 1").fetchall()
+    cols: dict[str, list[Any]] = {"split_key": [], "kind": [], "reason": [],
+                                  **{f"g_{i}": [] for i in range(len(keys))}}
+    for sk, tags_text, name, rid in rows:
+        tags = json.loads(tags_text) if tags_text else {}
+        vals = [_tag_value(tags, k) for k in keys]
+        if keys and not any(vals) and (name or rid):
+            vals[0] = name or rid
+        named = any(vals) or (not keys and (name or rid or tags))
+        cols["split_key"].append(sk)
+        cols["kind"].append("team" if named else "unallocated")
+        cols["reason"].append(PROVIDER_SPLIT if named else PROVIDER_UNALLOCATED)
+        for i, v in enumerate(vals):
+            cols[f"g_{i}"].append(v)
+    con.register("split_groups_arrow", pa.table(
+        {k: pa.array(v, pa.string()) for k, v in cols.items()}))
+    con.execute("CREATE OR REPLACE TEMP TABLE split_groups AS SELECT * FROM split_groups_arrow")
+
+
+def _provider_split(con: Any, cost: str, keys: Sequence[str]) -> dict[str, Any]:
+    """Which lines the provider split itself (FOCUS 1.3 Allocated*), per target: the report's
+    list of provider-allocated lines and the line of the split each went to."""
+    col = COST_COLUMNS[cost]
+    gsel = "".join(f"sg.g_{i}, " for i in range(len(keys)))
+    rows = con.execute(
+        f"SELECT b.currency, b.resource_id, b.allocated_method_id, b.allocated_resource_id, "
+        f"b.allocated_resource_name, b.allocated_tags, sg.kind, sg.reason, {gsel}"
+        f"count(*), sum(b.{col}), "
+        "bool_or(EXISTS (SELECT 1 FROM gpu_skus s WHERE s.sku_text = b.sku_text)), "
+        "string_agg(CAST(b.src_row AS VARCHAR), ',' ORDER BY b.src_row) "
+        f"FROM bill_lines b LEFT JOIN split_groups sg ON {split_key('b')} = sg.split_key "
+        "WHERE b.line_role = 'provider split' GROUP BY ALL "
+        "ORDER BY 1, 2, 4 NULLS LAST, 5").fetchall()
+    n = len(keys)
+    out = []
+    for r in rows:
+        gpu = bool(r[10 + n])
+        out.append({
+            "currency": r[0], "resource_id": r[1], "allocated_method_id": r[2],
+            "allocated_resource_id": r[3], "allocated_resource_name": r[4],
+            "allocated_tags": r[5], "lines": int(r[8 + n]),
+            "amount": _dec_usd(r[9 + n], r[0]), "gpu": gpu,
+            "rows": [int(x) for x in str(r[11 + n]).split(",")][:20],
+            "to": _line_label(r[6], r[7], list(r[8:8 + n]), keys) if gpu else
+            "non-GPU (not split)"})
+    bad = con.execute(
+        "SELECT count(*), any_value(resource_id), any_value(charge_start), any_value(s) FROM ("
+        "SELECT resource_id, charge_start, round(sum(list_sum(TRY_CAST(json_extract("
+        "allocated_details, '$.Elements[*].AllocatedRatio') AS DOUBLE[]))), 6) AS s "
+        "FROM bill_lines WHERE line_role = 'provider split' GROUP BY currency, resource_id, "
+        "charge_start, charge_end, sku_text, allocated_method_id "
+        "HAVING count(allocated_details) = count(*) AND abs(s - 1) > 0.000001)").fetchone()
+    ratio_note = None
+    if bad[0]:
+        ratio_note = (
+            f"{bad[0]} origin charge(s) split by the provider have allocated charges whose "
+            f"AllocatedRatio sum to {bad[3]:g}, not 1 (FOCUS 1.3 AllocatedMethodDetails; e.g. "
+            f"{bad[1]} at {_iso(bad[2])}): their amounts are split as billed")
+    return {"lines": sum(x["lines"] for x in out), "targets": out, "ratio_note": ratio_note}
 
 
 def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
                window: tuple[datetime, datetime] | None, pairs: Mapping[str, str],
-               hosts: Sequence[str]) -> BillAllocation:
+               hosts: Sequence[str], side: BillSide) -> BillAllocation:
     con = bill.con
     gk = [f"g_{i}" for i in range(len(keys))]
     # periods and their exact billed totals
     periods = con.execute(
         "SELECT currency, charge_start, charge_end, CAST(units AS VARCHAR), billed_gpu_ms "
         "FROM period_totals ORDER BY currency, charge_start, charge_end").fetchall()
-    pindex = {(c, s, e): i for i, (c, s, e, _u, _m) in enumerate(periods)}
     # each currency's total rounds once; its periods get whole cents summing to it
     targets = [0] * len(periods)
     for ccy in {p[0] for p in periods}:
@@ -212,28 +383,52 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
                else f"CAST({UNITS_PER_CENT} AS HUGEINT)")
     floor = (f"(CASE WHEN units >= 0 THEN units // ({per_sql}) "
              f"ELSE -((-units + ({per_sql}) - 1) // ({per_sql})) END)")
+    # each row's charge period (its index in ``periods``) and its line's combination of
+    # kind, reason and group (``combo``), numbered by the SQL: no per-row Python
+    g_on = "".join(f" AND a.{g} IS NOT DISTINCT FROM c.{g}" for g in gk)
     rows = con.sql(
-        f"SELECT currency, charge_start, charge_end, kind, reason, {g_sel}phase, "
-        f"CAST({floor} AS BIGINT) AS fl, "
-        f"CAST(units - {floor} * ({per_sql}) AS BIGINT) AS rem, "
-        "gpu_ms FROM alloc ORDER BY currency, charge_start, charge_end, kind, reason, "
-        f"{g_sel}phase").to_arrow_table()
+        "WITH p AS (SELECT currency, charge_start, charge_end, CAST(row_number() OVER ("
+        "ORDER BY currency, charge_start, charge_end) - 1 AS BIGINT) AS pid "
+        "FROM period_totals), "
+        f"c AS (SELECT kind, reason, {g_sel}CAST(row_number() OVER (ORDER BY kind, reason"
+        + "".join(f", {g}" for g in gk) + ") - 1 AS BIGINT) AS combo FROM (SELECT DISTINCT "
+        f"kind, reason{''.join(f', {g}' for g in gk)} FROM alloc) d) "
+        f"SELECT a.currency, a.charge_start, a.charge_end, a.kind, a.reason, "
+        + "".join(f"a.{g}, " for g in gk) + "a.phase, "
+        f"CAST({floor.replace('units', 'a.units').replace('currency', 'a.currency')} "
+        "AS BIGINT) AS fl, "
+        f"CAST(a.units - {floor.replace('units', 'a.units').replace('currency', 'a.currency')}"
+        f" * ({per_sql.replace('currency', 'a.currency')}) AS BIGINT) AS rem, "
+        "a.gpu_ms, p.pid, c.combo FROM alloc a "
+        "JOIN p ON a.currency = p.currency AND a.charge_start = p.charge_start "
+        "AND a.charge_end = p.charge_end "
+        f"JOIN c ON a.kind = c.kind AND a.reason IS NOT DISTINCT FROM c.reason{g_on} "
+        "ORDER BY a.currency, a.charge_start, a.charge_end, a.kind, a.reason, "
+        + "".join(f"a.{g}, " for g in gk) + "a.phase").to_arrow_table()
     rem_units = rows.column("rem").to_numpy(zero_copy_only=False).astype(np.int64)
-    cur = rows.column("currency").to_pylist()
-    st = rows.column("charge_start").to_pylist()
-    en = rows.column("charge_end").to_pylist()
-    pidx = np.array([pindex[(c, s, e)] for c, s, e in zip(cur, st, en)], dtype=np.int64)
+    pidx = rows.column("pid").to_numpy(zero_copy_only=False).astype(np.int64)
+    combo = rows.column("combo").to_numpy(zero_copy_only=False).astype(np.int64)
     fl = rows.column("fl").to_numpy(zero_copy_only=False).astype(np.int64)
     cents = reconcile_cents(pidx, fl, rem_units, targets)
     gpu_h = pc.divide(pc.cast(rows.column("gpu_ms"), pa.float64()), 3_600_000.0)
+    # the line label of each combination, from its first row
+    n_combo = int(combo.max()) + 1 if combo.size else 0
+    first = np.full(n_combo, -1, dtype=np.int64)
+    first[combo[::-1]] = np.arange(combo.size - 1, -1, -1)
+    kinds = rows.column("kind").take(pa.array(first)).to_pylist()
+    reasons = rows.column("reason").take(pa.array(first)).to_pylist()
+    gvals = [rows.column(g).take(pa.array(first)).to_pylist() for g in gk]
+    labels = pa.array([_line_label(k, r, [v[j] for v in gvals], keys)
+                       for j, (k, r) in enumerate(zip(kinds, reasons))], pa.string())
+    cur = rows.column("currency")
+    cur_codes = pc.dictionary_encode(cur).combine_chunks() if rows.num_rows else None
+    minor = (pa.array([digits(c) for c in cur_codes.dictionary.to_pylist()], pa.int8())
+             .take(cur_codes.indices) if cur_codes is not None else pa.array([], pa.int8()))
     showback = pa.table({
         "period_start": rows.column("charge_start"),
         "period_end": rows.column("charge_end"),
-        "currency": rows.column("currency"),
-        "line": pa.array([_line_label(k, r, [rows.column(g)[i].as_py() for g in gk], keys)
-                          for i, (k, r) in enumerate(zip(rows.column("kind").to_pylist(),
-                                                         rows.column("reason").to_pylist()))],
-                         pa.string()),
+        "currency": cur,
+        "line": labels.take(pa.array(combo)),
         "kind": rows.column("kind"),
         "reason": rows.column("reason"),
         **{k: rows.column(g) for k, g in zip(keys, gk)},
@@ -242,10 +437,10 @@ def _summarise(bill: Bill, keys: Sequence[str], method: str, cost: str,
         "amount": pa.array(cents, pa.int64()),
         "gpu_hours": gpu_h,
         # digits of ``amount``'s minor unit (ISO 4217: USD 2, JPY 0, BHD 3)
-        "minor_units": pa.array([digits(c) for c in cur], pa.int8()),
+        "minor_units": minor,
     })
     summary = _summary_dict(bill, keys, method, cost, window, periods, targets, showback,
-                            pairs, hosts, fl, rem_units)
+                            pairs, hosts, fl, rem_units, side, pidx)
     return BillAllocation(showback=showback, summary=summary)
 
 
@@ -262,7 +457,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                   window: tuple[datetime, datetime] | None,
                   periods: Sequence[tuple[Any, ...]], targets: Sequence[int],
                   showback: pa.Table, pairs: Mapping[str, str], hosts: Sequence[str],
-                  floor_cents: np.ndarray, rem_units: np.ndarray) -> dict[str, Any]:
+                  floor_cents: np.ndarray, rem_units: np.ndarray,
+                  side: BillSide, pidx: np.ndarray) -> dict[str, Any]:
     con = bill.con
     out: dict[str, Any] = {
         "version": "1.0",
@@ -277,37 +473,70 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         {"start": _iso(window[0]), "end": _iso(window[1])},
         "currencies": {},
     }
-    sb_cur = showback.column("currency").to_pylist()
+    # per row: its line (kind and label), phase, period and currency, as codes; the sums per
+    # line, line and phase, and period and kind are numpy scatter-adds, in row order (the
+    # floats add up in the same order as one running sum per key)
+    n = showback.num_rows
+    kind_code = {"team": 0, "idle": 1, "unallocated": 2}
     sb_kind = showback.column("kind").to_pylist()
-    sb_line = showback.column("line").to_pylist()
-    sb_reason = showback.column("reason").to_pylist()
-    sb_phase = showback.column("phase").to_pylist()
-    sb_amt = showback.column("amount").to_pylist()
-    sb_h = showback.column("gpu_hours").to_pylist()
-    sb_keys = [showback.column(k).to_pylist() for k in keys]
-    sb_start = showback.column("period_start").to_pylist()
-    sb_end = showback.column("period_end").to_pylist()
-    currencies = sorted({p[0] for p in periods} | {r[0] for r in con.execute(
-        "SELECT DISTINCT currency FROM bill_lines").fetchall()}, key=lambda c: (c != "USD", c))
+    kcode = np.fromiter((kind_code[k] for k in sb_kind), dtype=np.int64, count=n)
+    line_keys = pc.binary_join_element_wise(
+        showback.column("currency"), showback.column("kind"), showback.column("line"), "\x00")
+    enc = pc.dictionary_encode(line_keys).combine_chunks() if n else None
+    lcode = (enc.indices.to_numpy(zero_copy_only=False).astype(np.int64) if enc is not None
+             else np.zeros(0, np.int64))
+    n_lines = len(enc.dictionary) if enc is not None else 0
+    ph_enc = pc.dictionary_encode(showback.column("phase")).combine_chunks() if n else None
+    phases = ph_enc.dictionary.to_pylist() if ph_enc is not None else []
+    phcode = (ph_enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+              if ph_enc is not None else np.zeros(0, np.int64))
+    amt = showback.column("amount").to_numpy(zero_copy_only=False).astype(np.int64)
+    hours_f = showback.column("gpu_hours").to_numpy(zero_copy_only=False).astype(np.float64)
+    fl_sum = np.zeros(n_lines, np.int64)
+    rem_sum = np.zeros(n_lines, np.int64)
+    h_sum = np.zeros(n_lines, np.float64)
+    np.add.at(fl_sum, lcode, floor_cents)
+    np.add.at(rem_sum, lcode, rem_units)
+    np.add.at(h_sum, lcode, hours_f)
+    lp = lcode * max(len(phases), 1) + phcode
+    lp_fl = np.zeros(n_lines * max(len(phases), 1), np.int64)
+    lp_rem = np.zeros_like(lp_fl)
+    np.add.at(lp_fl, lp, floor_cents)
+    np.add.at(lp_rem, lp, rem_units)
+    lp_first = np.full(lp_fl.shape[0], n, dtype=np.int64)
+    np.minimum.at(lp_first, lp, np.arange(n))
+    line_first = np.full(n_lines, n, dtype=np.int64)
+    np.minimum.at(line_first, lcode, np.arange(n))
+    pp_sum = np.zeros((len(periods), 3), np.int64)
+    np.add.at(pp_sum, (pidx, kcode), amt)
+    sb_cur = showback.column("currency")
+    currencies = sorted({p[0] for p in periods} | set(side.currencies),
+                        key=lambda c: (c != "USD", c))
     for ccy in currencies:
+        per = units_per_minor(ccy)
         lines: dict[tuple[Any, ...], dict[str, Any]] = {}
-        per_period: dict[tuple[Any, Any], dict[str, int]] = {}
-        for i in range(len(sb_amt)):
-            if sb_cur[i] != ccy:
-                continue
-            group = {k: sb_keys[j][i] for j, k in enumerate(keys)}
-            lkey = (sb_kind[i], sb_line[i])
-            ln = lines.setdefault(lkey, {
-                "line": sb_line[i], "kind": sb_kind[i], "reason": sb_reason[i],
-                "group": group if sb_kind[i] != "unallocated" else {},
-                "units": 0, "gpu_hours": 0.0, "phase_units": {}})
-            u = int(floor_cents[i]) * units_per_minor(ccy) + int(rem_units[i])
-            ln["units"] += u
-            ln["gpu_hours"] += sb_h[i]
-            ln["phase_units"][sb_phase[i]] = ln["phase_units"].get(sb_phase[i], 0) + u
-            pp = per_period.setdefault((sb_start[i], sb_end[i]), {
-                "team": 0, "idle": 0, "unallocated": 0})
-            pp[sb_kind[i]] += sb_amt[i]
+        # the lines of this currency in the order of their first row
+        mine = [int(i) for i in np.argsort(line_first, kind="stable")
+                if line_first[i] < n and sb_cur[int(line_first[i])].as_py() == ccy]
+        for li in mine:
+            i = int(line_first[li])
+            kind = sb_kind[i]
+            phase_units = {}
+            order = [(int(lp_first[li * len(phases) + j]), j) for j in range(len(phases))
+                     if lp_first[li * len(phases) + j] < n]
+            for _first, j in sorted(order):
+                k = li * len(phases) + j
+                phase_units[phases[j]] = int(lp_fl[k]) * per + int(lp_rem[k])
+            lines[(kind, showback.column("line")[i].as_py())] = {
+                "line": showback.column("line")[i].as_py(), "kind": kind,
+                "reason": showback.column("reason")[i].as_py(),
+                "group": {k: showback.column(k)[i].as_py() for k in keys}
+                if kind != "unallocated" else {},
+                "units": int(fl_sum[li]) * per + int(rem_sum[li]),
+                "gpu_hours": float(h_sum[li]), "phase_units": phase_units}
+        per_period = {(p[1], p[2]): {"team": int(pp_sum[i, 0]), "idle": int(pp_sum[i, 1]),
+                                     "unallocated": int(pp_sum[i, 2])}
+                      for i, p in enumerate(periods) if p[0] == ccy}
         kind_order = {"team": 0, "idle": 1, "unallocated": 2}
         c_periods = [(p, t) for p, t in zip(periods, targets) if p[0] == ccy]
         billed_cents = sum(t for _p, t in c_periods)
@@ -336,14 +565,9 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         gpu = con.execute(
             "SELECT sum(billed_cost), sum(effective_cost), sum(list_cost), "
             "sum(billed_gpu_ms) FROM gpu_lines WHERE currency = ?", [ccy]).fetchone()
-        non_gpu = con.execute(
-            "SELECT COALESCE(service, '(no service)'), COALESCE(charge_category, ''), "
-            "sum(billed_cost), sum(effective_cost), sum(list_cost), count(*) "
-            "FROM bill_lines b WHERE currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
-            "WHERE s.sku_text = b.sku_text) GROUP BY ALL ORDER BY 3 DESC", [ccy]).fetchall()
-        all_total = con.execute(
-            "SELECT sum(billed_cost), count(*) FROM bill_lines WHERE currency = ?",
-            [ccy]).fetchone()
+        non_gpu = side.non_gpu.get(ccy, [])
+        commitments = side.commitments.get(ccy) or _commitments(con, ccy)
+        all_total = side.totals.get(ccy, (None, 0))
         rates = con.execute(
             "SELECT instance, gpu_model, COALESCE(pricing_category, 'Standard'), "
             "sum(billed_gpu_ms), sum(billed_cost), sum(effective_cost), sum(list_cost), "
@@ -357,8 +581,8 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                 f"{len(outside)} of {len(period_rows)} {ccy} charge periods have no measured GPU "
                 f"time (telemetry covers {_iso(window[0])} .. {_iso(window[1])}): "
                 f"{amount:,.2f} {ccy} of GPU cost in them is unallocated, not guessed")
-        buckets = _buckets(con, ccy, cost, line_list, billed_cents)
-        model_rates = _model_rates(con, ccy)
+        buckets = _buckets(side, ccy, cost, line_list, billed_cents)
+        model_rates = side.model_rates.get(ccy, [])
         out["currencies"][ccy] = {
             "bill_total": _dec_usd(all_total[0] or Decimal(0), ccy),
             "bill_lines": int(all_total[1]),
@@ -374,11 +598,12 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
                                 "effective": _dec_usd(r[3], ccy),
                                 "list": _dec_usd(r[4], ccy), "lines": int(r[5])}
                                for r in non_gpu]},
+            "commitments": commitments,
             "lines": [{"line": ln["line"], "kind": ln["kind"], "reason": ln["reason"],
                        "group": ln["group"], "amount": _usd(ln["cents"], ccy),
                        "gpu_hours": round(ln["gpu_hours"], 4),
                        "phases": {p: _usd(ln["phase_cents"].get(p, 0), ccy)
-                                  for p in (*PHASE_COLS, "unobserved")
+                                  for p in (*PHASE_COLS, "unobserved", PROVIDER_PHASE)
                                   if p in ln["phase_cents"]}}
                       for ln in line_list],
             "reconciliation": {
@@ -397,12 +622,33 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
     unmatched = con.execute(
         "SELECT resource_id, any_value(instance), currency, sum(billed_cost), "
         "sum(billed_gpu_ms) FROM gpu_lines WHERE no_data_reason = 'no telemetry for this node' "
-        "GROUP BY resource_id, currency ORDER BY 4 DESC").fetchall()
+        "GROUP BY resource_id, currency ORDER BY 4 DESC, 1, 3").fetchall()
     out["bill_without_telemetry"] = [
         {"resource_id": r[0], "instance": r[1], "currency": r[2],
          "billed": _dec_usd(r[3], r[2]),
          "billed_gpu_hours": round(int(r[4] or 0) / 3_600_000, 4)} for r in unmatched]
-    out["duplicates"] = _duplicates(con)
+    out["provider_split"] = _provider_split(con, cost, keys)
+    ps = out["provider_split"]
+    if ps["lines"]:
+        gpu_n = sum(x["lines"] for x in ps["targets"] if x["gpu"])
+        out["notes"].append(
+            f"{ps['lines']} line(s) split by the provider (FOCUS 1.3 Allocated*), {gpu_n} of "
+            "them GPU lines: each went whole to what it names (AllocatedTags, else the "
+            "allocated resource), not over the parent resource's measured time; see "
+            "provider_split")
+    if ps["ratio_note"]:
+        out["notes"].append(ps["ratio_note"])
+    out["overlaps"] = side.overlaps
+    ov = out["overlaps"]
+    if ov["resources"]:
+        ex = ov["examples"][0]
+        out["notes"].append(
+            f"{ov['resources']} GPU resource(s) have usage lines of the same SKU whose charge "
+            f"periods overlap without being equal (e.g. {ex['resource_id']}: "
+            f"{ex['first']} and {ex['second']}): each line is split over its own period's "
+            "measured time, so the same GPU-hour may be billed twice; check the export's "
+            "granularity (hourly and daily lines of one resource)")
+    out["duplicates"] = side.duplicates
     if out["duplicates"]["lines"]:
         d = out["duplicates"]
         out["notes"].append(
@@ -441,7 +687,7 @@ _HOURS = (
 #: negative ConsumedQuantity with its negative cost); never a credit, a refund (a negative
 #: usage line that is no correction), a tax or a purchase.
 RATE_LINES = ("b.charge_category = 'Usage' AND (b.charge_class = 'Correction' OR "
-              "(b.billed_cost >= 0 AND b.effective_cost >= 0))")
+              "(b.billed_cost >= 0 AND b.effective_cost >= 0)) AND NOT " + ROLE_COMMIT)
 
 
 def _model_rates(con: Any, ccy: str) -> list[dict[str, Any]]:
@@ -461,40 +707,98 @@ def _model_rates(con: Any, ccy: str) -> list[dict[str, Any]]:
              "corrections": int(r[8])} for r in rows]
 
 
+def _commitments(con: Any, ccy: str) -> dict[str, Any]:
+    """A commitment's purchases and unused part (FOCUS ``CommitmentDiscountId``, 1.3
+    ``ContractApplied``) beside the usage it covers: FOCUS amortises the purchase
+    (BilledCost, EffectiveCost 0) into the covered usage (BilledCost 0, EffectiveCost the
+    amortised share), so each cost basis counts the commitment once."""
+    rows = con.execute(
+        "SELECT b.line_role, COALESCE(b.commitment_id, b.resource_id), count(*), "
+        "sum(b.billed_cost), sum(b.effective_cost), sum(b.list_cost) FROM bill_lines b "
+        f"WHERE b.currency = ? AND {ROLE_COMMIT} GROUP BY ALL ORDER BY 1, 2", [ccy]).fetchall()
+    covered = con.execute(
+        "SELECT count(*), sum(b.billed_cost), sum(b.effective_cost) FROM bill_lines b "
+        "WHERE b.currency = ? AND b.charge_category = 'Usage' AND NOT " + ROLE_COMMIT +
+        " AND (b.commitment_id IS NOT NULL OR b.contract_applied IS NOT NULL)",
+        [ccy]).fetchone()
+    return {
+        "lines": [{"role": r[0], "commitment_id": r[1], "lines": int(r[2]),
+                   "billed": _dec_usd(r[3], ccy), "effective": _dec_usd(r[4], ccy),
+                   "list": _dec_usd(r[5], ccy)} for r in rows],
+        "covered_usage": {"lines": int(covered[0]),
+                          "billed": _dec_usd(covered[1] or Decimal(0), ccy),
+                          "effective": _dec_usd(covered[2] or Decimal(0), ccy)},
+    }
+
+
+def _overlaps(con: Any) -> dict[str, Any]:
+    """GPU usage lines of one resource and SKU whose charge periods overlap without being
+    equal (an hourly and a daily line for the same hours): over the distinct periods of each
+    resource, one starting before an earlier one ends."""
+    rows = con.execute(
+        "WITH p AS (SELECT DISTINCT b.currency, b.resource_id, b.sku_text, b.charge_start, "
+        f"b.charge_end FROM bill_lines b WHERE {IS_GPU} AND b.charge_category = 'Usage' AND "
+        "b.resource_id IS NOT NULL AND COALESCE(b.charge_class, '') <> 'Correction' AND "
+        "b.line_role IS NULL), w AS (SELECT *, max(charge_end) OVER (PARTITION BY currency, "
+        "resource_id, sku_text ORDER BY charge_start, charge_end ROWS BETWEEN UNBOUNDED "
+        "PRECEDING AND 1 PRECEDING) AS prev_end, lag(charge_start) OVER (PARTITION BY "
+        "currency, resource_id, sku_text ORDER BY charge_start, charge_end) AS prev_start "
+        "FROM p) SELECT resource_id, prev_start, prev_end, charge_start, charge_end FROM w "
+        "WHERE prev_end > charge_start ORDER BY resource_id, charge_start").fetchall()
+    res = sorted({r[0] for r in rows})
+    ex = []
+    for rid in res[:5]:
+        r = next(x for x in rows if x[0] == rid)
+        ex.append({"resource_id": rid, "first": f"[{_iso(r[1])} .. {_iso(r[2])})",
+                   "second": f"[{_iso(r[3])} .. {_iso(r[4])})"})
+    return {"resources": len(res), "periods": len(rows), "examples": ex}
+
+
 def _duplicates(con: Any) -> dict[str, Any]:
     """Lines repeating another exactly (every canonical column but the file and row)."""
     cols = [c for c, _t in CANONICAL if c not in ("src_file", "src_row")]
+    # grouping 10M lines by every column costs seconds; a 64-bit hash of the columns that
+    # tell lines apart (equal lines hash equal; NULL hashes alike) finds the candidates, and
+    # the exact grouping then runs on those lines only (none, in a bill without duplicates)
+    h = "hash(resource_id, sku_text, charge_start, charge_end, charge_category, billed_cost)"
     rows = con.execute(
+        f"WITH cand AS (SELECT {h} AS h FROM bill_lines GROUP BY 1 HAVING count(*) > 1) "
         f"SELECT currency, sum(n - 1), sum((n - 1) * billed_cost), count(*) FROM ("
-        f"SELECT {', '.join(cols)}, count(*) AS n FROM bill_lines GROUP BY ALL "
+        f"SELECT {', '.join(cols)}, count(*) AS n FROM bill_lines "
+        f"WHERE {h} IN (SELECT h FROM cand) GROUP BY ALL "
         "HAVING count(*) > 1) GROUP BY currency ORDER BY currency").fetchall()
     return {"lines": int(sum(int(r[1]) for r in rows)), "groups": int(sum(r[3] for r in rows)),
             "amount": {str(r[0]): _dec_usd(r[2], str(r[0])) for r in rows}}
 
 
-def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
+def _buckets(side: BillSide, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
              gpu_cents: int) -> dict[str, Any]:
     """Every line of one currency in exactly one bucket; the buckets sum to the invoice
     (the sum of the cost basis over all lines, rounded once) to the cent.
 
     GPU lines are split (team, idle, unallocated; a credit or refund on a GPU line is split
-    like that line); the other lines go whole to ``tax``, ``credit`` (credits and negative
-    non-GPU amounts), ``non_gpu`` (usage, purchases, adjustments of other services) or
-    ``rejected`` (a line with no cost, with its reason)."""
-    col = COST_COLUMNS[cost]
-    kinds = con.execute(
-        f"SELECT CASE WHEN b.{col} IS NULL THEN 'rejected' "
-        "WHEN b.charge_category = 'Tax' THEN 'tax' "
-        "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
-        f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
-        "FROM bill_lines b WHERE b.currency = ? AND NOT EXISTS (SELECT 1 FROM gpu_skus s "
-        "WHERE s.sku_text = b.sku_text) GROUP BY 1", [ccy]).fetchall()
-    gpu = con.execute(
-        f"SELECT count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
-        "FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text WHERE b.currency = ?",
-        [ccy]).fetchone()
+    like that line; a line the provider split goes to what it names); the other lines go
+    whole to ``commitment`` (a commitment's purchase or unused part, FOCUS
+    ``CommitmentDiscountId`` / ``ContractApplied``), ``tax``, ``credit`` (credits and
+    negative non-GPU amounts), ``non_gpu`` (usage, purchases, adjustments of other services)
+    or ``rejected`` (a line with no cost, or a commitment purchase whose EffectiveCost is
+    already amortised into its usage, with the reason)."""
+    # the sums over the bill's lines: bill_side (the queries, and why a commitment's
+    # purchase may be rejected, are there)
+    kinds = side.bucket_kinds.get(ccy, [])
+    gpu = side.bucket_gpu.get(ccy, (0, 0))
     other = {k: (int(n), int(u)) for k, n, u in kinds}
-    names = ["non_gpu", "tax", "credit", "rejected"]
+    reasons = []
+    if "rejected" in other:
+        reasons.append(f"{other['rejected'][0]} line(s) with no amount in the cost column")
+    if "rejected_twice" in other:
+        reasons.append(f"{other['rejected_twice'][0]} commitment purchase(s) whose "
+                       "EffectiveCost is already amortised into the usage of the same "
+                       "commitment (FOCUS: a purchase's EffectiveCost is 0); not counted twice")
+        n0, u0 = other.pop("rejected_twice")
+        n1, u1 = other.get("rejected", (0, 0))
+        other["rejected"] = (n0 + n1, u0 + u1)
+    names = ["non_gpu", "commitment", "tax", "credit", "rejected"]
     total_units = int(gpu[1]) + sum(u for _n, u in other.values())
     per = units_per_minor(ccy)
     total = cents_of_units(total_units, per)
@@ -506,8 +810,7 @@ def _buckets(con: Any, ccy: str, cost: str, lines: Sequence[Mapping[str, Any]],
                            for k, v in split.items()}
     for k, c in zip(names, rest):
         out[k] = {"amount": _usd(c, ccy), "lines": other.get(k, (0, 0))[0]}
-    out["rejected"]["reason"] = "no amount in the cost column" if out["rejected"]["lines"] \
-        else None
+    out["rejected"]["reason"] = "; ".join(reasons) or None
     n_lines = int(gpu[0]) + sum(n for n, _u in other.values())
     return {"buckets": out, "gpu_lines": int(gpu[0]), "lines": n_lines,
             "invoice_total": _usd(total, ccy),

@@ -29,12 +29,13 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit.errors import InputError
 from gpuaudit.validate import read_toml_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 __all__ = ["Budgets", "budget_status", "forecast", "load_budgets"]
 

@@ -31,11 +31,11 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from gpuaudit.classify.usage import Usage
+from gpuaudit.classify.usage import Usage, arrow_cells
 from gpuaudit.price.catalog import Rate, load_user_catalog, resolve_rate
 from gpuaudit.price.money import hourly
 
-__all__ = ["bill_rates", "gpu_share"]
+__all__ = ["bill_rates", "gpu_share", "with_mig_models"]
 
 _PURCHASE = {"Standard": "on-demand", "Dynamic": "spot", "Committed": "committed"}
 _VGPU = re.compile(r"^(?:GRID\s+|NVIDIA\s+)?([A-Z]+\d+[A-Z]*?)(D?)-(\d+)([ABCQ])$", re.I)
@@ -80,6 +80,28 @@ def gpu_share(model: str | None) -> tuple[str | None, Fraction, str | None]:
             share = Fraction(fb, board_gb)
             return board, share, f"vGPU {text}: {fb}/{board_gb} GB of the {board}"
     return model, Fraction(1), None
+
+
+def with_mig_models(usage: Usage) -> Usage:
+    """``usage`` with each MIG instance's model named as NVML names it, ``<board> MIG
+    <profile>`` (dcgm-exporter and Prometheus carry the profile in ``mig_profile`` and the
+    board in ``gpu_model``), so the rate rule prices the slice as its share of the board, not
+    as the whole GPU."""
+    import pyarrow as pa
+
+    names = {s.gpu_uuid: f"{s.gpu_model} MIG {s.mig_profile}" for s in usage.series
+             if s.mig_profile and s.gpu_model and " MIG " not in s.gpu_model}
+    if not names:
+        return usage
+    cells = arrow_cells(usage.cells)
+    if "gpu_model" in cells.column_names and "gpu_uuid" in cells.column_names:
+        col = [names.get(u, m) for u, m in zip(cells.column("gpu_uuid").to_pylist(),
+                                               cells.column("gpu_model").to_pylist())]
+        i = cells.column_names.index("gpu_model")
+        cells = cells.set_column(i, "gpu_model", pa.array(col, pa.string()))
+    series = tuple(replace(s, gpu_model=names.get(s.gpu_uuid, s.gpu_model))
+                   for s in usage.series)
+    return replace(usage, cells=cells, series=series)
 
 
 def _scaled(rate: Rate, share: Fraction, label: str) -> Rate:

@@ -21,7 +21,7 @@ view can be written as SQL against Athena, Trino or BigQuery (docs/billing.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,19 @@ CANONICAL: tuple[tuple[str, str], ...] = (
     ("charge_class", "VARCHAR"),
     ("commitment_id", "VARCHAR"),
     ("pricing_currency", "VARCHAR"),
+    # FOCUS 1.2+: Used / Unused (an unused commitment's line carries the commitment's id)
+    ("commitment_status", "VARCHAR"),
+    # FOCUS 1.3: the provider's own split (data generator-calculated split cost allocation)
+    ("allocated_method_id", "VARCHAR"),
+    ("allocated_resource_id", "VARCHAR"),
+    ("allocated_resource_name", "VARCHAR"),
+    ("allocated_tags", "VARCHAR"),
+    ("allocated_details", "VARCHAR"),
+    # FOCUS 1.3: the contract commitments a charge is applied to (JSON, ``Elements``)
+    ("contract_applied", "VARCHAR"),
+    # what the line is for the split (derived): NULL (a line like any), ``commitment
+    # purchase``, ``unused commitment``, ``provider split``
+    ("line_role", "VARCHAR"),
 )
 
 _NULLS = ("NULL", "null", "Null", "")
@@ -104,7 +117,19 @@ _FOCUS = (
     _f("charge_class", "text", "ChargeClass"),
     _f("commitment_id", "text", "CommitmentDiscountId"),
     _f("pricing_currency", "text", "PricingCurrency"),
+    _f("commitment_status", "text", "CommitmentDiscountStatus"),
+    _f("allocated_method_id", "text", "AllocatedMethodId"),
+    _f("allocated_resource_id", "text", "AllocatedResourceId"),
+    _f("allocated_resource_name", "text", "AllocatedResourceName"),
+    _f("allocated_tags", "text", "AllocatedTags"),
+    _f("allocated_details", "text", "AllocatedMethodDetails"),
+    _f("contract_applied", "text", "ContractApplied"),
 )
+
+#: FOCUS 1.3 columns holding a JSON object (checked before the view is used)
+_JSON_COLUMNS = (("allocated_tags", "AllocatedTags"),
+                 ("allocated_details", "AllocatedMethodDetails"),
+                 ("contract_applied", "ContractApplied"))
 
 _CUR_LEGACY = (
     _f("provider", "text", "bill/BillingEntity"),
@@ -126,6 +151,12 @@ _CUR_LEGACY = (
     _f("_ri", "money", "reservation/EffectiveCost"),
     _f("list_cost", "money", "pricing/publicOnDemandCost"),
     _f("currency", "text", "lineItem/CurrencyCode"),
+    _f("commitment_id", "text", "reservation/ReservationARN", "savingsPlan/SavingsPlanARN",
+       coalesce=True),
+    _f("_ri_unused_upfront", "money", "reservation/UnusedAmortizedUpfrontFeeForBillingPeriod"),
+    _f("_ri_unused_recurring", "money", "reservation/UnusedRecurringFee"),
+    _f("_sp_total", "money", "savingsPlan/TotalCommitmentToDate"),
+    _f("_sp_used", "money", "savingsPlan/UsedCommitment"),
 )
 
 _CUR2 = (
@@ -147,6 +178,13 @@ _CUR2 = (
     _f("_ri", "money", "reservation_effective_cost"),
     _f("list_cost", "money", "pricing_public_on_demand_cost"),
     _f("currency", "text", "line_item_currency_code"),
+    _f("commitment_id", "text", "reservation_reservation_a_r_n",
+       "savings_plan_savings_plan_a_r_n", coalesce=True),
+    _f("_ri_unused_upfront", "money",
+       "reservation_unused_amortized_upfront_fee_for_billing_period"),
+    _f("_ri_unused_recurring", "money", "reservation_unused_recurring_fee"),
+    _f("_sp_total", "money", "savings_plan_total_commitment_to_date"),
+    _f("_sp_used", "money", "savings_plan_used_commitment"),
 )
 
 _GCP = (
@@ -352,14 +390,14 @@ def _check_lines(bill: Bill) -> None:
                     f"currency {code!r} is not an ISO 4217 code in use",
                     where=f"{f}, row {r}, column {name}",
                     fix="bills carry three-letter ISO 4217 codes (USD, EUR, JPY)")
-    if "AllocatedResourceId" in bill.columns:
-        k = con.execute(f"SELECT count(*) FROM bill_raw WHERE {_q('AllocatedResourceId')} "
-                        "IS NOT NULL").fetchone()[0]
-        if k:
-            bill.notes.append(
-                f"{k} line(s) carry the provider's own split (FOCUS 1.3 Allocated* columns): "
-                "each is joined by its ResourceId and split by the measured time like any "
-                "line; the sum per resource is unchanged")
+    k = con.execute("SELECT count(*) FROM bill_lines WHERE line_role = 'provider split'"
+                    ).fetchone()[0]
+    if k:
+        bill.notes.append(
+            f"{k} line(s) carry the provider's own split (FOCUS 1.3 Allocated* columns): "
+            "each goes to what it names (AllocatedTags, else AllocatedResourceName or "
+            "AllocatedResourceId), not split again over the parent resource's measured time; "
+            "a split line naming nothing is the origin charge's unallocated portion")
     for billed, priced, k in con.execute(
             "SELECT currency, pricing_currency, count(*) FROM bill_lines WHERE "
             "pricing_currency IS NOT NULL AND pricing_currency <> currency GROUP BY ALL "
@@ -456,10 +494,36 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
         exprs["pricing_category"] = _cur_pricing_category(exprs["pricing_category"], lit,
                                                           exprs["sku_text"])
         sp, ri = (exprs.pop("_sp", "NULL"), exprs.pop("_ri", "NULL"))
+        # AWS's amortised cost of a commitment's fee is its unused part: the used part is
+        # in the covered usage's effective cost (reservation/EffectiveCost,
+        # savingsPlan/SavingsPlanEffectiveCost), so the fee never counts twice
+        ri_unused = " + ".join(f"COALESCE({exprs.pop(k)}, 0)" for k in (
+            "_ri_unused_upfront", "_ri_unused_recurring") if exprs.get(k, "NULL") != "NULL")
+        sp_t, sp_u = exprs.pop("_sp_total", "NULL"), exprs.pop("_sp_used", "NULL")
+        sp_unused = (f"greatest(COALESCE({sp_t}, 0) - COALESCE({sp_u}, 0), 0)"
+                     if sp_t != "NULL" and sp_u != "NULL" else "")
+        for k in ("_ri_unused_upfront", "_ri_unused_recurring"):
+            exprs.pop(k, None)
         exprs["effective_cost"] = (
             f"CASE {lit} WHEN 'SavingsPlanCoveredUsage' THEN COALESCE({sp}, 0) "
             f"WHEN 'DiscountedUsage' THEN COALESCE({ri}, 0) "
-            f"WHEN 'SavingsPlanNegation' THEN 0 ELSE {exprs['billed_cost']} END")
+            f"WHEN 'SavingsPlanNegation' THEN 0 "
+            f"WHEN 'RIFee' THEN {ri_unused or 0} "
+            "WHEN 'SavingsPlanUpfrontFee' THEN 0 "
+            f"WHEN 'SavingsPlanRecurringFee' THEN {sp_unused or 0} "
+            f"ELSE {exprs['billed_cost']} END")
+        exprs["_cur_fee"] = (f"{lit} IN ('RIFee', 'SavingsPlanUpfrontFee', "
+                             "'SavingsPlanRecurringFee')")
+        if not ri_unused or not sp_unused:
+            bill.notes.append(
+                "AWS CUR commitment fees (RIFee, Savings Plans fees) are the commitment "
+                "bucket's: billed, their cash; effective, their unused part ("
+                + ", ".join(x for x, ok in (
+                    ("reservation unused fee columns", bool(ri_unused)),
+                    ("savingsPlan TotalCommitmentToDate - UsedCommitment", bool(sp_unused)))
+                    if ok) + ("; " if ri_unused or sp_unused else "")
+                + "taken as 0 where the export has no unused-fee columns: the used part is "
+                "in the covered usage's effective cost)")
         exprs["provider"] = f"COALESCE({exprs['provider']}, 'AWS')"
     elif bill.dialect == "GCP billing export":
         exprs["provider"] = "'Google Cloud'"
@@ -468,15 +532,111 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
             f"CASE lower({exprs['charge_category']}) WHEN 'tax' THEN 'Tax' "
             f"WHEN 'adjustment' THEN 'Adjustment' WHEN 'rounding_error' THEN 'Adjustment' "
             f"ELSE 'Usage' END")
-    for name in ("charge_class", "commitment_id", "pricing_currency"):
+    for name in ("charge_class", "commitment_id", "pricing_currency", "commitment_status",
+                 "allocated_method_id", "allocated_resource_id", "allocated_resource_name",
+                 "allocated_tags", "allocated_details", "contract_applied"):
         exprs.setdefault(name, "NULL")
+    if bill.fmt == "focus":
+        _focus_commitments(exprs)
+    exprs["line_role"] = _line_role(exprs)
+    fee = exprs.pop("_cur_fee", None)
+    if fee is not None:
+        exprs["line_role"] = f"CASE WHEN {fee} THEN 'commitment purchase' ELSE NULL END"
     row = "file_row_number + 1" if kind == "parquet" else \
         "row_number() OVER (PARTITION BY filename)"
     select = ",\n  ".join(
         ["filename AS src_file", f"CAST({row} AS BIGINT) AS src_row"]
         + [f"CAST({exprs[n]} AS {t}) AS {n}" for n, t in CANONICAL[2:]])
     _check_values(bill, checks, row)
+    _check_json(bill, columns, row)
     con.execute(f"CREATE OR REPLACE TEMP VIEW bill_lines AS SELECT\n  {select}\nFROM bill_raw")
+
+
+def _contract_ids(expr: str) -> str:
+    """The ContractCommitmentIds of a ContractApplied object, as a list (DuckDB)."""
+    return f"json_extract_string({expr}, '$.Elements[*].ContractCommitmentId')"
+
+
+def _focus_commitments(exprs: dict[str, str]) -> None:
+    """FOCUS commitments as the spec writes them: usage covered by a commitment discount
+    (``CommitmentDiscountId``, status not Unused) or applied to a contract commitment
+    (``ContractApplied``, FOCUS 1.3) is committed usage, whatever PricingCategory says (a
+    1.0 export may leave it null): such a GPU gets no commitment lever."""
+    cid, status, ca = exprs["commitment_id"], exprs["commitment_status"], \
+        exprs["contract_applied"]
+    rid, cat = exprs["resource_id"], exprs["charge_category"]
+    if cid == "NULL" and ca == "NULL":
+        return
+    covered = []
+    if cid != "NULL":
+        covered.append(f"({cid} IS NOT NULL AND lower(COALESCE({status}, 'used')) <> 'unused')")
+    if ca != "NULL":
+        covered.append(f"({ca} IS NOT NULL AND NOT COALESCE(list_contains("
+                       f"{_contract_ids(ca)}, {rid}), false))")
+    exprs["pricing_category"] = (f"CASE WHEN {cat} = 'Usage' AND ({' OR '.join(covered)}) "
+                                 f"THEN 'Committed' ELSE {exprs['pricing_category']} END")
+
+
+def _line_role(exprs: dict[str, str]) -> str:
+    """``line_role``: how the split treats a line that is not a plain charge.
+
+    - ``provider split``: FOCUS 1.3 ``AllocatedMethodId``: the provider split the origin
+      charge itself; each allocated charge goes to what it names (``AllocatedTags``,
+      ``AllocatedResourceName``/``Id``), its unallocated portion to unallocated;
+    - ``commitment purchase``: a Purchase of a commitment discount (``CommitmentDiscountId``)
+      or of a contract commitment (``ContractApplied``'s ContractCommitmentId = ResourceId):
+      the cash of the purchase (BilledCost), amortised by FOCUS into the usage it covers
+      (EffectiveCost of the covered usage lines);
+    - ``unused commitment``: the unused part of a commitment (status Unused, or a Usage
+      line whose ResourceId is the contract commitment it is applied to).
+    """
+    cat, cid, status = exprs["charge_category"], exprs["commitment_id"], \
+        exprs["commitment_status"]
+    ca, rid, meth = exprs["contract_applied"], exprs["resource_id"], \
+        exprs["allocated_method_id"]
+    whens = []
+    split = [f"{x} IS NOT NULL" for x in (meth, exprs["allocated_resource_id"]) if x != "NULL"]
+    if split:
+        whens.append(f"WHEN {' OR '.join(split)} THEN 'provider split'")
+    own = (f"COALESCE(list_contains({_contract_ids(ca)}, {rid}), false)" if ca != "NULL"
+           else "false")
+    if cid != "NULL" or ca != "NULL":
+        whens.append(f"WHEN {cat} = 'Purchase' AND ({cid} IS NOT NULL OR {own}) "
+                     "THEN 'commitment purchase'")
+        whens.append(f"WHEN {cat} = 'Usage' AND (({cid} IS NOT NULL AND "
+                     f"lower({status}) = 'unused') OR {own}) THEN 'unused commitment'")
+    return "CASE " + " ".join(whens) + " ELSE NULL END" if whens else "NULL"
+
+
+def _check_json(bill: Bill, columns: Mapping[str, str], row: str) -> None:
+    """FOCUS 1.3's JSON columns hold a JSON object (ContractApplied and
+    AllocatedMethodDetails with an ``Elements`` array): the first that does not is named
+    with file, column and row."""
+    con = bill.con
+    for _name, src in _JSON_COLUMNS:
+        if src not in columns:
+            continue
+        raw = f"NULLIF(TRIM(CAST({columns[src]} AS VARCHAR)), '')"
+        need = "" if src == "AllocatedTags" else \
+            f" OR json_type({raw}, '$.Elements') IS DISTINCT FROM 'ARRAY'"
+        bad = (f"{raw} IS NOT NULL AND (NOT json_valid({raw}) OR "
+               f"json_type({raw}) <> 'OBJECT'{need})")
+        hit = con.execute(
+            f"SELECT filename, rn, v FROM (SELECT filename, {row} AS rn, {raw} AS v, "
+            f"CASE WHEN json_valid({raw}) THEN ({bad}) ELSE {raw} IS NOT NULL END AS bad "
+            "FROM bill_raw) WHERE bad ORDER BY filename, rn LIMIT 1").fetchone()
+        if hit is not None:
+            shape = "a JSON object" if src == "AllocatedTags" else \
+                'a JSON object with an "Elements" array'
+            raise InputError(
+                f"value {str(hit[2])[:60]!r} is not {shape} (FOCUS 1.3 {src})",
+                where=f"{hit[0]}, column {src}, row {hit[1]}",
+                fix=f"export {src} as JSON, e.g. " + (
+                    '{"team": "vision"}' if src == "AllocatedTags" else
+                    '{"Elements": [{"AllocatedRatio": 0.5}]}' if src ==
+                    "AllocatedMethodDetails" else
+                    '{"Elements": [{"ContractId": "c1", "ContractCommitmentId": "c1", '
+                    '"ContractCommitmentAppliedCost": 10.0}]}'))
 
 
 _TYPES_OK = {

@@ -13,7 +13,11 @@ CREATE TABLE bill_lines (
   unit STRING,
   billed_cost BIGNUMERIC,
   effective_cost BIGNUMERIC,
-  list_cost BIGNUMERIC
+  list_cost BIGNUMERIC,
+  line_role STRING,
+  allocated_resource_id STRING,
+  allocated_resource_name STRING,
+  allocated_tags STRING
 );
 
 CREATE TABLE gpu_skus (
@@ -42,12 +46,21 @@ CREATE TABLE usage_hours (
   unobserved_ms INT64
 );
 
+CREATE TABLE split_groups (
+  split_key STRING,
+  kind STRING,
+  reason STRING,
+  g_0 STRING,
+  g_1 STRING
+);
+
 -- the join: method allocation, cost billed, window 2026-10-05T00:00:00Z .. 2026-10-05T06:00:00Z
 
 CREATE TABLE gpu_lines AS
-SELECT currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, sum(billed_cost) AS billed_cost,
+SELECT currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, split_key, sum(billed_cost) AS billed_cost,
        sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
-       sum(billed_gpu_ms) AS billed_gpu_ms, sum(cost_units) AS cost_units,
+       sum(billed_gpu_ms) AS billed_gpu_ms,
+       CAST(sum(billed_cost) * 1000000000000 AS BIGNUMERIC) AS cost_units,
        count(*) AS lines
 FROM (
   SELECT b.currency,
@@ -56,32 +69,56 @@ FROM (
          b.charge_start, b.charge_end, b.pricing_category,
          b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
          CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') THEN CAST(round(CAST(b.quantity AS BIGNUMERIC) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS BIGNUMERIC)) AS INT64) WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') THEN CAST(round(CAST(b.quantity AS BIGNUMERIC) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 AS BIGNUMERIC)) AS INT64) ELSE TIMESTAMP_DIFF(b.charge_end, b.charge_start, MILLISECOND) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END AS billed_gpu_ms,
-         CAST(b.billed_cost * 1000000000000 AS BIGNUMERIC) AS cost_units,
-         CASE WHEN b.charge_end <= TIMESTAMP '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMP '2026-10-05 06:00:00+00'
+         CASE WHEN b.line_role = 'provider split' THEN NULL
+              WHEN b.charge_end <= TIMESTAMP '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMP '2026-10-05 06:00:00+00'
               THEN 'outside telemetry'
               WHEN h.host IS NULL THEN 'no telemetry for this node'
-              ELSE NULL END AS no_data_reason
+              ELSE NULL END AS no_data_reason,
+         CASE WHEN b.line_role = 'provider split' THEN (COALESCE(b.allocated_tags, '') || '|' || COALESCE(b.allocated_resource_name, b.allocated_resource_id, '')) END AS split_key
   FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
   LEFT JOIN host_map h ON b.resource_id = h.resource_id
+  WHERE b.line_role IS NULL OR b.line_role NOT IN ('commitment purchase', 'unused commitment')
 ) x
-GROUP BY currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason;
+GROUP BY currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, split_key;
 
 CREATE TABLE line_groups AS
+WITH sp AS (
+  SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
+         (CAST(round(x.k_units / 1000000) AS BIGNUMERIC) + CASE WHEN x.k_units >= 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) < 0 THEN -1 WHEN x.k_units >= 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) >= 1000000 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) > 0 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) <= -1000000 THEN -1 ELSE 0 END) AS k_w
+  FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
+               sum(cost_units) AS k_units
+        FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
+        GROUP BY currency, resource_id, charge_start, charge_end, split_key) x
+), st AS (
+  SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
+  FROM sp GROUP BY currency, resource_id, charge_start, charge_end
+  HAVING sum(k_w) > 0
+)
 SELECT row_number() OVER (ORDER BY currency, resource_id, host, charge_start, charge_end) AS line_id, l.*
 FROM (
-  SELECT currency, resource_id, host, charge_start, charge_end, sum(cost_units) AS cost_units, sum(billed_gpu_ms) AS billed_gpu_ms
-  FROM gpu_lines WHERE no_data_reason IS NULL
-  GROUP BY currency, resource_id, host, charge_start, charge_end
+  SELECT g.currency, g.resource_id, g.host, g.charge_start, g.charge_end, sum(g.cost_units) AS cost_units, sum(g.billed_gpu_ms) AS billed_gpu_ms
+  FROM gpu_lines g LEFT JOIN st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
+  WHERE g.no_data_reason IS NULL AND g.split_key IS NULL AND NOT (st.resource_id IS NOT NULL AND g.billed_gpu_ms = 0)
+  GROUP BY g.currency, g.resource_id, g.host, g.charge_start, g.charge_end
 ) l;
 
 CREATE TABLE meas AS
-SELECT l.line_id, u.held, u.g_0, u.g_1,
-       sum(u.idle_ms) AS idle_ms, sum(u.underutilized_ms) AS underutilized_ms,
-       sum(u.productive_ms) AS productive_ms, sum(u.compute_bound_ms) AS compute_bound_ms,
-       sum(u.unobserved_ms) AS unobserved_ms
-FROM line_groups l JOIN usage_hours u
-  ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
-GROUP BY l.line_id, u.held, u.g_0, u.g_1;
+SELECT line_id, held, g_0, g_1,
+       sum(idle_ms) AS idle_ms, sum(underutilized_ms) AS underutilized_ms,
+       sum(productive_ms) AS productive_ms, sum(compute_bound_ms) AS compute_bound_ms,
+       sum(unobserved_ms) AS unobserved_ms
+FROM (
+  SELECT l.line_id, u.held, u.g_0, u.g_1, u.idle_ms, u.underutilized_ms, u.productive_ms, u.compute_bound_ms, u.unobserved_ms
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start = l.charge_start
+  WHERE TIMESTAMP_DIFF(l.charge_end, l.charge_start, MILLISECOND) <= 3600000 AND MOD(TIMESTAMP_DIFF(l.charge_start, TIMESTAMP '1970-01-01 00:00:00+00', MILLISECOND), 3600000) = 0
+  UNION ALL
+  SELECT l.line_id, u.held, u.g_0, u.g_1, u.idle_ms, u.underutilized_ms, u.productive_ms, u.compute_bound_ms, u.unobserved_ms
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+  WHERE NOT (TIMESTAMP_DIFF(l.charge_end, l.charge_start, MILLISECOND) <= 3600000 AND MOD(TIMESTAMP_DIFF(l.charge_start, TIMESTAMP '1970-01-01 00:00:00+00', MILLISECOND), 3600000) = 0)
+) x
+GROUP BY line_id, held, g_0, g_1;
 
 CREATE TABLE weights AS
 WITH measured AS (
@@ -110,16 +147,43 @@ SELECT p.*, c.cost_units, greatest(c.cap_ms, 1) AS cap_ms
 FROM parts p JOIN caps c ON p.line_id = c.line_id WHERE p.w > 0;
 
 CREATE TABLE alloc AS
+WITH sp AS (
+  SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
+         (CAST(round(x.k_units / 1000000) AS BIGNUMERIC) + CASE WHEN x.k_units >= 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) < 0 THEN -1 WHEN x.k_units >= 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) >= 1000000 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) > 0 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(round(x.k_units / 1000000) AS BIGNUMERIC) * 1000000) <= -1000000 THEN -1 ELSE 0 END) AS k_w
+  FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
+               sum(cost_units) AS k_units
+        FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
+        GROUP BY currency, resource_id, charge_start, charge_end, split_key) x
+), st AS (
+  SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
+  FROM sp GROUP BY currency, resource_id, charge_start, charge_end
+  HAVING sum(k_w) > 0
+)
 SELECT l.currency, l.charge_start, l.charge_end, w.kind, w.reason, w.g_0, w.g_1, w.phase,
        CAST(sum((CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) + CASE WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w >= 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) < 0 THEN -1 WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w >= 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) >= w.cap_ms THEN 1 WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w < 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) > 0 THEN 1 WHEN CAST(w.cost_units AS BIGNUMERIC) * w.w < 0 AND (CAST(w.cost_units AS BIGNUMERIC) * w.w - CAST(round(CAST(w.cost_units AS BIGNUMERIC) * w.w / w.cap_ms) AS BIGNUMERIC) * w.cap_ms) <= -w.cap_ms THEN -1 ELSE 0 END)) AS BIGNUMERIC) AS units,
        sum(w.w) AS gpu_ms
 FROM weights w JOIN line_groups l ON w.line_id = l.line_id
 GROUP BY l.currency, l.charge_start, l.charge_end, w.kind, w.reason, w.g_0, w.g_1, w.phase
 UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
-SELECT currency, charge_start, charge_end, 'unallocated', no_data_reason, CAST(NULL AS STRING) AS g_0, CAST(NULL AS STRING) AS g_1, 
-       'unobserved', CAST(sum(cost_units) AS BIGNUMERIC), sum(billed_gpu_ms)
-FROM gpu_lines WHERE no_data_reason IS NOT NULL
-GROUP BY currency, charge_start, charge_end, no_data_reason;
+SELECT g.currency, g.charge_start, g.charge_end, 'unallocated', g.no_data_reason, CAST(NULL AS STRING) AS g_0, CAST(NULL AS STRING) AS g_1, 
+       'unobserved', CAST(sum(g.cost_units) AS BIGNUMERIC), sum(g.billed_gpu_ms)
+FROM gpu_lines g LEFT JOIN st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
+WHERE g.no_data_reason IS NOT NULL AND NOT (st.resource_id IS NOT NULL AND g.billed_gpu_ms = 0)
+GROUP BY g.currency, g.charge_start, g.charge_end, g.no_data_reason
+UNION ALL  -- lines the provider split (FOCUS 1.3 Allocated*): to what each names, whole;
+           -- with the credits, refunds, adjustments on a resource and period it split
+SELECT x.currency, x.charge_start, x.charge_end, x.kind, x.reason, x.g_0, x.g_1, 'provider_split', CAST(sum(x.units) AS BIGNUMERIC), sum(x.gpu_ms)
+FROM (
+  SELECT l.currency, l.charge_start, l.charge_end, sg.kind, sg.reason, sg.g_0, sg.g_1, CAST(l.cost_units AS BIGNUMERIC) AS units, l.billed_gpu_ms AS gpu_ms
+  FROM gpu_lines l JOIN split_groups sg ON l.split_key = sg.split_key
+  UNION ALL
+  SELECT g.currency, g.charge_start, g.charge_end, sg.kind, sg.reason, sg.g_0, sg.g_1, (CAST(round(CAST(g.cost_units AS BIGNUMERIC) * sp.k_w / st.w_total) AS BIGNUMERIC) + CASE WHEN CAST(g.cost_units AS BIGNUMERIC) * sp.k_w >= 0 AND (CAST(g.cost_units AS BIGNUMERIC) * sp.k_w - CAST(round(CAST(g.cost_units AS BIGNUMERIC) * sp.k_w / st.w_total) AS BIGNUMERIC) * st.w_total) < 0 THEN -1 WHEN CAST(g.cost_units AS BIGNUMERIC) * sp.k_w >= 0 AND (CAST(g.cost_units AS BIGNUMERIC) * sp.k_w - CAST(round(CAST(g.cost_units AS BIGNUMERIC) * sp.k_w / st.w_total) AS BIGNUMERIC) * st.w_total) >= st.w_total THEN 1 WHEN CAST(g.cost_units AS BIGNUMERIC) * sp.k_w < 0 AND (CAST(g.cost_units AS BIGNUMERIC) * sp.k_w - CAST(round(CAST(g.cost_units AS BIGNUMERIC) * sp.k_w / st.w_total) AS BIGNUMERIC) * st.w_total) > 0 THEN 1 WHEN CAST(g.cost_units AS BIGNUMERIC) * sp.k_w < 0 AND (CAST(g.cost_units AS BIGNUMERIC) * sp.k_w - CAST(round(CAST(g.cost_units AS BIGNUMERIC) * sp.k_w / st.w_total) AS BIGNUMERIC) * st.w_total) <= -st.w_total THEN -1 ELSE 0 END) AS units, g.billed_gpu_ms AS gpu_ms
+  FROM gpu_lines g JOIN st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
+  JOIN sp ON g.currency = sp.currency AND g.resource_id = sp.resource_id AND g.charge_start = sp.charge_start AND g.charge_end = sp.charge_end
+  JOIN split_groups sg ON sp.split_key = sg.split_key
+  WHERE g.split_key IS NULL AND g.billed_gpu_ms = 0
+) x
+GROUP BY x.currency, x.charge_start, x.charge_end, x.kind, x.reason, x.g_0, x.g_1;
 
 CREATE TABLE period_totals AS
 SELECT currency, charge_start, charge_end, CAST(sum(cost_units) AS BIGNUMERIC) AS units,

@@ -2,7 +2,7 @@
 its three results as Arrow tables. Nothing outside this module knows which engine ran.
 
 DuckDB materializes each derived relation as a temp table in the bill's connection. Spark
-(``pip install 'gpuaudit[spark]'``) reads the four inputs from Parquet paths, catalog tables
+(``pip install 'gpuaudit[spark]'``) reads the five inputs from Parquet paths, catalog tables
 or Arrow tables, registers each derived relation as a temp view, and collects the results
 (small: periods x lines x phases, plus one row per GPU resource and charge period).
 """
@@ -30,7 +30,7 @@ _UNIT_COLUMNS = {"gpu_lines": ("cost_units",), "alloc": ("units",),
 
 def run_join(con: Any, engine: str, n_keys: int, method: str, cost: str,
              window: tuple[str, str] | None, *, spark: Any = None) -> None:
-    """Run the join over the four inputs in DuckDB ``con`` on ``engine``; the results
+    """Run the join over the five inputs in DuckDB ``con`` on ``engine``; the results
     (``gpu_lines``, ``alloc``, ``period_totals``) are left in ``con`` as temp tables either way.
 
     ``spark``: the session for ``engine="spark"`` (else the active one, else local mode); the

@@ -1,7 +1,7 @@
 """The join, defined once: GPU bill lines to the GPU time measured on the same node in the
 same hours, emitted for DuckDB, Spark SQL, Trino/Athena and BigQuery (``dialects.py``).
 
-Four input relations (their DDL: :func:`inputs_ddl`):
+Five input relations (their DDL: :func:`inputs_ddl`):
 
 - ``bill_lines``: the canonical bill (``readers.py``);
 - ``gpu_skus(sku_text, instance, gpu_model, gpus_per_instance, per_gpu)``: the GPU SKUs found
@@ -10,7 +10,12 @@ Four input relations (their DDL: :func:`inputs_ddl`):
 - ``usage_hours(host, period_start, held, g_0 .. g_n, idle_ms, underutilized_ms,
   productive_ms, compute_bound_ms, unobserved_ms)``: measured GPU time per host, hour and
   group (classify's ``period:3600`` cells summed over the host's GPUs), in integer
-  milliseconds.
+  milliseconds;
+- ``split_groups(split_key, kind, reason, g_0 .. g_n)``: where each line the provider split
+  itself (FOCUS 1.3 ``Allocated*``, ``bill_lines.line_role = 'provider split'``) goes, by
+  :func:`split_key`: such a line goes whole to that group, never over the node's measured
+  time, and a credit, refund or adjustment on the same resource and charge period follows
+  that split. Lines of a commitment's purchase or unused part are no GPU time and stay out.
 
 Six relations derived in order (:func:`relations`), each a plain ``SELECT`` over the inputs
 and the ones before it; an engine adapter materializes each under its name. Three are the
@@ -43,7 +48,12 @@ METHODS: tuple[str, ...] = ("allocation", "usage")
 UNITS_PER_USD = 1_000_000_000_000  # 1e-12 USD: the scale of DECIMAL(38,12)
 PHASE_COLS = ("idle", "underutilized", "productive", "compute_bound")
 COST_COLUMNS = {"billed": "billed_cost", "effective": "effective_cost", "list": "list_cost"}
-INPUTS = ("bill_lines", "gpu_skus", "host_map", "usage_hours")
+INPUTS = ("bill_lines", "gpu_skus", "host_map", "usage_hours", "split_groups")
+#: line_role values (readers.py) of lines that are not GPU time: a commitment's purchase and
+#: its unused part go to the ``commitment`` bucket whole, never split over a node's time
+COMMITMENT_ROLES = ("commitment purchase", "unused commitment")
+#: the phase of a line the provider split itself (FOCUS 1.3 Allocated*): no measured phase
+PROVIDER_PHASE = "provider_split"
 RESULTS = ("gpu_lines", "alloc", "period_totals")
 
 # the columns of bill_lines the join reads (readers.py makes more)
@@ -52,7 +62,16 @@ _BILL_COLUMNS = (
     ("sku_text", "string"), ("service", "string"), ("charge_category", "string"),
     ("pricing_category", "string"), ("charge_start", "timestamp"),
     ("charge_end", "timestamp"), ("quantity", "qty"), ("unit", "string"),
-    ("billed_cost", "money"), ("effective_cost", "money"), ("list_cost", "money"))
+    ("billed_cost", "money"), ("effective_cost", "money"), ("list_cost", "money"),
+    ("line_role", "string"), ("allocated_resource_id", "string"),
+    ("allocated_resource_name", "string"), ("allocated_tags", "string"))
+
+
+def split_key(b: str = "b") -> str:
+    """The key of a provider-split line's target (FOCUS 1.3 ``AllocatedTags`` and
+    ``AllocatedResourceName``/``Id``), matched against ``split_groups.split_key``."""
+    return (f"(COALESCE({b}.allocated_tags, '') || '|' || COALESCE({b}.allocated_resource_name, "
+            f"{b}.allocated_resource_id, ''))")
 
 
 def _dialect(name: str) -> Dialect:
@@ -63,7 +82,7 @@ def _dialect(name: str) -> Dialect:
 
 
 def inputs_ddl(n_keys: int, dialect: str) -> str:
-    """``CREATE TABLE`` statements for the four input relations the query expects."""
+    """``CREATE TABLE`` statements for the five input relations the query expects."""
     d = _dialect(dialect)
 
     def typ(kind: str) -> str:
@@ -77,6 +96,8 @@ def inputs_ddl(n_keys: int, dialect: str) -> str:
         "usage_hours": [("host", d.string), ("period_start", d.timestamp),
                         ("held", d.boolean), *((f"g_{i}", d.string) for i in range(n_keys)),
                         *((f"{p}_ms", d.bigint) for p in (*PHASE_COLS, "unobserved"))],
+        "split_groups": [("split_key", d.string), ("kind", d.string), ("reason", d.string),
+                         *((f"g_{i}", d.string) for i in range(n_keys))],
     }
     return "\n".join(
         f"CREATE TABLE {name} (\n  " + ",\n  ".join(f"{c} {t}" for c, t in cols) + "\n);\n"
@@ -122,11 +143,13 @@ def relations(n_keys: int, method: str, cost: str = "billed",
     units = d.units
 
     gpu_lines_keys = ("currency, resource_id, host, charge_start, charge_end, "
-                      "pricing_category, instance, gpu_model, no_data_reason")
+                      "pricing_category, instance, gpu_model, no_data_reason, split_key")
+    roles = ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
     gpu_lines = f"""
 SELECT {gpu_lines_keys}, sum(billed_cost) AS billed_cost,
        sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
-       sum(billed_gpu_ms) AS billed_gpu_ms, sum(cost_units) AS cost_units,
+       sum(billed_gpu_ms) AS billed_gpu_ms,
+       CAST(sum({cost_col}) * {UNITS_PER_USD} AS {units}) AS cost_units,
        count(*) AS lines
 FROM (
   SELECT b.currency,
@@ -135,33 +158,78 @@ FROM (
          b.charge_start, b.charge_end, b.pricing_category,
          b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
          {_billed_gpu_ms(d)} AS billed_gpu_ms,
-         CAST(b.{cost_col} * {UNITS_PER_USD} AS {units}) AS cost_units,
-         CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
+         CASE WHEN b.line_role = 'provider split' THEN NULL
+              WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
               THEN 'outside telemetry'
               WHEN h.host IS NULL THEN 'no telemetry for this node'
-              ELSE NULL END AS no_data_reason
+              ELSE NULL END AS no_data_reason,
+         CASE WHEN b.line_role = 'provider split' THEN {split_key('b')} END AS split_key
   FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
   LEFT JOIN host_map h ON b.resource_id = h.resource_id
+  WHERE b.line_role IS NULL OR b.line_role NOT IN ({roles})
 ) x
 GROUP BY {gpu_lines_keys}"""
 
+    # The provider's split (FOCUS 1.3 Allocated*) of each resource and charge period: each
+    # target's weight (its cost in 1e-6 of the currency, so a product with a line's units
+    # stays within 38 digits) and their total. A credit, refund or adjustment (a line
+    # covering no GPU time) on a resource and period the provider split follows that split,
+    # like the lines it corrects, instead of the measured time.
+    split_ctes = f"""sp AS (
+  SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
+         {d.idiv('x.k_units', '1000000')} AS k_w
+  FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
+               sum(cost_units) AS k_units
+        FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
+        GROUP BY currency, resource_id, charge_start, charge_end, split_key) x
+), st AS (
+  SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
+  FROM sp GROUP BY currency, resource_id, charge_start, charge_end
+  HAVING sum(k_w) > 0
+)"""
+
+    def on_split(a: str, b: str) -> str:
+        return " AND ".join(f"{a}.{k} = {b}.{k}" for k in (
+            "currency", "resource_id", "charge_start", "charge_end"))
+
+    follower = "(st.resource_id IS NOT NULL AND g.billed_gpu_ms = 0)"
     lg_keys = "currency, resource_id, host, charge_start, charge_end"
+    g_lg = ", ".join(f"g.{k.strip()}" for k in lg_keys.split(","))
     line_groups = f"""
+WITH {split_ctes}
 SELECT row_number() OVER (ORDER BY {lg_keys}) AS line_id, l.*
 FROM (
-  SELECT {lg_keys}, sum(cost_units) AS cost_units, sum(billed_gpu_ms) AS billed_gpu_ms
-  FROM gpu_lines WHERE no_data_reason IS NULL
-  GROUP BY {lg_keys}
+  SELECT {g_lg}, sum(g.cost_units) AS cost_units, sum(g.billed_gpu_ms) AS billed_gpu_ms
+  FROM gpu_lines g LEFT JOIN st ON {on_split('g', 'st')}
+  WHERE g.no_data_reason IS NULL AND g.split_key IS NULL AND NOT {follower}
+  GROUP BY {g_lg}
 ) l"""
 
-    meas_keys = "l.line_id, u.held" + "".join(f", u.{g}" for g in gk)
+    meas_keys = "line_id, held" + "".join(f", {g}" for g in gk)
+    u_cols = ("l.line_id, u.held, " + "".join(f"u.{g}, " for g in gk)
+              + ", ".join(f"u.{p}_ms" for p in (*PHASE_COLS, "unobserved")))
+    # usage hours start on the hour: a line of one hour at most that starts on the hour
+    # (an hourly bill's every line) meets exactly the usage hour starting with it, an
+    # equality join; a longer or unaligned line (a daily line) joins its range of hours
+    one_hour = (f"{d.ms_between('l.charge_start', 'l.charge_end')} <= 3600000 AND "
+                f"MOD({d.ms_between(d.ts('1970-01-01T00:00:00Z'), 'l.charge_start')}, "
+                "3600000) = 0")
     meas = f"""
 SELECT {meas_keys},
-       sum(u.idle_ms) AS idle_ms, sum(u.underutilized_ms) AS underutilized_ms,
-       sum(u.productive_ms) AS productive_ms, sum(u.compute_bound_ms) AS compute_bound_ms,
-       sum(u.unobserved_ms) AS unobserved_ms
-FROM line_groups l JOIN usage_hours u
-  ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+       sum(idle_ms) AS idle_ms, sum(underutilized_ms) AS underutilized_ms,
+       sum(productive_ms) AS productive_ms, sum(compute_bound_ms) AS compute_bound_ms,
+       sum(unobserved_ms) AS unobserved_ms
+FROM (
+  SELECT {u_cols}
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start = l.charge_start
+  WHERE {one_hour}
+  UNION ALL
+  SELECT {u_cols}
+  FROM line_groups l JOIN usage_hours u
+    ON u.host = l.host AND u.period_start >= l.charge_start AND u.period_start < l.charge_end
+  WHERE NOT ({one_hour})
+) x
 GROUP BY {meas_keys}"""
 
     per_phase = []
@@ -204,19 +272,42 @@ FROM parts p JOIN caps c ON p.line_id = c.line_id WHERE p.w > 0"""
 
     a_keys = ("l.currency, l.charge_start, l.charge_end, w.kind, w.reason, "
               + "".join(f"w.{g}, " for g in gk) + "w.phase")
-    u_keys = "currency, charge_start, charge_end, no_data_reason"
+    u_keys_g = "g.currency, g.charge_start, g.charge_end"
+    s_keys = ("l.currency, l.charge_start, l.charge_end, sg.kind, sg.reason"
+              + "".join(f", sg.{g}" for g in gk))
     share = d.idiv(f"CAST(w.cost_units AS {units}) * w.w", "w.cap_ms")
+    f_share = d.idiv(f"CAST(g.cost_units AS {units}) * sp.k_w", "st.w_total")
+    f_keys = ("g.currency, g.charge_start, g.charge_end, sg.kind, sg.reason"
+              + "".join(f", sg.{g}" for g in gk))
+    x_keys = ("x.currency, x.charge_start, x.charge_end, x.kind, x.reason"
+              + "".join(f", x.{g}" for g in gk))
     alloc = f"""
+WITH {split_ctes}
 SELECT {a_keys},
        CAST(sum({share}) AS {units}) AS units,
        sum(w.w) AS gpu_ms
 FROM weights w JOIN line_groups l ON w.line_id = l.line_id
 GROUP BY {a_keys}
 UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
-SELECT currency, charge_start, charge_end, 'unallocated', no_data_reason, {g_null}
-       'unobserved', CAST(sum(cost_units) AS {units}), sum(billed_gpu_ms)
-FROM gpu_lines WHERE no_data_reason IS NOT NULL
-GROUP BY {u_keys}"""
+SELECT {u_keys_g}, 'unallocated', g.no_data_reason, {g_null}
+       'unobserved', CAST(sum(g.cost_units) AS {units}), sum(g.billed_gpu_ms)
+FROM gpu_lines g LEFT JOIN st ON {on_split('g', 'st')}
+WHERE g.no_data_reason IS NOT NULL AND NOT {follower}
+GROUP BY {u_keys_g}, g.no_data_reason
+UNION ALL  -- lines the provider split (FOCUS 1.3 Allocated*): to what each names, whole;
+           -- with the credits, refunds, adjustments on a resource and period it split
+SELECT {x_keys}, '{PROVIDER_PHASE}', CAST(sum(x.units) AS {units}), sum(x.gpu_ms)
+FROM (
+  SELECT {s_keys}, CAST(l.cost_units AS {units}) AS units, l.billed_gpu_ms AS gpu_ms
+  FROM gpu_lines l JOIN split_groups sg ON l.split_key = sg.split_key
+  UNION ALL
+  SELECT {f_keys}, {f_share} AS units, g.billed_gpu_ms AS gpu_ms
+  FROM gpu_lines g JOIN st ON {on_split('g', 'st')}
+  JOIN sp ON {on_split('g', 'sp')}
+  JOIN split_groups sg ON sp.split_key = sg.split_key
+  WHERE g.split_key IS NULL AND g.billed_gpu_ms = 0
+) x
+GROUP BY {x_keys}"""
 
     p_keys = "currency, charge_start, charge_end"
     period_totals = f"""

@@ -1,5 +1,5 @@
 """What ``gpuaudit bill --sql-out DIR --dialect D`` writes for a data team: the query in D
-(``join.sql``), the DDL of the four input relations it reads (``inputs.sql``) and a README of
+(``join.sql``), the DDL of the five input relations it reads (``inputs.sql``) and a README of
 their contract (``README.md``)."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ __all__ = ["readme", "write_sql_dir"]
 _RUN = {
     "duckdb": "duckdb  then, for each input, CREATE VIEW bill_lines AS SELECT * FROM "
               "'bill_lines.parquet'; ... and .read join.sql",
-    "spark": "spark-sql -f join.sql  (after creating the four inputs as tables or views, "
+    "spark": "spark-sql -f join.sql  (after creating the five inputs as tables or views, "
              "e.g. CREATE TEMPORARY VIEW bill_lines USING parquet OPTIONS (path '...'));  "
              "or gpuaudit bill --engine spark, which does both on the active session",
     "trino": "trino --catalog <catalog> --schema <schema> -f join.sql  (Athena: run each "
@@ -34,12 +34,12 @@ Written by `gpuaudit bill --sql-out DIR --dialect {dialect}` (method `{method}`,
 `{cost}`, telemetry window {win}; group keys {keys}).
 
 Files:
-- `inputs.sql`: the four input relations the query reads, as `CREATE TABLE` statements (create
+- `inputs.sql`: the five input relations the query reads, as `CREATE TABLE` statements (create
   them, or views with these names and columns over your own tables);
 - `join.sql`: the query, one `CREATE TABLE name AS SELECT` per derived relation, in order;
   the results are `gpu_lines`, `alloc` and `period_totals`;
-- `bill_lines.parquet`, `gpu_skus.parquet`, `host_map.parquet`, `usage_hours.parquet`: the
-  inputs this run computed, to load as the tables of `inputs.sql`.
+- `bill_lines.parquet`, `gpu_skus.parquet`, `host_map.parquet`, `usage_hours.parquet`,
+  `split_groups.parquet`: the inputs this run computed, to load as the tables of `inputs.sql`.
 
 ## Input contract
 
@@ -59,6 +59,14 @@ Files:
   hour), whether a pod held it (`held`) and by which group (`g_0` ..), in whole
   milliseconds per phase (`idle_ms`, `underutilized_ms`, `productive_ms`, `compute_bound_ms`)
   and `unobserved_ms` (no readings).
+- `split_groups`: the targets of the lines the provider split itself (FOCUS 1.3
+  `AllocatedTags`, `AllocatedResourceName`/`Id`; `bill_lines.line_role = 'provider split'`),
+  keyed by `split_key` = `COALESCE(allocated_tags, '') || '|' || COALESCE(
+  allocated_resource_name, allocated_resource_id, '')`: the group each goes to (`kind`
+  `team`, or `unallocated` for the origin charge's unallocated portion); a credit, refund or
+  adjustment on the same resource and charge period follows that split. Lines whose
+  `line_role` is `commitment purchase` or `unused commitment` are not GPU time: the query
+  leaves them out (gpuaudit puts them in the `commitment` bucket).
 
 ## Results
 
