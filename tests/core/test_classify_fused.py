@@ -58,6 +58,7 @@ def taken(monkeypatch):
     """The compiled pass for every batch, however small; counts the batches it took."""
     assert fused.available(), "numba is a dependency: it must import"
     monkeypatch.setattr(fused, "MIN_ROWS", 1)
+    monkeypatch.setattr(fused, "MIN_SOURCE_ROWS", 1)
     monkeypatch.setattr(parallel, "_start", lambda *a, **k: None)
     count = [0]
     real = fused.stream_batch
@@ -146,3 +147,35 @@ def test_time_running_backwards_is_the_same_error_on_both_paths(taken):
         _numpy_path(run)
     assert str(fast.value) == str(slow.value) and fast.value.column == "ts"
     assert "GPU-1" in str(fast.value)
+
+
+def test_the_loop_is_taken_only_for_a_large_source(taken, monkeypatch, tmp_path):
+    """numba's import and machine-code load cost more than a small recording's whole NumPy
+    pass: the loop is taken from the first batch where the file's footer says it is large,
+    for a source of unknown size (CSV) once that many rows were seen, and never otherwise."""
+    util = {f"GPU-{g}": [float(10 * (i % 11)) for i in range(60)] for g in range(2)}
+    table = series_table(util)
+    path = tmp_path / "r.parquet"
+    write_recording(recording(table), path, row_group_rows=20)
+    n = table.num_rows  # 120 rows, six batches of 20
+
+    def batches_taken(threshold: int, source_path: Path = path) -> int:
+        monkeypatch.setattr(fused, "MIN_SOURCE_ROWS", threshold)
+        before = taken[0]
+        classify(open_samples(source_path, batch_rows=20), workers=1)
+        return taken[0] - before
+
+    assert batches_taken(n) == 6  # the footer says 120: every batch, the first included
+    assert batches_taken(n + 1) == 0  # smaller than the threshold: NumPy throughout
+    csv = tmp_path / "r.csv"
+    _write_csv(table, csv)
+    got = batches_taken(60, csv)
+    assert 0 < got < 6  # unknown size: from the batch where 60 rows had been fed
+
+
+def _write_csv(table: pa.Table, path: Path) -> None:
+    import pyarrow.csv as pacsv
+
+    plain = [f.name for f in table.schema if not pa.types.is_map(f.type)
+             and table.column(f.name).null_count < table.num_rows]
+    pacsv.write_csv(table.select(plain), path)

@@ -129,6 +129,19 @@ def test_iso_z_and_epoch_seconds_agree() -> None:
     assert "epoch timestamps read as s" in _reasons(b.notes)
 
 
+def test_a_header_with_quoted_names_reads_as_plain(tmp_path: Path) -> None:
+    """RFC 4180 lets a header quote its names, and R's write.csv, Excel and pyarrow do:
+    the names are the unquoted ones (before, '"ts"' was an unknown column)."""
+    plain = read_samples(SMI / "smi_iso_z.csv").table
+    lines = (SMI / "smi_iso_z.csv").read_text().splitlines(keepends=True)
+    names = next(csv.reader([lines[0]]))
+    quoted = tmp_path / "smi_iso_z.csv"  # the host is named after the file
+    quoted.write_text(",".join(f'"{n.strip()}"' for n in names) + "\n" + "".join(lines[1:]))
+    got = read_samples(quoted).table
+    assert got.column_names == plain.column_names
+    assert got.to_pylist() == plain.to_pylist()
+
+
 def test_local_time_with_zone(tmp_path: Path) -> None:
     p = tmp_path / "paris.csv"
     p.write_text("timestamp, index, utilization.gpu [%]\n2025/10/15 15:57:04.086, 0, 5 %\n")

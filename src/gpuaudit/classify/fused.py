@@ -22,9 +22,9 @@ finishes, exactly as before):
 A batch first passes a compiled order check; one that fails takes the NumPy path, which
 raises the error naming the GPU and time. Batches with time-sliced rows, SM activity or any
 other signal column take the NumPy path (DCGM-rich recordings: a few more columns per row),
-and so do batches under :data:`MIN_ROWS`, where the one-off cost of the loop (importing numba,
-~0.5 s, and loading its machine code, compiled once per machine and cached) would not pay
-back. Sums are added row by row rather than per batch, so a total may differ from the NumPy
+and so do batches under :data:`MIN_ROWS` and sources under :data:`MIN_SOURCE_ROWS`, where
+the one-off cost of the loop (importing numba, ~0.5 s, and loading its machine code, compiled
+once per machine and cached) would not pay back. Sums are added row by row rather than per batch, so a total may differ from the NumPy
 path's in the last bits (a property test holds the two to 1e-9).
 """
 
@@ -42,11 +42,17 @@ if TYPE_CHECKING:
     from gpuaudit.classify.lag import OnsetAcc
     from gpuaudit.classify.timeline import TimelineAcc
 
-__all__ = ["COLUMNS", "MIN_ROWS", "available", "stream_batch"]
+__all__ = ["COLUMNS", "MIN_ROWS", "MIN_SOURCE_ROWS", "available", "stream_batch"]
 
 #: From this many rows in a batch on, the compiled loop is used (when numba imports and
-#: GPUAUDIT_NO_NUMBA is not set).
+#: GPUAUDIT_NO_NUMBA is not set)...
 MIN_ROWS = 32_768
+#: ... and only for a source of this many rows or more (its size where the file says so up
+#: front, else the rows seen so far): importing numba and loading its machine code costs
+#: ~0.3 s warm (~1.5 s on a machine's first run, compiling) and ~110 MiB, which the loop
+#: wins back at ~80 ns a row. Measured (docs/benchmarks.md): 288k rows took 0.59 s with the
+#: loop and 0.30 s without; 10.1M rows 1.38 s with and 1.88 s without.
+MIN_SOURCE_ROWS = 4_000_000
 #: The row-dict keys the loop handles (see gpuaudit.classify.rows); any other takes NumPy.
 COLUMNS = frozenset(("code", "ts", "cell", "u", "util"))
 

@@ -62,6 +62,8 @@ def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,
     keep_freed_memory()
     source = recipe()
     engine = _Engine(by, interval_s, cap_intervals, grid, onsets)
+    rows = getattr(source, "num_rows", None)
+    engine.expected_rows = rows if isinstance(rows, int) else None
     for i, batch in enumerate(source.batches()):
         engine.feed(batch, position=f"{source.origin} (batch {i})")
     engine.detach()

@@ -121,6 +121,7 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
             engine = None  # one pass again: the reader names the file row of the bad sample
     if engine is None:
         engine = _Engine(keys, interval, cap_intervals, grid, onsets=timeline)
+        engine.expected_rows = rows if isinstance(rows, int) else None
         for i, batch in enumerate(samples.batches()):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))

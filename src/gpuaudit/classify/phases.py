@@ -158,6 +158,10 @@ class _Engine:
         self.onsets = OnsetAcc() if onsets else None
         #: rows whose successor has not arrived yet (carried to the next batch)
         self.pending: Rows | None = None
+        #: rows the source will yield, where it says so up front (a Parquet footer), and rows
+        #: fed so far: the compiled loop pays back only on large sources (fused.MIN_SOURCE_ROWS)
+        self.expected_rows: int | None = None
+        self.rows_fed = 0
         self.t_min: int | None = None
         self.t_end: int | None = None
 
@@ -213,6 +217,7 @@ class _Engine:
             self.interval_s = infer_interval_s(rows["code"], rows["ts"])
         t0 = int(rows["ts"].min())
         self.t_min = t0 if self.t_min is None else min(self.t_min, t0)
+        self.rows_fed += int(rows["code"].shape[0])
         if self._stream(rows):
             return
         pending = self.pending
@@ -239,7 +244,9 @@ class _Engine:
         :mod:`~gpuaudit.classify.fused`: the whole of :meth:`feed` in one pass over the rows.
         False: the NumPy path below takes it (small, time-sliced, signal columns, no numba,
         or out of order, whose error the NumPy path raises)."""
-        if (rows["code"].shape[0] < fused.MIN_ROWS or not fused.COLUMNS.issuperset(rows)
+        size = self.expected_rows if self.expected_rows is not None else self.rows_fed
+        if (rows["code"].shape[0] < fused.MIN_ROWS or size < fused.MIN_SOURCE_ROWS
+                or not fused.COLUMNS.issuperset(rows)
                 or (self.pending is not None and not fused.COLUMNS.issuperset(self.pending))
                 or not fused.available()):
             return False

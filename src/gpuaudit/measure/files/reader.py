@@ -11,6 +11,7 @@ located), JSON Lines through ``pyarrow.json.open_json``, Parquet by row group
 
 from __future__ import annotations
 
+import csv
 import functools
 import io
 import itertools
@@ -320,7 +321,8 @@ class FileSource:
         path = self.path
         head, head_lines = _head_lines(path)
         first = head_lines[0] if head_lines else ""
-        cells = first.split(",")
+        # RFC 4180: a header may quote its names (R's write.csv, Excel, pyarrow do)
+        cells = next(csv.reader([first])) if first else [""]
         header = not any(_DATA_CELL.match(c) for c in cells)
         if header:
             names = [c.strip() for c in cells]
