@@ -16,6 +16,7 @@ import ctypes
 import os
 import platform
 import sys
+from typing import Any
 
 __all__ = ["cap_arenas", "keep_freed_memory"]
 
@@ -28,22 +29,31 @@ TRIM_THRESHOLD_BYTES = 256 << 20
 _applied: bool | None = None
 
 
+def _mallopt() -> Any:
+    """glibc's ``mallopt`` through ctypes, or None: not Linux, not glibc, not found, or
+    ``GPUAUDIT_NO_MALLOPT`` set."""
+    if os.environ.get("GPUAUDIT_NO_MALLOPT") or not sys.platform.startswith("linux"):
+        return None
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return None
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt
+
+
 def keep_freed_memory() -> bool:
     """Tune glibc's allocator once per process; True when it is (or already was) tuned."""
     global _applied
     if _applied is not None:
         return _applied
     _applied = False
-    if os.environ.get("GPUAUDIT_NO_MALLOPT") or not sys.platform.startswith("linux"):
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     _applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
     return _applied
@@ -64,15 +74,8 @@ def cap_arenas(arenas: int = 2) -> bool:
     if _arenas_capped is not None:
         return _arenas_capped
     _arenas_capped = False
-    if os.environ.get("GPUAUDIT_NO_MALLOPT") or not sys.platform.startswith("linux"):
+    mallopt = _mallopt()
+    if mallopt is None:
         return False
-    if platform.libc_ver()[0] != "glibc":
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
     _arenas_capped = bool(mallopt(_M_ARENA_MAX, max(1, arenas)))
     return _arenas_capped
