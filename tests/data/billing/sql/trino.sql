@@ -81,23 +81,24 @@ FROM (
 ) x
 GROUP BY currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, split_key;
 
+CREATE TABLE split_weights AS
+SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
+       (CAST(x.k_units / 1000000 AS DECIMAL(38,0)) + CASE WHEN x.k_units >= 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) < 0 THEN -1 WHEN x.k_units >= 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) >= 1000000 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) > 0 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) <= -1000000 THEN -1 ELSE 0 END) AS k_w
+FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
+             sum(cost_units) AS k_units
+      FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
+      GROUP BY currency, resource_id, charge_start, charge_end, split_key) x;
+
+CREATE TABLE split_totals AS
+SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
+FROM split_weights GROUP BY currency, resource_id, charge_start, charge_end
+HAVING sum(k_w) > 0;
+
 CREATE TABLE line_groups AS
-WITH sp AS (
-  SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
-         (CAST(x.k_units / 1000000 AS DECIMAL(38,0)) + CASE WHEN x.k_units >= 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) < 0 THEN -1 WHEN x.k_units >= 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) >= 1000000 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) > 0 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) <= -1000000 THEN -1 ELSE 0 END) AS k_w
-  FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
-               sum(cost_units) AS k_units
-        FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
-        GROUP BY currency, resource_id, charge_start, charge_end, split_key) x
-), st AS (
-  SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
-  FROM sp GROUP BY currency, resource_id, charge_start, charge_end
-  HAVING sum(k_w) > 0
-)
 SELECT row_number() OVER (ORDER BY currency, resource_id, host, charge_start, charge_end) AS line_id, l.*
 FROM (
   SELECT g.currency, g.resource_id, g.host, g.charge_start, g.charge_end, sum(g.cost_units) AS cost_units, sum(g.billed_gpu_ms) AS billed_gpu_ms
-  FROM gpu_lines g LEFT JOIN st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
+  FROM gpu_lines g LEFT JOIN split_totals st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
   WHERE g.no_data_reason IS NULL AND g.split_key IS NULL AND NOT (st.resource_id IS NOT NULL AND g.billed_gpu_ms = 0)
   GROUP BY g.currency, g.resource_id, g.host, g.charge_start, g.charge_end
 ) l;
@@ -147,18 +148,6 @@ SELECT p.*, c.cost_units, greatest(c.cap_ms, 1) AS cap_ms
 FROM parts p JOIN caps c ON p.line_id = c.line_id WHERE p.w > 0;
 
 CREATE TABLE alloc AS
-WITH sp AS (
-  SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
-         (CAST(x.k_units / 1000000 AS DECIMAL(38,0)) + CASE WHEN x.k_units >= 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) < 0 THEN -1 WHEN x.k_units >= 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) >= 1000000 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) > 0 THEN 1 WHEN x.k_units < 0 AND (x.k_units - CAST(x.k_units / 1000000 AS DECIMAL(38,0)) * 1000000) <= -1000000 THEN -1 ELSE 0 END) AS k_w
-  FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
-               sum(cost_units) AS k_units
-        FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
-        GROUP BY currency, resource_id, charge_start, charge_end, split_key) x
-), st AS (
-  SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
-  FROM sp GROUP BY currency, resource_id, charge_start, charge_end
-  HAVING sum(k_w) > 0
-)
 SELECT l.currency, l.charge_start, l.charge_end, w.kind, w.reason, w.g_0, w.g_1, w.phase,
        CAST(sum((CAST(CAST(w.cost_units AS DECIMAL(38,0)) * w.w / w.cap_ms AS DECIMAL(38,0)) + CASE WHEN CAST(w.cost_units AS DECIMAL(38,0)) * w.w >= 0 AND (CAST(w.cost_units AS DECIMAL(38,0)) * w.w - CAST(CAST(w.cost_units AS DECIMAL(38,0)) * w.w / w.cap_ms AS DECIMAL(38,0)) * w.cap_ms) < 0 THEN -1 WHEN CAST(w.cost_units AS DECIMAL(38,0)) * w.w >= 0 AND (CAST(w.cost_units AS DECIMAL(38,0)) * w.w - CAST(CAST(w.cost_units AS DECIMAL(38,0)) * w.w / w.cap_ms AS DECIMAL(38,0)) * w.cap_ms) >= w.cap_ms THEN 1 WHEN CAST(w.cost_units AS DECIMAL(38,0)) * w.w < 0 AND (CAST(w.cost_units AS DECIMAL(38,0)) * w.w - CAST(CAST(w.cost_units AS DECIMAL(38,0)) * w.w / w.cap_ms AS DECIMAL(38,0)) * w.cap_ms) > 0 THEN 1 WHEN CAST(w.cost_units AS DECIMAL(38,0)) * w.w < 0 AND (CAST(w.cost_units AS DECIMAL(38,0)) * w.w - CAST(CAST(w.cost_units AS DECIMAL(38,0)) * w.w / w.cap_ms AS DECIMAL(38,0)) * w.cap_ms) <= -w.cap_ms THEN -1 ELSE 0 END)) AS DECIMAL(38,0)) AS units,
        sum(w.w) AS gpu_ms
@@ -167,7 +156,7 @@ GROUP BY l.currency, l.charge_start, l.charge_end, w.kind, w.reason, w.g_0, w.g_
 UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
 SELECT g.currency, g.charge_start, g.charge_end, 'unallocated', g.no_data_reason, CAST(NULL AS VARCHAR) AS g_0, CAST(NULL AS VARCHAR) AS g_1, 
        'unobserved', CAST(sum(g.cost_units) AS DECIMAL(38,0)), sum(g.billed_gpu_ms)
-FROM gpu_lines g LEFT JOIN st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
+FROM gpu_lines g LEFT JOIN split_totals st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
 WHERE g.no_data_reason IS NOT NULL AND NOT (st.resource_id IS NOT NULL AND g.billed_gpu_ms = 0)
 GROUP BY g.currency, g.charge_start, g.charge_end, g.no_data_reason
 UNION ALL  -- lines the provider split (FOCUS 1.3 Allocated*): to what each names, whole;
@@ -178,8 +167,8 @@ FROM (
   FROM gpu_lines l JOIN split_groups sg ON l.split_key = sg.split_key
   UNION ALL
   SELECT g.currency, g.charge_start, g.charge_end, sg.kind, sg.reason, sg.g_0, sg.g_1, (CAST(CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w / st.w_total AS DECIMAL(38,0)) + CASE WHEN CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w >= 0 AND (CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w - CAST(CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w / st.w_total AS DECIMAL(38,0)) * st.w_total) < 0 THEN -1 WHEN CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w >= 0 AND (CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w - CAST(CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w / st.w_total AS DECIMAL(38,0)) * st.w_total) >= st.w_total THEN 1 WHEN CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w < 0 AND (CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w - CAST(CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w / st.w_total AS DECIMAL(38,0)) * st.w_total) > 0 THEN 1 WHEN CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w < 0 AND (CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w - CAST(CAST(g.cost_units AS DECIMAL(38,0)) * sp.k_w / st.w_total AS DECIMAL(38,0)) * st.w_total) <= -st.w_total THEN -1 ELSE 0 END) AS units, g.billed_gpu_ms AS gpu_ms
-  FROM gpu_lines g JOIN st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
-  JOIN sp ON g.currency = sp.currency AND g.resource_id = sp.resource_id AND g.charge_start = sp.charge_start AND g.charge_end = sp.charge_end
+  FROM gpu_lines g JOIN split_totals st ON g.currency = st.currency AND g.resource_id = st.resource_id AND g.charge_start = st.charge_start AND g.charge_end = st.charge_end
+  JOIN split_weights sp ON g.currency = sp.currency AND g.resource_id = sp.resource_id AND g.charge_start = sp.charge_start AND g.charge_end = sp.charge_end
   JOIN split_groups sg ON sp.split_key = sg.split_key
   WHERE g.split_key IS NULL AND g.billed_gpu_ms = 0
 ) x

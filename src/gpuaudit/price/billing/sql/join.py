@@ -174,19 +174,19 @@ GROUP BY {gpu_lines_keys}"""
     # target's weight (its cost in 1e-6 of the currency, so a product with a line's units
     # stays within 38 digits) and their total. A credit, refund or adjustment (a line
     # covering no GPU time) on a resource and period the provider split follows that split,
-    # like the lines it corrects, instead of the measured time.
-    split_ctes = f"""sp AS (
-  SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
-         {d.idiv('x.k_units', '1000000')} AS k_w
-  FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
-               sum(cost_units) AS k_units
-        FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
-        GROUP BY currency, resource_id, charge_start, charge_end, split_key) x
-), st AS (
-  SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
-  FROM sp GROUP BY currency, resource_id, charge_start, charge_end
-  HAVING sum(k_w) > 0
-)"""
+    # like the lines it corrects, instead of the measured time. Two relations of their
+    # own, computed once: both line_groups and alloc read them.
+    split_weights = f"""
+SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,
+       {d.idiv('x.k_units', '1000000')} AS k_w
+FROM (SELECT currency, resource_id, charge_start, charge_end, split_key,
+             sum(cost_units) AS k_units
+      FROM gpu_lines WHERE split_key IS NOT NULL AND resource_id IS NOT NULL
+      GROUP BY currency, resource_id, charge_start, charge_end, split_key) x"""
+    split_totals = """
+SELECT currency, resource_id, charge_start, charge_end, sum(k_w) AS w_total
+FROM split_weights GROUP BY currency, resource_id, charge_start, charge_end
+HAVING sum(k_w) > 0"""
 
     def on_split(a: str, b: str) -> str:
         return " AND ".join(f"{a}.{k} = {b}.{k}" for k in (
@@ -196,11 +196,10 @@ GROUP BY {gpu_lines_keys}"""
     lg_keys = "currency, resource_id, host, charge_start, charge_end"
     g_lg = ", ".join(f"g.{k.strip()}" for k in lg_keys.split(","))
     line_groups = f"""
-WITH {split_ctes}
 SELECT row_number() OVER (ORDER BY {lg_keys}) AS line_id, l.*
 FROM (
   SELECT {g_lg}, sum(g.cost_units) AS cost_units, sum(g.billed_gpu_ms) AS billed_gpu_ms
-  FROM gpu_lines g LEFT JOIN st ON {on_split('g', 'st')}
+  FROM gpu_lines g LEFT JOIN split_totals st ON {on_split('g', 'st')}
   WHERE g.no_data_reason IS NULL AND g.split_key IS NULL AND NOT {follower}
   GROUP BY {g_lg}
 ) l"""
@@ -282,7 +281,6 @@ FROM parts p JOIN caps c ON p.line_id = c.line_id WHERE p.w > 0"""
     x_keys = ("x.currency, x.charge_start, x.charge_end, x.kind, x.reason"
               + "".join(f", x.{g}" for g in gk))
     alloc = f"""
-WITH {split_ctes}
 SELECT {a_keys},
        CAST(sum({share}) AS {units}) AS units,
        sum(w.w) AS gpu_ms
@@ -291,7 +289,7 @@ GROUP BY {a_keys}
 UNION ALL  -- lines with nothing measured to split them by: unallocated, with the reason
 SELECT {u_keys_g}, 'unallocated', g.no_data_reason, {g_null}
        'unobserved', CAST(sum(g.cost_units) AS {units}), sum(g.billed_gpu_ms)
-FROM gpu_lines g LEFT JOIN st ON {on_split('g', 'st')}
+FROM gpu_lines g LEFT JOIN split_totals st ON {on_split('g', 'st')}
 WHERE g.no_data_reason IS NOT NULL AND NOT {follower}
 GROUP BY {u_keys_g}, g.no_data_reason
 UNION ALL  -- lines the provider split (FOCUS 1.3 Allocated*): to what each names, whole;
@@ -302,8 +300,8 @@ FROM (
   FROM gpu_lines l JOIN split_groups sg ON l.split_key = sg.split_key
   UNION ALL
   SELECT {f_keys}, {f_share} AS units, g.billed_gpu_ms AS gpu_ms
-  FROM gpu_lines g JOIN st ON {on_split('g', 'st')}
-  JOIN sp ON {on_split('g', 'sp')}
+  FROM gpu_lines g JOIN split_totals st ON {on_split('g', 'st')}
+  JOIN split_weights sp ON {on_split('g', 'sp')}
   JOIN split_groups sg ON sp.split_key = sg.split_key
   WHERE g.split_key IS NULL AND g.billed_gpu_ms = 0
 ) x
@@ -314,7 +312,8 @@ GROUP BY {x_keys}"""
 SELECT {p_keys}, CAST(sum(cost_units) AS {units}) AS units,
        sum(billed_gpu_ms) AS billed_gpu_ms
 FROM gpu_lines GROUP BY {p_keys}"""
-    return [("gpu_lines", gpu_lines), ("line_groups", line_groups), ("meas", meas),
+    return [("gpu_lines", gpu_lines), ("split_weights", split_weights),
+            ("split_totals", split_totals), ("line_groups", line_groups), ("meas", meas),
             ("weights", weights), ("alloc", alloc), ("period_totals", period_totals)]
 
 
