@@ -4,8 +4,8 @@ A source that holds its samples as NumPy columns already (a profiler trace's per
 busy/idle series, :mod:`gpuaudit.traces.windows`) need not build a sample table to be
 classified: :func:`classify_columns` feeds the same phase engine (:mod:`gpuaudit.classify.
 phases`) the same rows, series by series, builds the timeline from them with the same
-accumulator (:func:`gpuaudit.classify.timeline.timeline_of_rows`) and the busy-onset lags with
-the same rules (:func:`gpuaudit.classify.lag.onsets_of`), and returns a
+accumulator (:func:`gpuaudit.classify.timeline.timeline_of_rows`) and the busy-onset lags from
+the onsets the engine gathers in its pass (:class:`gpuaudit.classify.lag.OnsetAcc`), and returns a
 :class:`~gpuaudit.classify.usage.Usage` whose cells are :class:`~gpuaudit.classify.usage.
 CellColumns`. It equals :func:`gpuaudit.classify.classify` of the same samples as a
 :class:`~gpuaudit.schema.Recording` field for field (tests/traces/test_trace_plain_path.py
@@ -24,12 +24,12 @@ from datetime import datetime, timezone
 
 import numpy as np
 
-from gpuaudit.classify.lag import onset_lags, onsets_of
-from gpuaudit.classify.patterns import detect_patterns, job_key, job_patterns
+from gpuaudit.classify.lag import onset_lags
+from gpuaudit.classify.patterns import detect_patterns, job_patterns, multi_gpu_jobs
 from gpuaudit.classify.phases import DEFAULT_CAP_INTERVALS, TIMELINE_BUCKETS, _Engine
 from gpuaudit.classify.rows import NS
 from gpuaudit.classify.timeline import timeline_grid, timeline_of_rows
-from gpuaudit.classify.usage import OnsetLag, SeriesSignals, Usage
+from gpuaudit.classify.usage import Usage
 from gpuaudit.series import ImportNote
 from gpuaudit.validate import CAP_INTERVALS
 
@@ -78,7 +78,7 @@ def classify_columns(
         hi = max(int(s.ts_ns[-1]) for s in live)
         start, end = _dt(lo), _dt(hi + round(interval_s * NS))
         grid = timeline_grid(start, end, interval_s, TIMELINE_BUCKETS)
-    engine = _Engine((), interval_s, cap_intervals, grid)
+    engine = _Engine((), interval_s, cap_intervals, grid, onsets=timeline)
     codes = [engine.add_series(s.gpu_uuid, s.host, s.gpu_model, s.mig_profile,
                                int(s.ts_ns[0])) for s in live]
     rows = _rows(live, codes)
@@ -112,8 +112,10 @@ def classify_columns(
         usage = replace(usage, timeline=tl,
                         patterns=detect_patterns(signals, usage.interval_s, tl))
     usage = replace(usage, job_patterns=job_patterns(signals, usage.patterns))
-    if timeline and rows is not None:
-        usage = replace(usage, onset_lags=_lags(live, rows, signals))
+    jobs = multi_gpu_jobs(signals)
+    if jobs and engine.onsets is not None:  # gathered in the engine's pass, as classify's
+        usage = replace(usage, onset_lags=onset_lags(
+            engine.onsets.onsets(list(engine.series_index)), jobs))
     return usage
 
 
@@ -128,21 +130,6 @@ def _rows(live: Sequence[SeriesColumns], codes: Sequence[int]) -> dict[str, np.n
         "ts": np.concatenate([s.ts_ns.astype(np.int64, copy=False) for s in live]),
         "u": np.concatenate([s.util_pct.astype(np.float64) for s in live]),
     }
-
-
-def _lags(live: Sequence[SeriesColumns], rows: dict[str, np.ndarray],
-          series: Sequence[SeriesSignals]) -> tuple[OnsetLag, ...]:
-    """The busy-onset lags of the GPUs in jobs of two or more (as classify's ``_lags``)."""
-    jobs: dict[str, list[str]] = {}
-    for s in series:
-        jobs.setdefault(job_key(s), []).append(s.gpu_uuid)
-    jobs = {k: v for k, v in jobs.items() if len(v) >= 2}
-    if not jobs:
-        return ()
-    names = [s.gpu_uuid for s in live]
-    onsets = onsets_of([(names, rows["code"], rows["u"], rows["ts"])],
-                       [u for v in jobs.values() for u in v])
-    return onset_lags(onsets, jobs)
 
 
 def _dt(ns: int) -> datetime:

@@ -25,7 +25,7 @@ from gpuaudit.classify.parallel import (
     available_cpus,
     classify_ranges,
 )
-from gpuaudit.classify.patterns import detect_patterns, job_key, job_patterns
+from gpuaudit.classify.patterns import detect_patterns, job_patterns, multi_gpu_jobs
 from gpuaudit.classify.phases import (
     _LARGE_ROWS,
     _NS,
@@ -169,10 +169,7 @@ def _lags(samples: SampleSource | Recording, series: Sequence[SeriesSignals],
     """The busy-onset lags of the GPUs in jobs of two or more, for stragglers by time lag
     (classify.lag): from the onsets the engine gathered in its pass, else from one more pass
     over three columns."""
-    jobs: dict[str, list[str]] = {}
-    for s in series:
-        jobs.setdefault(job_key(s), []).append(s.gpu_uuid)
-    jobs = {k: v for k, v in jobs.items() if len(v) >= 2}
+    jobs = multi_gpu_jobs(series)
     if not jobs:
         return ()
     if engine.onsets is not None:

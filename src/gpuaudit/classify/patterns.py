@@ -292,6 +292,15 @@ def job_key(s: SeriesSignals) -> str:
     return s.host + (f" / {','.join(s.pods)}" if s.pods else "")
 
 
+def multi_gpu_jobs(series: Sequence[SeriesSignals]) -> dict[str, list[str]]:
+    """The jobs of two GPUs or more (:func:`job_key` -> their uuids): those whose GPUs can
+    lag one another (stragglers by time lag, :mod:`gpuaudit.classify.lag`)."""
+    jobs: dict[str, list[str]] = {}
+    for s in series:
+        jobs.setdefault(job_key(s), []).append(s.gpu_uuid)
+    return {k: v for k, v in jobs.items() if len(v) >= 2}
+
+
 def job_patterns(series: Sequence[SeriesSignals], patterns: Sequence[Pattern]
                  ) -> tuple[JobPattern, ...]:
     """One shape per job: the kind (and shape) at least :data:`JOB_MAJORITY` of its GPUs
