@@ -26,10 +26,12 @@ def _run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
                           env={**os.environ, **(env or {})})
 
 
-def _on_a_terminal(*args: str, env: dict[str, str]) -> str:
-    """The command's stdout as a person's terminal receives it (a pseudo-terminal)."""
+def _on_a_terminal(*args: str, env: dict[str, str], stream: str = "stdout") -> str:
+    """The command's ``stream`` (stdout or stderr) as a person's terminal receives it (a
+    pseudo-terminal); the other stream is discarded."""
     master, slave = pty.openpty()
-    p = subprocess.Popen([*GPUAUDIT, *args], stdout=slave, stderr=subprocess.DEVNULL,
+    ends = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, stream: slave}
+    p = subprocess.Popen([*GPUAUDIT, *args], stdout=ends["stdout"], stderr=ends["stderr"],
                          env={**os.environ, **env, "COLUMNS": "120"})
     os.close(slave)
     chunks = []
@@ -114,22 +116,7 @@ def test_a_format_given_twice_is_an_error() -> None:
 
 
 def _stderr_on_a_terminal(*args: str) -> str:
-    master, slave = pty.openpty()
-    p = subprocess.Popen([*GPUAUDIT, *args], stdout=subprocess.DEVNULL, stderr=slave,
-                         env={**os.environ, "COLUMNS": "120"})
-    os.close(slave)
-    chunks = []
-    while True:
-        try:
-            data = os.read(master, 65536)
-        except OSError:
-            break
-        if not data:
-            break
-        chunks.append(data)
-    p.wait(timeout=300)
-    os.close(master)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return _on_a_terminal(*args, env={}, stream="stderr")
 
 
 TRACE = Path(__file__).parents[1] / "data" / "traces" / "a100_1rank_ddp_nccl.json.gz"
