@@ -96,7 +96,7 @@ def generate_telemetry(path: Path) -> None:
     tmp.rename(path)
 
 
-def generate_bill(path: Path, instances: int = 1000) -> None:
+def generate_bill(path: Path, instances: int = 1000, nodes: int = NODES) -> None:
     import duckdb
 
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -105,10 +105,10 @@ def generate_bill(path: Path, instances: int = 1000) -> None:
     q = f"""
     WITH inst AS (
       SELECT i,
-        CASE WHEN i < {NODES} THEN 'p5.48xlarge'
+        CASE WHEN i < {nodes} THEN 'p5.48xlarge'
              ELSE ['g5.12xlarge', 'g6.xlarge', 'p4d.24xlarge', 'm5.large', 'c5.2xlarge'][i % 5 + 1]
         END AS itype,
-        CASE WHEN i < {NODES} THEN 55.04
+        CASE WHEN i < {nodes} THEN 55.04
              ELSE [5.672, 0.8048, 21.9576, 0.096, 0.34][i % 5 + 1] END AS od,
         CASE WHEN i % 7 = 3 THEN 'Dynamic' WHEN i % 5 = 2 THEN 'Committed'
              ELSE 'Standard' END AS cat
@@ -121,7 +121,7 @@ def generate_bill(path: Path, instances: int = 1000) -> None:
       'Usage' AS ChargeCategory, cat AS PricingCategory, 'AWS' AS ServiceProviderName,
       'Amazon Elastic Compute Cloud' AS ServiceName,
       printf('i-%017d', i) AS ResourceId,
-      CASE WHEN i < {NODES} THEN printf('node-%04d', i) ELSE printf('ip-10-1-%d', i) END
+      CASE WHEN i < {nodes} THEN printf('node-%04d', i) ELSE printf('ip-10-1-%d', i) END
         AS ResourceName,
       'USE1-' || CASE cat WHEN 'Dynamic' THEN 'SpotUsage' ELSE 'BoxUsage' END || ':' || itype
         AS x_UsageType,
@@ -207,15 +207,15 @@ ENGINE_CHILD = r"""
 import sys, time, json
 t = time.perf_counter()
 from pathlib import Path
-engine, d, ws, we, out = sys.argv[1:6]
+engine, d, ws, we, out, spark_json = sys.argv[1:7]
 w = (ws, we)
-inputs = ("bill_lines", "gpu_skus", "host_map", "usage_hours")
+from gpuaudit.price.billing.sql.join import INPUTS
 if engine == "duckdb":
     import duckdb
     from gpuaudit.price.billing.sql.engines import run_duckdb
     con = duckdb.connect()
     con.execute("SET TimeZone='UTC'")
-    for n in inputs:
+    for n in INPUTS:
         con.execute(f"CREATE VIEW {n} AS SELECT * FROM read_parquet('{d}/{n}.parquet')")
     run_duckdb(con, 1, "allocation", "billed", w)
     # Parquet has no 128-bit integer (DuckDB would write HUGEINT as DOUBLE): exact types
@@ -224,9 +224,11 @@ if engine == "duckdb":
 else:
     import pyarrow.parquet as pq
     from gpuaudit.price.billing.sql.engines import run_spark, spark_session
-    spark = spark_session("local[2]", shuffle_partitions=4, driver_memory="6g")
+    sc = json.loads(spark_json)
+    spark = spark_session(sc["master"], shuffle_partitions=sc["shuffle_partitions"],
+                          driver_memory=sc["driver_memory"], conf=sc["conf"])
     spark.sparkContext.setLogLevel("ERROR")
-    res = run_spark(spark, {n: Path(d) / f"{n}.parquet" for n in inputs}, 1, "allocation",
+    res = run_spark(spark, {n: Path(d) / f"{n}.parquet" for n in INPUTS}, 1, "allocation",
                     "billed", w)
     pq.write_table(res["alloc"], out)
     spark.stop()
@@ -234,8 +236,8 @@ print(json.dumps({"wall_s": time.perf_counter() - t}))
 """
 
 
-def _tree_rss_mib(root: int) -> float:
-    """RSS of ``root`` and every descendant (from /proc), MiB."""
+def _tree(root: int) -> list[int]:
+    """``root`` and every live descendant (from /proc)."""
     kids: dict[int, list[int]] = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -244,10 +246,18 @@ def _tree_rss_mib(root: int) -> float:
             except (OSError, IndexError, ValueError):
                 continue
             kids.setdefault(ppid, []).append(int(p.name))
-    total, todo = 0, [root]
+    out, todo = [], [root]
     while todo:
         pid = todo.pop()
+        out.append(pid)
         todo.extend(kids.get(pid, []))
+    return out
+
+
+def _tree_rss_mib(root: int) -> float:
+    """RSS of ``root`` and every descendant (from /proc), MiB."""
+    total = 0
+    for pid in _tree(root):
         try:
             for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
                 if ln.startswith("VmRSS:"):
@@ -257,24 +267,42 @@ def _tree_rss_mib(root: int) -> float:
     return total / 1024
 
 
-def run_engine(engine: str, inputs: Path, window: tuple[str, str], out: Path
-               ) -> dict[str, object]:
+def _cpu_ticks(pid: int) -> int | None:
+    """utime + stime of ``pid`` itself (clock ticks), None when gone."""
+    try:
+        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(f[11]) + int(f[12])
+
+
+def run_engine(engine: str, inputs: Path, window: tuple[str, str], out: Path,
+               spark_conf: dict[str, object]) -> dict[str, float]:
+    """One engine in a fresh process: wall, peak RSS of the process tree (polled every 0.1 s)
+    and the CPU seconds of the tree (each process's own utime + stime, last seen while it
+    ran; the JVM child included)."""
     p = subprocess.Popen([sys.executable, "-c", ENGINE_CHILD, engine, str(inputs), *window,
-                          str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0.0
+                          str(out), json.dumps(spark_conf)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak, ticks = 0.0, {}
     t = time.perf_counter()
     while p.poll() is None:
         peak = max(peak, _tree_rss_mib(p.pid))
+        for pid in _tree(p.pid):
+            c = _cpu_ticks(pid)
+            if c is not None:
+                ticks[pid] = c
         time.sleep(0.1)
     wall = time.perf_counter() - t
     stdout, stderr = p.communicate()
     if p.returncode != 0:
         raise SystemExit(stderr[-3000:])
     inner = json.loads(stdout.strip().splitlines()[-1])
-    return {"wall_s": wall, "inner_wall_s": inner["wall_s"], "peak_rss_mib": peak}
+    return {"wall_s": wall, "inner_wall_s": inner["wall_s"], "peak_rss_mib": peak,
+            "cpu_s": sum(ticks.values()) / os.sysconf("SC_CLK_TCK")}
 
 
-def prepare_engine_inputs(bill: Path, inputs: Path) -> tuple[str, str]:
+def prepare_engine_inputs(bill: Path, inputs: Path, nodes: int = NODES) -> tuple[str, str]:
     """The join's four inputs as Parquet under ``inputs``; returns the telemetry window."""
     from datetime import datetime, timedelta, timezone
 
@@ -286,13 +314,15 @@ def prepare_engine_inputs(bill: Path, inputs: Path) -> tuple[str, str]:
 
     t0 = datetime.fromtimestamp(T0_S, tz=timezone.utc)
     hours = DAYS * 24
-    h = np.repeat(np.arange(hours), NODES * 10)
-    node = np.tile(np.repeat(np.arange(NODES), 10), hours)
-    grp = np.tile(np.arange(10), hours * NODES)
+    h = np.repeat(np.arange(hours), nodes * 10)
+    node = np.tile(np.repeat(np.arange(nodes), 10), hours)
+    grp = np.tile(np.arange(10), hours * nodes)
     rng = np.random.default_rng(1)
     ms = rng.integers(0, 2_880_000, (5, h.size)) // 4  # <= 8 GPUs x 3.6e6 ms over 10 groups
     usage = pa.table({
-        "host": pa.array([f"node-{i:04d}" for i in node]),
+        "host": pa.DictionaryArray.from_arrays(
+            pa.array(node.astype(np.int32)),
+            pa.array([f"node-{i:04d}" for i in range(nodes)])).cast(pa.string()),
         "period_start": pa.array((T0_S + h * 3600).astype("int64")).cast(
             pa.timestamp("s", "UTC")),
         "held": pa.array(grp != 9),
@@ -305,47 +335,74 @@ def prepare_engine_inputs(bill: Path, inputs: Path) -> tuple[str, str]:
             window[1].isoformat().replace("+00:00", "Z"))
 
 
-def engines_main(instances: int) -> None:
+def engines_main(args: argparse.Namespace) -> None:
     import pyarrow.parquet as pq
 
-    bill = WORK / ("bill_focus_10m.parquet" if instances == 1000
-                   else f"bill_focus_{instances}inst.parquet")
+    instances, nodes = args.instances, args.nodes
+    tag = "" if nodes == NODES else f"_{nodes}nodes"
+    bill = WORK / ("bill_focus_10m.parquet" if (instances, nodes) == (1000, NODES)
+                   else f"bill_focus_{instances}inst{tag}.parquet")
     if not bill.exists():
         t = time.perf_counter()
-        generate_bill(bill, instances)
+        generate_bill(bill, instances, nodes)
         print(f"generated {bill.name} in {time.perf_counter() - t:.0f} s "
               f"({bill.stat().st_size / 2**20:.0f} MiB)", file=sys.stderr)
-    inputs = WORK / f"join_inputs_{instances}"
+    inputs = WORK / f"join_inputs_{instances}{tag}"
     wfile = inputs / "window.json"
     if not wfile.exists():
         t = time.perf_counter()
-        window = prepare_engine_inputs(bill, inputs)
+        window = prepare_engine_inputs(bill, inputs, nodes)
         wfile.write_text(json.dumps(window))
         print(f"prepared the join's inputs in {time.perf_counter() - t:.0f} s", file=sys.stderr)
+    if args.prepare_only:
+        return
     window = tuple(json.loads(wfile.read_text()))
     assert len(window) == 2
     n = pq.ParquetFile(inputs / "bill_lines.parquet").metadata.num_rows
+    u = pq.ParquetFile(inputs / "usage_hours.parquet").metadata.num_rows
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), platform.processor())
     print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
-    res = {}
-    for engine in ("duckdb", "spark"):
-        print(f"load average before {engine}: "
-              f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-        res[engine] = run_engine(engine, inputs, (window[0], window[1]),
-                                 WORK / f"alloc_{engine}.parquet")
-        r = res[engine]
-        print(f"{engine:6s} join: {n:,} bill lines  wall {r['wall_s']:.1f} s (in-process "
-              f"{r['inner_wall_s']:.1f} s)  peak RSS (process tree) "
-              f"{r['peak_rss_mib']:.0f} MiB")
+    conf = dict(kv.split("=", 1) for kv in args.spark_conf)
+    spark_conf = {"master": args.spark_master, "shuffle_partitions": args.shuffle_partitions,
+                  "driver_memory": args.driver_memory, "conf": conf}
+    engines = args.engine or ["duckdb", "spark"]
+    print(f"inputs: {n:,} bill lines, {u:,} usage_hours rows; spark: {json.dumps(spark_conf)}")
+    res: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
+    for i in range(args.repeat):
+        for engine in engines:
+            before = os.getloadavg()
+            out = WORK / f"alloc_{engine}{tag}_{instances}_{i}.parquet"
+            r = run_engine(engine, inputs, (window[0], window[1]), out, spark_conf)
+            res[engine].append(r)
+            print(f"{engine:6s} run {i + 1}: {n:,} bill lines  wall {r['wall_s']:.1f} s "
+                  f"(in-process {r['inner_wall_s']:.1f} s)  cpu (tree) {r['cpu_s']:.1f} s  "
+                  f"peak RSS (tree) {r['peak_rss_mib']:.0f} MiB  load before "
+                  f"{' '.join(f'{x:.2f}' for x in before)}  after "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    for engine, rs in res.items():
+        walls = sorted(r["wall_s"] for r in rs)
+        print(f"{engine:6s} wall min {walls[0]:.1f} median {statistics.median(walls):.1f} s; "
+              f"peak RSS max {max(r['peak_rss_mib'] for r in rs):.0f} MiB")
+    if len(engines) == 2 or args.compare:
+        compare_allocs(*(args.compare or [
+            str(WORK / f"alloc_{e}{tag}_{instances}_0.parquet") for e in ("duckdb", "spark")]))
+
+
+def compare_allocs(first: str, second: str) -> bool:
+    """The two engines' ``alloc`` results, row for row (exact units)."""
+    import pyarrow.parquet as pq
+
     keys = ["currency", "charge_start", "charge_end", "kind", "reason", "g_0", "phase"]
-    a, b = (pq.read_table(WORK / f"alloc_{e}.parquet") for e in ("duckdb", "spark"))
+    a, b = (pq.read_table(f) for f in (first, second))
     a = a.sort_by([(k, "ascending") for k in keys])
     b = b.sort_by([(k, "ascending") for k in keys])
     same = a.num_rows == b.num_rows and all(
         a.column(c).to_pylist() == b.column(c).to_pylist() for c in (*keys, "units", "gpu_ms"))
-    print(f"alloc rows {a.num_rows:,} / {b.num_rows:,}; identical to the unit: {same}")
-    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    total = sum(a.column("units").to_pylist()) if a.num_rows else 0
+    print(f"alloc rows {a.num_rows:,} / {b.num_rows:,}; identical to the unit: {same}; "
+          f"units sum {total} ({Path(first).name} vs {Path(second).name})")
+    return same
 
 
 def run_child(code: str, *args: str, src: str | None = None) -> dict[str, object]:
@@ -373,20 +430,41 @@ def median_of(code: str, repeat: int, *args: str) -> dict[str, object]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="runs of each (default 3; --engines: 1)")
     ap.add_argument("--pandas", action="store_true", help="also run the plain pandas join")
     ap.add_argument("--no-gpuaudit", action="store_true", help="run the pandas join only")
     ap.add_argument("--engines", action="store_true",
                     help="time the join alone on DuckDB and on Spark local (pip install pyspark)")
     ap.add_argument("--instances", type=int, default=1000,
-                    help="instances in the generated bill (1000: ~10M lines; 10000: ~88M)")
+                    help="instances in the generated bill, 8,760 lines each plus 1,243,920 "
+                    "storage lines (1000: 10,003,920 lines; 11300: 100,231,920)")
+    ap.add_argument("--nodes", type=int, default=NODES,
+                    help="--engines: of those instances, the measured p5.48xlarge nodes; "
+                    "usage_hours holds nodes x 720 hours x ten groups (125: 900,000 rows)")
+    ap.add_argument("--engine", action="append", choices=["duckdb", "spark"],
+                    help="--engines: run only this engine (repeatable; default both)")
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="--engines: generate the bill and the join's inputs, run nothing")
+    ap.add_argument("--compare", nargs=2, metavar="ALLOC", default=None,
+                    help="--engines: compare these two alloc Parquet files row for row")
+    ap.add_argument("--spark-master", default="local[2]")
+    ap.add_argument("--shuffle-partitions", type=int, default=4)
+    ap.add_argument("--driver-memory", default="6g")
+    ap.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+                    help="--engines: more Spark settings (repeatable)")
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="also run the gpuaudit of this src folder (e.g. main checked out with "
                     "git worktree add), interleaved run by run with this one")
     args = ap.parse_args()
     if args.engines:
-        engines_main(args.instances)
+        args.repeat = args.repeat or 1
+        if args.compare and not args.engine:
+            compare_allocs(*args.compare)
+            return
+        engines_main(args)
         return
+    args.repeat = args.repeat or 3
     tel = WORK / f"bill_telemetry_{GPUS}gpu_{DAYS}d_1m.parquet"
     bill = WORK / "bill_focus_10m.parquet"
     for path, gen in ((tel, generate_telemetry), (bill, generate_bill)):
