@@ -296,7 +296,10 @@ def run_engine(engine: str, inputs: Path, window: tuple[str, str], out: Path,
     wall = time.perf_counter() - t
     stdout, stderr = p.communicate()
     if p.returncode != 0:
-        raise SystemExit(stderr[-3000:])
+        first = [ln for ln in stderr.splitlines()
+                 if ("Error" in ln or "Exception" in ln) and not ln.startswith("\tat ")][:5]
+        raise SystemExit(f"{engine} failed after {wall:.0f} s (peak RSS {peak:.0f} MiB):\n"
+                         + "\n".join(ln[:1000] for ln in first) + "\n...\n" + stderr[-3000:])
     inner = json.loads(stdout.strip().splitlines()[-1])
     return {"wall_s": wall, "inner_wall_s": inner["wall_s"], "peak_rss_mib": peak,
             "cpu_s": sum(ticks.values()) / os.sysconf("SC_CLK_TCK")}
