@@ -8,6 +8,8 @@ adaptive execution or whole-stage code generation, which only cost time on input
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,7 +26,12 @@ from hypothesis import strategies as st
 from gpuaudit.api import bill
 from gpuaudit.price.billing import open_bill
 from gpuaudit.price.billing.allocate import allocate
-from gpuaudit.price.billing.sql.engines import run_duckdb, run_spark, spark_session
+from gpuaudit.price.billing.sql.engines import (
+    run_duckdb,
+    run_spark,
+    session_conf,
+    spark_session,
+)
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_bill_join import T0, bills, write_case
@@ -184,3 +191,71 @@ def test_cli_engine_spark_same_json(files: dict[str, Path], tmp_path: Path, spar
     d, s = (json.loads((tmp_path / f"{n}.json").read_text()) for n in "ds")
     assert d["extra"]["bill"] == s["extra"]["bill"]
     assert d["extra"]["bill"]["currencies"]["USD"]["lines"]
+
+
+def test_local_session_collects_large_results() -> None:
+    # the join's results are collected to the driver: Spark's default cap of 1g
+    # (spark.driver.maxResultSize) fails a ~100M-line bill's gpu_lines (docs/benchmarks.md)
+    conf = session_conf(shuffle_partitions=8, driver_memory="6g")
+    assert conf["spark.driver.maxResultSize"] == "0"
+    assert conf["spark.sql.shuffle.partitions"] == "8"
+    assert conf["spark.driver.memory"] == "6g"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    # the caller's settings win
+    mine = session_conf(conf={"spark.driver.maxResultSize": "2g",
+                              "spark.sql.files.maxPartitionBytes": "64m"})
+    assert mine["spark.driver.maxResultSize"] == "2g"
+    assert mine["spark.sql.files.maxPartitionBytes"] == "64m"
+
+
+def test_fixture_session_has_the_settings(spark: Any) -> None:
+    # spark_session applies session_conf to the session it builds
+    assert spark.sparkContext.getConf().get("spark.driver.maxResultSize") == "0"
+    assert spark.conf.get("spark.sql.ansi.enabled") == "true"
+
+
+def test_spark_flags_need_engine_spark(files: dict[str, Path],
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    from gpuaudit.cli import main
+
+    base = ["bill", str(files["focus_parquet"]), "--telemetry", str(files["telemetry"])]
+    assert main([*base, "--spark-master", "local[1]"]) == 2
+    err = capsys.readouterr().err
+    assert "--spark-master" in err and "fix: add --engine spark" in err
+    assert main([*base, "--engine", "spark", "--spark-conf", "spark.driver.memory"]) == 2
+    err = capsys.readouterr().err
+    assert "cannot read --spark-conf 'spark.driver.memory'" in err and "KEY=VALUE" in err
+
+
+def test_cli_spark_master_and_conf_reach_the_session(files: dict[str, Path],
+                                                     tmp_path: Path) -> None:
+    # a fresh process (no active session): the master URL and settings given on the command
+    # line are the session's; an unknown master fails in Spark itself, so it was passed on
+    code = ("import sys; from gpuaudit.cli import main; rc = main(sys.argv[1:]); "
+            "from pyspark.sql import SparkSession; s = SparkSession.getActiveSession(); "
+            "s is None or print('MASTER', s.sparkContext.master, "
+            "s.conf.get('spark.sql.shuffle.partitions'), "
+            "s.sparkContext.getConf().get('spark.driver.maxResultSize')); sys.exit(rc)")
+    base = [sys.executable, "-c", code, "bill", str(files["focus_parquet"]), "--telemetry",
+            str(files["telemetry"]), "--format", "json", "--engine", "spark"]
+    out = subprocess.run([*base, "-o", str(tmp_path / "s.json"), "--spark-master", "local[1]",
+                          "--spark-conf", "spark.sql.shuffle.partitions=3",
+                          "--spark-conf", "spark.driver.memory=1g",
+                          # a cluster whose default filesystem is HDFS (none listens there):
+                          # the inputs gpuaudit stages are read as file:// paths, not from it
+                          "--spark-conf", "spark.hadoop.fs.defaultFS=hdfs://127.0.0.1:9"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "MASTER local[1] 3 0" in out.stdout
+    from gpuaudit.cli import main
+
+    assert main([*base[3:], "--engine", "duckdb", "-o", str(tmp_path / "d.json")]) == 0
+    want, got = (json.loads((tmp_path / f"{e}.json").read_text())["extra"]["bill"]
+                 for e in ("d", "s"))
+    assert got == want and want["currencies"]["USD"]["bill_lines"] > 0
+    bad = subprocess.run([*base, "-o", str(tmp_path / "b.json"),
+                          "--spark-master", "nosuch://host:1"],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2, bad.stderr[-3000:]
+    assert "error: cannot start a Spark session on master 'nosuch://host:1'" in bad.stderr
+    assert "fix: check the master URL" in bad.stderr

@@ -56,6 +56,8 @@ def bill(
     sql_dialect: str = "duckdb",
     engine: str = "duckdb",
     spark: Any = None,
+    spark_master: str | None = None,
+    spark_conf: Mapping[str, str] | None = None,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -69,7 +71,9 @@ def bill(
     utilization timeline of the core report (telemetry files only). ``sql_dialect``: the
     dialect of that SQL (duckdb, spark, trino, bigquery). ``engine``: where the join runs,
     ``duckdb`` or ``spark`` (on the session ``spark``, else the active or a local one; the
-    report is the same). Every charge period's
+    report is the same). ``spark_master`` and ``spark_conf``: with no ``spark``, the master
+    URL (``yarn``, ``spark://host:7077``, ``local[4]``, ..) and settings of the session made
+    for the join (when no session is active). Every charge period's
     lines sum to its billed cost to the cent; see
     ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
@@ -85,10 +89,17 @@ def bill(
     if (telemetry is None) == (prometheus is None):
         raise InputError("give the measured GPU time: either --telemetry FILE or "
                          "--prometheus URL", fix="gpuaudit bill BILL --telemetry run.parquet")
+    if (spark_master is not None or spark_conf) and engine != "spark":
+        raise InputError("spark_master and spark_conf set up the session of engine='spark'",
+                         fix="add --engine spark")
     if method not in ("allocation", "usage"):
         raise InputError(f"unknown method {method!r}", fix="use --method allocation or usage")
     if cost not in ("billed", "effective", "list"):
         raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
+    if engine == "spark" and spark is None and (spark_master is not None or spark_conf):
+        from gpuaudit.price.billing.sql.engines import spark_session
+
+        spark = spark_session(spark_master or "local[2]", conf=spark_conf)
     # by=None: no grouping (one line per charge); an empty sequence keeps the default, team
     keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     names = [k[6:] if k.startswith("label:") else k for k in keys]

@@ -122,6 +122,12 @@ def compare_cmd(last: Path, this: Path, telemetry: tuple[Path, ...], by: tuple[s
 @click.option("--engine", "engine", type=click.Choice(["duckdb", "spark"]), default="duckdb",
               show_default=True, help="Where the join runs: DuckDB in-process, or a Spark "
               "session (pip install 'gpuaudit[spark]'; the active session or local mode).")
+@click.option("--spark-master", "spark_master", metavar="URL", default=None,
+              help="With --engine spark: the Spark master to run the join on (yarn, "
+              "spark://HOST:7077, k8s://..., or local[N]; default local[2]).")
+@click.option("--spark-conf", "spark_conf", multiple=True, metavar="KEY=VALUE",
+              help="With --engine spark: a Spark setting for the session (repeatable), e.g. "
+              "spark.driver.memory=8g.")
 @click.option("--timeline/--no-timeline", default=None,
               help="Fold the per-GPU utilization timeline into the report (default: for "
               "terminal, markdown and html; json, csv and parquet skip it).")
@@ -130,6 +136,7 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
              cost: str, budgets: Path | None, map_file: Path | None, match: tuple[str, ...],
              step_s: float | None, host_alias: tuple[str, ...], catalog: Path | None,
              workers: int | None, sql_out: Path | None, dialect: str, engine: str,
+             spark_master: str | None, spark_conf: tuple[str, ...],
              timeline: bool | None) -> None:
     """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
     from gpuaudit.api import bill
@@ -153,6 +160,16 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
             raise InputError(f"cannot read --host-alias {item!r}", fix="write HOST=RESOURCE_ID")
         aliases[h.strip()] = r.strip()
     groups = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
+    if (spark_master is not None or spark_conf) and engine != "spark":
+        raise InputError("--spark-master and --spark-conf set up the Spark session of "
+                         "--engine spark", fix="add --engine spark")
+    settings: dict[str, str] = {}
+    for item in spark_conf:
+        k, sep, v = item.partition("=")
+        if not sep or not k.strip():
+            raise InputError(f"cannot read --spark-conf {item!r}",
+                             fix="write KEY=VALUE, e.g. spark.driver.memory=8g")
+        settings[k.strip()] = v.strip()
     from gpuaudit.report.progress import progress
 
     with progress(f"splitting {bill_path.name} over the measured GPU time"):
@@ -161,7 +178,8 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
                       budgets=budgets, map_file=map_file, matchers=_matchers(match),
                       step_s=step_s, host_aliases=aliases,
                       catalog=catalog, workers=workers, sql_dir=sql_out,
-                      sql_dialect=dialect, engine=engine,
+                      sql_dialect=dialect, engine=engine, spark_master=spark_master,
+                      spark_conf=settings or None,
                       timeline=timeline if timeline is not None
                       else out_fmt in ("terminal", "markdown", "html"))
     emit_bill(result, out_fmt, output)

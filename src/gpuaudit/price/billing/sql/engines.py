@@ -20,7 +20,8 @@ import pyarrow.parquet as pq
 from gpuaudit.errors import InputError
 from gpuaudit.price.billing.sql.join import INPUTS, RESULTS, relations
 
-__all__ = ["ENGINES", "load_results", "run_duckdb", "run_join", "run_spark", "spark_session"]
+__all__ = ["ENGINES", "load_results", "run_duckdb", "run_join", "run_spark", "session_conf",
+           "spark_session"]
 
 ENGINES = ("duckdb", "spark")
 # the results' integer-unit columns: HUGEINT when read back into DuckDB
@@ -48,7 +49,7 @@ def run_join(con: Any, engine: str, n_keys: int, method: str, cost: str,
             part = ", PARTITION_BY (currency)" if rel == "bill_lines" else ""
             quoted = str(where).replace("'", "''")
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{quoted}' (FORMAT parquet{part})")
-            inputs[rel] = where
+            inputs[rel] = where  # a Path: read as file://, whatever the cluster's default FS
         results = run_spark(session, inputs, n_keys, method, cost, window)
     load_results(con, results)
 
@@ -61,10 +62,29 @@ def run_duckdb(con: Any, n_keys: int, method: str, cost: str,
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
 
 
+def session_conf(shuffle_partitions: int = 4, driver_memory: str = "2g",
+                 conf: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The settings of the local session :func:`spark_session` makes: UTC, no UI, few shuffle
+    partitions, ANSI overflow errors, and no cap on the results collected to the driver
+    (``spark.driver.maxResultSize``: Spark's default of 1g fails a bill of ~100M lines,
+    whose ``gpu_lines`` hold one row per GPU resource and charge period); ``conf`` last,
+    so it overrides any of them."""
+    out = {"spark.sql.session.timeZone": "UTC",
+           "spark.sql.shuffle.partitions": str(shuffle_partitions),
+           "spark.driver.memory": driver_memory,
+           "spark.driver.maxResultSize": "0",
+           "spark.ui.enabled": "false",
+           "spark.ui.showConsoleProgress": "false",
+           "spark.sql.ansi.enabled": "true"}
+    out.update(conf or {})
+    return out
+
+
 def spark_session(master: str = "local[2]", *, shuffle_partitions: int = 4,
                   driver_memory: str = "2g", conf: Mapping[str, str] | None = None) -> Any:
-    """A Spark session for the join: the active one if there is one, else a local one (UTC,
-    no UI, few shuffle partitions, ANSI overflow errors; ``conf`` added)."""
+    """A Spark session for the join: the active one if there is one, else a new one on
+    ``master`` (``local[2]``, or a cluster's URL: ``yarn``, ``spark://host:7077``,
+    ``k8s://...``) with :func:`session_conf`'s settings."""
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -74,16 +94,16 @@ def spark_session(master: str = "local[2]", *, shuffle_partitions: int = 4,
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    b = (SparkSession.builder.master(master).appName("gpuaudit-bill")
-         .config("spark.sql.session.timeZone", "UTC")
-         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-         .config("spark.driver.memory", driver_memory)
-         .config("spark.ui.enabled", "false")
-         .config("spark.ui.showConsoleProgress", "false")
-         .config("spark.sql.ansi.enabled", "true"))
-    for k, v in (conf or {}).items():
+    b = SparkSession.builder.master(master).appName("gpuaudit-bill")
+    for k, v in session_conf(shuffle_partitions, driver_memory, conf).items():
         b = b.config(k, v)
-    return b.getOrCreate()
+    try:
+        return b.getOrCreate()
+    except Exception as e:  # the JVM's reason is on stderr; pyspark's error says it exited
+        raise InputError(f"cannot start a Spark session on master {master!r}: {e}",
+                         fix="check the master URL (yarn, spark://HOST:7077, k8s://..., "
+                         "local[N]), the --spark-conf settings, and that a Java 17+ runtime "
+                         "is installed (java -version)") from None
 
 
 def _to_arrow(df: Any) -> pa.Table:
@@ -112,9 +132,11 @@ def run_spark(spark: Any, inputs: Mapping[str, str | Path | pa.Table], n_keys: i
                 if isinstance(src, pa.Table):
                     p = Path(tmp) / f"{name}.parquet"
                     pq.write_table(src, p)
-                    df = spark.read.parquet(str(p))
+                    df = spark.read.parquet(p.as_uri())
                 elif isinstance(src, Path) or "/" in src or src.endswith(".parquet"):
-                    df = spark.read.parquet(str(src))
+                    # a Path is local (file://); a string is Spark's (s3a://, hdfs://, ..)
+                    df = spark.read.parquet(src.absolute().as_uri() if isinstance(src, Path)
+                                            else str(src))
                 else:
                     df = spark.table(src)
                 df.createOrReplaceTempView(name)
