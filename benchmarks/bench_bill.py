@@ -5,16 +5,23 @@ pandas join of the same data, each in a fresh process.
     python benchmarks/bench_bill.py                  # gpuaudit only
     python benchmarks/bench_bill.py --pandas         # with the pandas column (pip install pandas)
     python benchmarks/bench_bill.py --engines        # the join alone: DuckDB vs Spark local
-    python benchmarks/bench_bill.py --engines --instances 10000   # a ~88M-line bill
+    python benchmarks/bench_bill.py --engines --instances 11300 --nodes 1250 \
+        --shuffle-partitions 32 --driver-memory 8g   # 100,231,920 lines, 10,000 GPUs measured
     python benchmarks/bench_bill.py --baseline-src /tmp/main/src  # interleaved with main
 
 ``--engines`` times the join alone (issue 23), each engine in a fresh process over the same
 four Parquet inputs (the canonical ``bill_lines`` of the generated bill, ``gpu_skus``,
 ``host_map`` and a synthetic ``usage_hours`` of the 125 measured nodes x 30 days x ten
 groups), written once by ``allocate(..., sql_dir=...)``: DuckDB in-process vs pyspark in local
-mode (``local[2]``, 4 shuffle partitions, driver memory 6g; JVM start included). Peak memory is
-the whole process tree's RSS (the JVM is a child of the Python process), polled every 0.1 s.
-The two engines' ``alloc`` results are compared row for row (exact units).
+mode (default ``local[2]``, 4 shuffle partitions, driver memory 6g; ``--spark-master``,
+``--shuffle-partitions``, ``--driver-memory``, ``--spark-conf KEY=VALUE`` change them; JVM start
+included). Peak memory is the whole process tree's RSS (the JVM is a child of the Python
+process), polled every 0.1 s, and CPU the tree's user + system seconds (each process's, last
+seen while it ran). The two engines' ``alloc`` results are compared row for row (exact units).
+``--engine duckdb|spark`` runs one of them, ``--repeat N`` each N times (interleaved),
+``--prepare-only`` only writes the inputs, ``--compare A B`` compares two ``alloc`` files.
+``--nodes`` sets how many of the instances are measured p5.48xlarge nodes (default 125);
+``usage_hours`` is those nodes x 720 hours x ten groups.
 
 The input is SYNTHETIC, generated once under benchmarks/_work/ (git-ignored):
 
@@ -215,6 +222,10 @@ if engine == "duckdb":
     from gpuaudit.price.billing.sql.engines import run_duckdb
     con = duckdb.connect()
     con.execute("SET TimeZone='UTC'")
+    sc = json.loads(spark_json)
+    if sc.get("duckdb_memory_limit"):
+        con.execute(f"SET memory_limit='{sc['duckdb_memory_limit']}'")
+        con.execute(f"SET temp_directory='{Path(out).parent / 'duckdb_tmp'}'")
     for n in INPUTS:
         con.execute(f"CREATE VIEW {n} AS SELECT * FROM read_parquet('{d}/{n}.parquet')")
     run_duckdb(con, 1, "allocation", "billed", w)
@@ -298,7 +309,8 @@ def run_engine(engine: str, inputs: Path, window: tuple[str, str], out: Path,
     if p.returncode != 0:
         first = [ln for ln in stderr.splitlines()
                  if ("Error" in ln or "Exception" in ln) and not ln.startswith("\tat ")][:5]
-        raise SystemExit(f"{engine} failed after {wall:.0f} s (peak RSS {peak:.0f} MiB):\n"
+        raise SystemExit(f"{engine} failed after {wall:.0f} s (exit status {p.returncode}; "
+                         f"peak RSS {peak:.0f} MiB):\n"
                          + "\n".join(ln[:1000] for ln in first) + "\n...\n" + stderr[-3000:])
     inner = json.loads(stdout.strip().splitlines()[-1])
     return {"wall_s": wall, "inner_wall_s": inner["wall_s"], "peak_rss_mib": peak,
@@ -368,7 +380,8 @@ def engines_main(args: argparse.Namespace) -> None:
     print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
     conf = dict(kv.split("=", 1) for kv in args.spark_conf)
     spark_conf = {"master": args.spark_master, "shuffle_partitions": args.shuffle_partitions,
-                  "driver_memory": args.driver_memory, "conf": conf}
+                  "driver_memory": args.driver_memory, "conf": conf,
+                  "duckdb_memory_limit": args.duckdb_memory_limit}
     engines = args.engine or ["duckdb", "spark"]
     print(f"inputs: {n:,} bill lines, {u:,} usage_hours rows; spark: {json.dumps(spark_conf)}")
     res: dict[str, list[dict[str, float]]] = {e: [] for e in engines}
@@ -451,6 +464,9 @@ def main() -> None:
                     help="--engines: generate the bill and the join's inputs, run nothing")
     ap.add_argument("--compare", nargs=2, metavar="ALLOC", default=None,
                     help="--engines: compare these two alloc Parquet files row for row")
+    ap.add_argument("--duckdb-memory-limit", default=None, metavar="SIZE",
+                    help="--engines: DuckDB's memory_limit (e.g. 4GB; it spills past it to "
+                    "benchmarks/_work/duckdb_tmp); default DuckDB's own, 80%% of RAM")
     ap.add_argument("--spark-master", default="local[2]")
     ap.add_argument("--shuffle-partitions", type=int, default=4)
     ap.add_argument("--driver-memory", default="6g")
