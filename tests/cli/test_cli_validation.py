@@ -84,6 +84,9 @@ FREE_TEXT = {
     "--telemetry": "an input file that must exist (click.Path(exists=True))",
     "--budgets": "an input file that must exist (click.Path(exists=True))",
     "--host-alias": "HOST=RESOURCE_ID, parsed by cli.bill",
+    "--spark-master": "a Spark master URL; one Spark refuses is error/fix, exit 2 "
+                      "(tests/billing/test_bill_spark.py)",
+    "--spark-conf": "KEY=VALUE, parsed by cli.bill (tests/billing/test_bill_spark.py)",
 }
 # Enumerated or structured options a command checks first thing in its body (before any
 # work), each driven below with its hostile values like the validated ones
