@@ -240,7 +240,7 @@ class _Engine:
         self._finish_rows(r, dt_ns, done)
 
     def _stream(self, rows: Rows) -> bool:
-        """A large batch of plain rows (utilization only) through the compiled loop of
+        """A large batch of plain rows (utilization and the maxima only) through the compiled loop of
         :mod:`~gpuaudit.classify.fused`: the whole of :meth:`feed` in one pass over the rows.
         False: the NumPy path below takes it (small, time-sliced, signal columns, no numba,
         or out of order, whose error the NumPy path raises)."""
@@ -255,7 +255,7 @@ class _Engine:
         assert self.interval_s is not None
         out = fused.stream_batch(rows, self.pending, self.coding.n_series,
                                  self.cap_intervals * self.interval_s, self.cells, self.stats,
-                                 self.timeline, self.onsets)
+                                 self.timeline, self.onsets, self.signals)
         if out is None:
             return False
         self.pending, end = out
