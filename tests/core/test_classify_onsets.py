@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.classify import classify, parallel, passes
-from gpuaudit.classify.lag import busy_onsets, onset_lags
+from gpuaudit.classify.lag import busy_onsets, nanmedian_columns, onset_lags
 from gpuaudit.classify.parallel import classify_ranges
 from gpuaudit.classify.phases import _Engine
 from gpuaudit.measure.files import open_samples
@@ -133,3 +133,16 @@ def test_no_onsets_gathered_without_a_timeline():
     usage = classify(Recording(table=table, source="t", origin="t", interval_s=1.0),
                      timeline=False)
     assert usage.onset_lags == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 40), st.data())
+def test_property_the_lag_median_is_numpys_nanmedian_to_the_bit(peers, steps, data):
+    """The per-step median over peers (NaN: no peer onset near) is ``np.nanmedian``'s,
+    bit for bit: odd and even counts, lags in whole nanoseconds and fractions, ties."""
+    vals = st.one_of(st.just(np.nan), st.integers(-10**12, 10**12).map(float),
+                     st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, -1.0]))
+    a = np.array(data.draw(st.lists(st.lists(vals, min_size=steps, max_size=steps),
+                                    min_size=peers, max_size=peers)), dtype=np.float64)
+    a = a[:, ~np.all(np.isnan(a), axis=0)]  # onset_lags keeps the steps some peer matched
+    np.testing.assert_array_equal(nanmedian_columns(a), np.nanmedian(a, axis=0))

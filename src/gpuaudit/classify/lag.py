@@ -26,7 +26,8 @@ from gpuaudit.classify.usage import IDLE_BELOW_PCT, OnsetLag
 if TYPE_CHECKING:
     from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["MAX_ONSETS", "OnsetAcc", "busy_onsets", "onset_lags", "onsets_of"]
+__all__ = ["MAX_ONSETS", "OnsetAcc", "busy_onsets", "nanmedian_columns", "onset_lags",
+           "onsets_of"]
 
 #: Onsets kept per GPU (the first ones): 20,000 steps are far more than a lag needs.
 MAX_ONSETS = 20_000
@@ -218,6 +219,19 @@ class OnsetAcc:
                 for k, u in enumerate(uuids)}
 
 
+def nanmedian_columns(a: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(a, axis=0)`` for a 2-D array with a value in every column, to the last
+    bit (the middle value, or the mean of the two middle ones, of each column's values), in
+    one sort: NumPy's own takes a Python call per column once a column holds more than a few
+    hundred values (~19 ms for 7 peers x 9,000 steps, per GPU)."""
+    srt = np.sort(a, axis=0)  # NaN sorts last
+    k = np.count_nonzero(~np.isnan(a), axis=0)
+    cols = np.arange(a.shape[1])
+    lo = srt[(k - 1) // 2, cols]
+    hi = srt[k // 2, cols]
+    return np.where(k % 2 == 1, lo, (lo + hi) / 2.0)
+
+
 def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str]]
                ) -> tuple[OnsetLag, ...]:
     """Each GPU's lag behind its peers (jobs of at least two GPUs with onsets)."""
@@ -246,7 +260,7 @@ def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str
             matched = ~np.all(np.isnan(lags), axis=0)
             if not matched.any():
                 continue
-            step = np.nanmedian(lags[:, matched], axis=0) / _NS
+            step = nanmedian_columns(lags[:, matched]) / _NS
             out.append(OnsetLag(
                 gpu_uuid=g, job=job, steps=int(step.size), period_s=period,
                 median_lag_s=float(np.median(step)),
