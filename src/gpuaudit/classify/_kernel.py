@@ -160,47 +160,55 @@ def stream(code, cell, ts, u, util, cap_s,
 
 
 @numba.njit(cache=True, nogil=True)
-def max_signals(code, ts, u, xs, cap_s, pend, p_ts, p_u, p_x, smax, scratch,
+def max_signals(code, ts, u, xs, cap_s, pend, p_ts, p_u, p_x, smax,
                 tl_col, tl_start, tl_width, tl_lo, tl_hi, tl_t, tl_x):
     """The ``max_*`` signal columns of a batch's rows (``xs``, one row per column, NaN: not
     measured) in file order, beside :func:`stream`:
 
-    - each series' largest value into ``smax[column, series]``, as ``Signals.add`` does it:
-      the batch's largest per series, where finite, into the running largest;
     - where ``tl_col >= 0``, that column's value of each series' carried row, weighted by
       the carried row's reading seconds (its observed seconds where it has a utilization
       reading), into the timeline's bucket sums ``tl_t`` (seconds with a value) and
-      ``tl_x`` (seconds x value), bucket-major as in :func:`stream`.
+      ``tl_x`` (seconds x value), bucket-major as in :func:`stream`;
+    - each series' largest value into ``smax[column, series]``, as ``Signals.add`` does it:
+      the batch's largest per series, where finite, into the running largest.
 
     ``pend``/``p_ts``/``p_u``: copies of the carried rows' state (changed here, as
     :func:`stream` changes its own); ``p_x[column, series]``: the carried rows' values,
-    replaced by each row's own. ``scratch``: one float per column and series."""
-    n_cols = xs.shape[0]
-    scratch[:, :] = -np.inf
-    for i in range(code.shape[0]):
-        c = code[i]
-        t = ts[i]
-        if tl_col >= 0 and pend[c]:
-            v = p_x[tl_col, c]
-            if not np.isnan(v) and not np.isnan(p_u[c]):
-                obs = min((t - p_ts[c]) * _INV_NS, cap_s)
-                tp = p_ts[c]
-                bucket = tl_lo
-                while bucket + 1 < tl_hi and tp >= tl_start + (bucket + 1) * tl_width:
-                    bucket += 1
-                tl_t[bucket - tl_lo, c] += obs
-                tl_x[bucket - tl_lo, c] += obs * v
-        for k in range(n_cols):
-            x = xs[k, i]
-            if x > scratch[k, c]:  # NaN compares False
-                scratch[k, c] = x
-            p_x[k, c] = x
-        pend[c] = True
-        p_ts[c] = t
-        p_u[c] = u[i]
-    for k in range(n_cols):
-        for c in range(scratch.shape[1]):
-            m = scratch[k, c]
+    replaced by each row's own."""
+    n = code.shape[0]
+    if tl_col >= 0:
+        x = xs[tl_col]
+        px = p_x[tl_col]
+        for i in range(n):
+            c = code[i]
+            if pend[c]:
+                v = px[c]
+                if not np.isnan(v) and not np.isnan(p_u[c]):
+                    tp = p_ts[c]
+                    obs = min((ts[i] - tp) * _INV_NS, cap_s)
+                    bucket = tl_lo
+                    while bucket + 1 < tl_hi and tp >= tl_start + (bucket + 1) * tl_width:
+                        bucket += 1
+                    tl_t[bucket - tl_lo, c] += obs
+                    tl_x[bucket - tl_lo, c] += obs * v
+            pend[c] = True
+            p_ts[c] = ts[i]
+            p_u[c] = u[i]
+            px[c] = x[i]
+    n_series = smax.shape[1]
+    top = np.empty(n_series)
+    for k in range(xs.shape[0]):
+        x = xs[k]
+        px = p_x[k]
+        top[:] = -np.inf
+        for i in range(n):
+            c = code[i]
+            v = x[i]
+            if v > top[c]:  # NaN compares False
+                top[c] = v
+            px[c] = v
+        for c in range(n_series):
+            m = top[c]
             if np.isfinite(m):
                 cur = smax[k, c]
                 smax[k, c] = m if np.isnan(cur) or m > cur else cur

@@ -181,19 +181,18 @@ def _max_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
     """The rows' ``max_*`` columns (and the carried rows'): each series' maxima into
     ``signals``, and the memory used bucketed on the timeline as the NumPy path buckets it
     (:meth:`~gpuaudit.classify.timeline.TimelineAcc.add`, weighted by reading seconds), by
-    a loop of their own (:func:`gpuaudit.classify._kernel.max_signals`) over copies of the
-    carried rows' state, before :func:`stream` changes it. Returns each key's value per
-    series for the rows carried on."""
+    a loop of their own (:func:`gpuaudit.classify._kernel.max_signals`, over copies of the
+    carried rows' state where the timeline needs them), before :func:`stream` changes it.
+    Returns each key's value per series for the rows carried on."""
     keys = sorted(k for k in MAX_KEYS if k in rows or (pending is not None and k in pending))
     if not keys:
         return {}
     assert signals is not None
     n = code.shape[0]
-    xs = np.full((len(keys), n), np.nan)
+    xs = np.stack([rows[k] if k in rows else np.full(n, np.nan) for k in keys]
+                  ).astype(np.float64, copy=False)
     p_x = np.full((len(keys), n_series), np.nan)
     for j, key in enumerate(keys):
-        if key in rows:
-            xs[j] = rows[key]
         if pending is not None and key in pending:
             p_x[j, pending["code"]] = pending[key]
     names = [k.removeprefix("max_") for k in keys]
@@ -210,8 +209,10 @@ def _max_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
             tl_col = j
             tl_t = np.zeros((tl[4] - tl[3], n_series))
             tl_x = np.zeros((tl[4] - tl[3], n_series))
-    _kernel.max_signals(code, ts, u, xs, cap_s, pend.copy(), p_ts.copy(), p_u.copy(), p_x,
-                        smax, np.empty((len(keys), n_series)), tl_col, *tl[1:5], tl_t, tl_x)
+    if tl_col >= 0:
+        pend, p_ts, p_u = pend.copy(), p_ts.copy(), p_u.copy()
+    _kernel.max_signals(code, ts, u, xs, cap_s, pend, p_ts, p_u, p_x, smax, tl_col,
+                        *tl[1:5], tl_t, tl_x)
     for j, name in enumerate(names):
         signals.series_max[name][:n_series] = smax[j]
     if tl_col >= 0:
