@@ -177,9 +177,33 @@ def run(path: Path, baseline: bool) -> dict[str, object]:
     return out
 
 
+def _vm_hwm_mib(pid: int) -> float | None:
+    """The process's peak resident set (``VmHWM`` in /proc/PID/status), MiB; None once it
+    has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
 def _cli(path: Path, plan: bool, src: str | None) -> dict[str, float]:
     """``gpuaudit simulate`` as a user runs it, a fresh process: wall and CPU (with any
-    worker it starts) and peak RSS, from ``wait4``."""
+    worker it starts) from ``wait4``; peak RSS as each process's own ``VmHWM`` (the kernel's
+    high-water mark, polled every 20 ms until it exits; ``wait4``'s ``ru_maxrss`` can carry
+    the forking parent's resident set into the child's): the command's, and the largest of
+    any worker process it starts."""
     gpuaudit = str(Path(sys.executable).with_name("gpuaudit"))
     env = dict(os.environ)
     if src is not None:
@@ -191,12 +215,25 @@ def _cli(path: Path, plan: bool, src: str | None) -> dict[str, float]:
     with tempfile.TemporaryFile() as err:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        _pid, status, ru = os.wait4(proc.pid, 0)
+        hwm: dict[int, float] = {}
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            for p in (proc.pid, *_children(proc.pid)):
+                v = _vm_hwm_mib(p)
+                if v is not None:
+                    hwm[p] = max(hwm.get(p, 0.0), v)
+            time.sleep(0.02)
         wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
         if status != 0:
             err.seek(0)
             raise SystemExit(f"{cmd} failed: {err.read().decode()[-2000:]}")
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024}
+    workers = [v for p, v in hwm.items() if p != proc.pid]
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+            "rss_mib": hwm.get(proc.pid, 0.0), "worker_rss_mib": max(workers, default=0.0),
+            "ru_maxrss_mib": ru.ru_maxrss / 1024}
 
 
 def plan_cost(path: Path, repeat: int, base_src: str | None) -> None:
@@ -213,15 +250,19 @@ def plan_cost(path: Path, repeat: int, base_src: str | None) -> None:
             load = os.getloadavg()[0]
             r = _cli(path, plan, src)
             r["load_before"] = load
+            r["load_after"] = os.getloadavg()[0]
             res[(name, plan)].append(r)
             print(f"{name:8s} {'plan   ' if plan else 'no-plan'} wall {r['wall_s']:6.2f} s  "
-                  f"cpu {r['cpu_s']:6.1f} s  rss {r['rss_mib']:5.0f} MiB  load before "
-                  f"{load:.2f}", flush=True)
+                  f"cpu {r['cpu_s']:6.1f} s  VmHWM {r['rss_mib']:5.0f} MiB (workers "
+                  f"{r['worker_rss_mib']:.0f}; ru_maxrss {r['ru_maxrss_mib']:.0f})  load before "
+                  f"{load:.2f}, after {r['load_after']:.2f}", flush=True)
     for (name, plan), rs in res.items():
         walls = sorted(r["wall_s"] for r in rs)
+        cpus = ", ".join(f"{r['cpu_s']:.1f}" for r in rs)
         print(f"{name:8s} {'plan   ' if plan else 'no-plan'} wall min {walls[0]:.2f} median "
               f"{statistics.median(walls):.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)})"
-              f"; cpu median {statistics.median(r['cpu_s'] for r in rs):.1f} s; peak rss "
+              f"; cpu median {statistics.median(r['cpu_s'] for r in rs):.1f} s (runs "
+              f"{cpus}); peak VmHWM "
               f"{max(r['rss_mib'] for r in rs):.0f} MiB")
     for name in dict.fromkeys(n for n, _p in res):
         a = [r["wall_s"] for r in res[(name, False)]]
@@ -271,7 +312,8 @@ def main() -> None:
                             "H100", "--format", "json", "-o", os.devnull,
                             *([flag] if flag else [])], check=True, capture_output=True)
             res[name] = round(time.perf_counter() - t, 2)
-        # the largest child so far: the measured process and the two CLI runs
+        # the largest child so far: the measured process and the two CLI runs (ru_maxrss:
+        # may carry this parent's resident set; --plan-cost reads each process's VmHWM)
         res["max_child_rss_mib"] = round(
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     res["load_after"] = os.getloadavg()

@@ -209,7 +209,9 @@ class OnsetAcc:
         if self.parts:
             c = np.concatenate([p[0] for p in self.parts])
             t = np.concatenate([p[1] for p in self.parts])
-            order = np.argsort(c, kind="stable")
+            # a stable sort by series; 16-bit codes take NumPy's radix sort (~3x)
+            key = c.astype(np.uint16) if len(uuids) <= 1 << 16 else c
+            order = np.argsort(key, kind="stable")
             c, t = c[order], t[order]
             bounds = np.searchsorted(c, np.arange(len(uuids) + 1))
         else:
