@@ -231,7 +231,7 @@ def nanmedian_columns(a: np.ndarray) -> np.ndarray:
     cols = np.arange(a.shape[1])
     lo = srt[(k - 1) // 2, cols]
     hi = srt[k // 2, cols]
-    return np.where(k % 2 == 1, lo, (lo + hi) / 2.0)
+    return np.asarray(np.where(k % 2 == 1, lo, (lo + hi) / 2.0))
 
 
 def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str]]
