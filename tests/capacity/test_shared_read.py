@@ -153,6 +153,21 @@ def test_simulate_plan_equals_the_audit_of_the_file(source: Path) -> None:
     assert rep.audit.to_dict()["phases"] == alone.to_dict()["phases"]
 
 
+@pytest.mark.parametrize("source", ["fleet", NANOGPT], ids=["consolidation", "nanogpt"])
+def test_the_plan_is_the_reports_recommendations_and_savings(tmp_path: Path,
+                                                             source: Path | str) -> None:
+    """The capacity document's plan, built from the audit's plan alone, holds what the
+    audit's whole JSON report holds under ``recommendations`` and ``savings``."""
+    path = _recording(tmp_path / "fleet.parquet", gpus=8, steps=400, per_job=4) \
+        if source == "fleet" else Path(source)
+    rep = simulate(path, policy="all", gpu_model="H100", plan=True, price="2.50")
+    assert rep.audit is not None and rep.plan is not None
+    whole = rep.audit.to_dict()
+    assert rep.plan["recommendations"] == whole["recommendations"]
+    assert rep.plan["savings"] == whole["savings"]
+    assert rep.plan["recommendations"]  # a plan with something in it
+
+
 def test_rightsize_plan_equals_the_audit_of_the_file() -> None:
     rep = rightsize(NANOGPT, throughput="1200/s", plan=True)
     assert rep.audit is not None and rep.plan is not None
