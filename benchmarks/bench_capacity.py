@@ -236,13 +236,14 @@ def _cli(path: Path, plan: bool, src: str | None) -> dict[str, float]:
             "ru_maxrss_mib": ru.ru_maxrss / 1024}
 
 
-def plan_cost(path: Path, repeat: int, base_src: str | None) -> None:
+def plan_cost(path: Path, repeat: int, base_src: str | None, this_src: str | None = None
+              ) -> None:
     """What the plan adds to ``gpuaudit simulate``: the command with and without it, run by
     run (and the baseline's, when given, interleaved), min and median."""
     import statistics
 
     cases = [(name, src, plan) for name, src in (
-        *((("baseline", base_src),) if base_src else ()), ("this", None))
+        *((("baseline", base_src),) if base_src else ()), ("this", this_src))
         for plan in (False, True)]
     res: dict[tuple[str, bool], list[dict[str, float]]] = {(n, p): [] for n, _s, p in cases}
     for _ in range(repeat):
@@ -284,6 +285,9 @@ def main() -> None:
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="with --plan-cost: also the gpuaudit of this src folder (e.g. main "
                     "checked out with git worktree add), interleaved run by run")
+    ap.add_argument("--this-src", default=None, metavar="DIR",
+                    help="with --plan-cost: run 'this' from this src folder (a snapshot of the "
+                    "branch, so that edits made during the run do not reach it)")
     args = ap.parse_args()
     if args.run is not None:
         print(json.dumps(run(args.run, args.baseline)))
@@ -296,7 +300,7 @@ def main() -> None:
         print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
     if args.plan_cost:
-        plan_cost(path, args.plan_cost, args.baseline_src)
+        plan_cost(path, args.plan_cost, args.baseline_src, args.this_src)
         return
     print("load before:", os.getloadavg(), file=sys.stderr)
     cmd = [sys.executable, __file__, "--run", str(path)] + (["--baseline"] if args.baseline else [])
