@@ -48,6 +48,8 @@ class Coding:
         # the last batch's uuid dictionary and its entries' series codes (-1: not yet a series)
         self._dictionary: pa.Array | None = None
         self._mapping = np.zeros(0, dtype=np.int64)
+        # without --by keys: each series code's cell id (see cell_ids)
+        self._plain_cells = np.zeros(0, dtype=np.int64)
 
     @property
     def n_series(self) -> int:
@@ -132,9 +134,14 @@ class Coding:
     def cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
         """Each row's cell id; combinations seen for the first time get the next ids."""
         if not self.by:
-            ids = np.empty(len(self.series_index), dtype=np.int64)
-            for code in range(len(self.series_index)):
-                ids[code] = self.cell(code, ())
+            # each series is its one cell: the ids of the series met so far, kept (a new
+            # series' cell is made once, not looked up again for every batch)
+            ids = self._plain_cells
+            n = len(self.series_index)
+            if ids.shape[0] < n:
+                ids = np.concatenate([ids, np.array(
+                    [self.cell(code, ()) for code in range(ids.shape[0], n)], dtype=np.int64)])
+                self._plain_cells = ids
             return np.asarray(ids[codes])
         import pyarrow.compute as pc
 
