@@ -19,9 +19,14 @@ finishes, exactly as before):
   histogram (:class:`~gpuaudit.classify.timeline.TimelineAcc`);
 - when the lags are asked for, the new row's busy onset (:class:`~gpuaudit.classify.lag.OnsetAcc`).
 
+The per-GPU maxima (memory used and total, temperature, the power limit: every nvidia-smi
+log and sampler recording has the first two) go through a loop of their own beside it
+(:func:`_max_signals`): each series' largest value, and the memory used bucketed on the
+timeline as the NumPy path buckets it.
+
 A batch first passes a compiled order check; one that fails takes the NumPy path, which
 raises the error naming the GPU and time. Batches with time-sliced rows, SM activity or any
-other signal column take the NumPy path (DCGM-rich recordings: a few more columns per row),
+other signal column (but the maxima) take the NumPy path (DCGM-rich recordings: a few more columns per row),
 and so do batches under :data:`MIN_ROWS` and sources under :data:`MIN_SOURCE_ROWS`, where
 the one-off cost of the loop (importing numba, ~0.5 s, and loading its machine code, compiled
 once per machine and cached) would not pay back. Sums are added row by row rather than per batch, so a total may differ from the NumPy
