@@ -273,6 +273,86 @@ def plan_cost(path: Path, repeat: int, base_src: str | None, this_src: str | Non
     print("load average after:", os.getloadavg())
 
 
+def stage_cpu(path: Path, plan: bool) -> None:
+    """CPU per thread and stage (``time.thread_time`` around each) of ``gpuaudit.simulate`` on
+    the file in this process, as the CLI runs it (the allocator tuned first): what the plan's
+    thread spends and where, beside the main thread."""
+    import threading
+
+    from gpuaudit._heap import keep_freed_memory
+
+    keep_freed_memory()
+    import gpuaudit.api.shared_read as shared
+    import gpuaudit.capacity.profiles as profiles
+    import gpuaudit.capacity.simulate as replay
+    from gpuaudit.api import audit as _audit  # noqa: F401  (the module, for its audit_usage)
+    from gpuaudit.api import simulate
+    from gpuaudit.classify import fused, passes, phases
+
+    audit_mod = sys.modules["gpuaudit.api.audit"]
+    acc: dict[str, float] = {}
+
+    def timed(owner: object, name: str, label: str) -> None:
+        real = getattr(owner, name)
+
+        def wrapper(*a: object, **k: object) -> object:
+            who = "plan" if threading.current_thread().name == "gpuaudit-plan-classify" \
+                else "main"
+            t = time.thread_time()
+            try:
+                return real(*a, **k)
+            finally:
+                acc[f"{who}: {label}"] = acc.get(f"{who}: {label}", 0.0) + time.thread_time() - t
+
+        setattr(owner, name, wrapper)
+
+    available = fused.available
+
+    def first_available() -> bool:
+        # numba is imported in the run (by the thread that meets the first large batch),
+        # then the compiled loops are timed
+        t = time.thread_time()
+        ok = available()
+        who = "plan" if threading.current_thread().name == "gpuaudit-plan-classify" else "main"
+        acc[f"{who}: numba import"] = time.thread_time() - t
+        fused.available = available  # type: ignore[assignment]
+        if ok:
+            for name in ("stream", "first_out_of_order", "max_signals"):
+                timed(fused._kernel, name, f"kernel {name}")
+        return ok
+
+    fused.available = first_available  # type: ignore[assignment]
+    timed(fused, "stream_batch", "fused.stream_batch (kernels + setup)")
+    timed(phases._Engine, "_rows", "_Engine._rows (codes, cells, floats)")
+    timed(phases._Engine, "feed", "_Engine.feed (all per batch)")
+    timed(passes, "_lags", "lags from the onsets")
+    timed(passes, "detect_patterns", "patterns")
+    timed(profiles.ProfileBuilder, "add", "ProfileBuilder.add")
+    timed(profiles.ProfileBuilder, "finish", "ProfileBuilder.finish")
+    timed(replay, "simulate", "simulate (all policies)")
+    timed(audit_mod, "audit_usage", "audit_usage (price, diagnose, recommend)")
+    waited = [0.0]
+    put = shared._Handover.put
+
+    def timed_put(self: object, item: object) -> bool:
+        t = time.perf_counter()
+        try:
+            return bool(put(self, item))  # type: ignore[arg-type]
+        finally:
+            waited[0] += time.perf_counter() - t
+
+    shared._Handover.put = timed_put  # type: ignore[method-assign]
+    load = os.getloadavg()[0]
+    t0, w0, m0 = time.process_time(), time.perf_counter(), time.thread_time()
+    rep = simulate(path, policy="all", gpu_model="H100", plan=plan)
+    rep.render("json")
+    print(f"process CPU {time.process_time() - t0:.2f} s, wall {time.perf_counter() - w0:.2f} s,"
+          f" main thread CPU {time.thread_time() - m0:.2f} s, main waited handing batches over "
+          f"{waited[0]:.2f} s; load before {load:.2f}, after {os.getloadavg()[0]:.2f}")
+    for key, v in sorted(acc.items(), key=lambda kv: (kv[0].split(":")[0], -kv[1])):
+        print(f"  {key:55s} {v:6.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=1000)
@@ -285,6 +365,8 @@ def main() -> None:
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="with --plan-cost: also the gpuaudit of this src folder (e.g. main "
                     "checked out with git worktree add), interleaved run by run")
+    ap.add_argument("--stage-cpu", choices=("plan", "no-plan"), default=None,
+                    help="CPU per thread and stage of simulate in this process")
     ap.add_argument("--this-src", default=None, metavar="DIR",
                     help="with --plan-cost: run 'this' from this src folder (a snapshot of the "
                     "branch, so that edits made during the run do not reach it)")
@@ -299,6 +381,9 @@ def main() -> None:
         make_file(args.gpus, args.days, path)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
+    if args.stage_cpu:
+        stage_cpu(path, args.stage_cpu == "plan")
+        return
     if args.plan_cost:
         plan_cost(path, args.plan_cost, args.baseline_src, args.this_src)
         return
