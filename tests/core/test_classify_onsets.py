@@ -146,3 +146,59 @@ def test_property_the_lag_median_is_numpys_nanmedian_to_the_bit(peers, steps, da
                                     min_size=peers, max_size=peers)), dtype=np.float64)
     a = a[:, ~np.all(np.isnan(a), axis=0)]  # onset_lags keeps the steps some peer matched
     np.testing.assert_array_equal(nanmedian_columns(a), np.nanmedian(a, axis=0))
+
+
+def _lags_pair_by_pair(onsets, jobs):
+    """onset_lags as it was written first: one search per (GPU, peer) pair."""
+    out = []
+    for job, members in jobs.items():
+        have = [m for m in members if onsets.get(m) is not None and onsets[m].size >= 2]
+        if len(have) < 2:
+            continue
+        for g in have:
+            mine = onsets[g].astype(np.int64)
+            period = float(np.median(np.diff(mine))) / 1e9
+            if period <= 0:
+                continue
+            half_ns = period * 1e9 / 2
+            per_peer = []
+            for p in have:
+                if p == g:
+                    continue
+                theirs = onsets[p].astype(np.int64)
+                i = np.clip(np.searchsorted(theirs, mine), 1, theirs.size - 1)
+                left, right = theirs[i - 1], theirs[i]
+                near = np.where(mine - left <= right - mine, left, right)
+                d = (mine - near).astype(np.float64)
+                per_peer.append(np.where(np.abs(d) <= half_ns, d, np.nan))
+            lags = np.asarray(per_peer)
+            matched = ~np.all(np.isnan(lags), axis=0)
+            if not matched.any():
+                continue
+            step = np.nanmedian(lags[:, matched], axis=0) / 1e9
+            out.append((g, job, int(step.size), period, float(np.median(step)),
+                        float(np.mean(step > 0))))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.sampled_from([10**9, 60 * 10**9, 10**16]),
+       st.sampled_from([0, 1_767_225_600 * 10**9, -(2**62)]))
+def test_property_lags_equal_the_search_pair_by_pair(data, unit, t0):
+    """The lags of all peers found in one search equal one search per (GPU, peer) pair: ties,
+    onsets past either end of a peer's, peers of two onsets, GPUs of one onset (left out),
+    spans too wide to lay end to end (the pair-by-pair search then)."""
+    n_jobs = data.draw(st.integers(1, 3))
+    onsets, jobs = {}, {}
+    for j in range(n_jobs):
+        members = []
+        for g in range(data.draw(st.integers(2, 5))):
+            steps = data.draw(st.lists(st.integers(0, 400), min_size=0, max_size=30,
+                                       unique=True))
+            name = f"GPU-{j}-{g}"
+            onsets[name] = np.array(sorted(t0 + s * unit for s in steps), dtype=np.int64)
+            members.append(name)
+        jobs[f"job-{j}"] = members
+    got = [(x.gpu_uuid, x.job, x.steps, x.period_s, x.median_lag_s, x.late_share)
+           for x in onset_lags(onsets, jobs)]
+    assert got == _lags_pair_by_pair(onsets, jobs)

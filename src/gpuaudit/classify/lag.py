@@ -242,23 +242,14 @@ def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str
         have = [m for m in members if onsets.get(m) is not None and onsets[m].size >= 2]
         if len(have) < 2:
             continue
-        for g in have:
-            mine = onsets[g].astype(np.int64)
+        times = [np.asarray(onsets[m], dtype=np.int64) for m in have]
+        for k, g in enumerate(have):
+            mine = times[k]
             period = float(np.median(np.diff(mine))) / _NS
             if period <= 0:
                 continue
             half_ns = period * _NS / 2
-            per_peer = []
-            for p in have:
-                if p == g:
-                    continue
-                theirs = onsets[p].astype(np.int64)
-                i = np.clip(np.searchsorted(theirs, mine), 1, theirs.size - 1)
-                left, right = theirs[i - 1], theirs[i]
-                near = np.where(mine - left <= right - mine, left, right)
-                d = (mine - near).astype(np.float64)
-                per_peer.append(np.where(np.abs(d) <= half_ns, d, np.nan))
-            lags = np.asarray(per_peer)
+            lags = _peer_lags(mine, times[:k] + times[k + 1:], half_ns)
             matched = ~np.all(np.isnan(lags), axis=0)
             if not matched.any():
                 continue
@@ -269,3 +260,35 @@ def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str
                 late_share=float(np.mean(step > 0)),
             ))
     return tuple(out)
+
+
+def _peer_lags(mine: np.ndarray, peers: Sequence[np.ndarray], half_ns: float) -> np.ndarray:
+    """``(peers, onsets)``: each of ``mine``'s onsets minus the nearest onset of each peer
+    (the earlier one on a tie; past either end, the end), NaN beyond ``half_ns``. All peers
+    in one search: their onsets laid end to end, each shifted past the one before."""
+    lo = min(int(mine[0]), *(int(p[0]) for p in peers))
+    hi = max(int(mine[-1]), *(int(p[-1]) for p in peers))
+    shift = hi - lo + 1
+    if shift * (len(peers) + 1) >= 2**62:  # too wide to lay end to end in int64
+        return np.array([_one_peer(mine, p, half_ns) for p in peers])
+    base = np.arange(len(peers), dtype=np.int64) * shift
+    sizes = np.array([p.shape[0] for p in peers], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    laid = np.concatenate([p - lo + b for p, b in zip(peers, base.tolist())])
+    q = (mine - lo)[None, :] + base[:, None]
+    i = np.searchsorted(laid, q)
+    np.clip(i, (starts + 1)[:, None], (starts + sizes - 1)[:, None], out=i)
+    before = q - laid[i - 1]
+    after = laid[i] - q
+    d = np.where(before <= after, before, -after).astype(np.float64)
+    d[np.abs(d) > half_ns] = np.nan
+    return d
+
+
+def _one_peer(mine: np.ndarray, theirs: np.ndarray, half_ns: float) -> np.ndarray:
+    """One peer's row of :func:`_peer_lags`, searched on its own."""
+    i = np.clip(np.searchsorted(theirs, mine), 1, theirs.size - 1)
+    left, right = theirs[i - 1], theirs[i]
+    near = np.where(mine - left <= right - mine, left, right)
+    d = (mine - near).astype(np.float64)
+    return np.asarray(np.where(np.abs(d) <= half_ns, d, np.nan))
