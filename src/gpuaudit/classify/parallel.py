@@ -57,14 +57,14 @@ def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,
               cap_intervals: float, grid: Grid | None = None, onsets: bool = False) -> _Engine:
     """One range through a phase engine, not finished: its carried rows stay pending."""
     from gpuaudit._heap import keep_freed_memory
-    from gpuaudit.classify.phases import _Engine
+    from gpuaudit.classify.phases import _Engine, engine_batches
 
     keep_freed_memory()
     source = recipe()
     engine = _Engine(by, interval_s, cap_intervals, grid, onsets)
     rows = getattr(source, "num_rows", None)
     engine.expected_rows = rows if isinstance(rows, int) else None
-    for i, batch in enumerate(source.batches()):
+    for i, batch in enumerate(engine_batches(source, by)):
         engine.feed(batch, position=f"{source.origin} (batch {i})")
     engine.detach()
     return engine

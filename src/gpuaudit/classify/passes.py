@@ -32,6 +32,7 @@ from gpuaudit.classify.phases import (
     DEFAULT_CAP_INTERVALS,
     TIMELINE_BUCKETS,
     _Engine,
+    engine_batches,
     group_key_names,
     unmatched_group_notes,
 )
@@ -122,7 +123,7 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     if engine is None:
         engine = _Engine(keys, interval, cap_intervals, grid, onsets=timeline)
         engine.expected_rows = rows if isinstance(rows, int) else None
-        for i, batch in enumerate(samples.batches()):
+        for i, batch in enumerate(engine_batches(samples, keys)):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))
     series = engine.series_signals()

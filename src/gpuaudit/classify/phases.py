@@ -28,7 +28,7 @@ stretches per series), :mod:`~gpuaudit.classify.signals` (the other per-GPU sign
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,7 +63,7 @@ from gpuaudit.series import ImportNote, series_order
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
+__all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "engine_batches", "group_key_names"]
 
 DEFAULT_CAP_INTERVALS = 3.0
 _NS = NS
@@ -131,6 +131,15 @@ def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
             out.append(key)
     return tuple(out)
 
+
+
+def engine_batches(source: Any, by: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The source's batches as the engine reads them: lean (``batches(lean=True)``: no
+    labels, host, model and MIG profile per row, only where a GPU first appears) where the
+    source offers it and no ``--by`` key but periods reads those columns."""
+    if getattr(source, "reads_lean", False) and all(k.startswith("period:") for k in by):
+        return source.batches(lean=True)  # type: ignore[no-any-return]
+    return source.batches()  # type: ignore[no-any-return]
 
 
 class _Engine:

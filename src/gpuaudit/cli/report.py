@@ -110,10 +110,14 @@ class _Counting:
             recipes[0] = lambda: _Counting(first(), self._advance, scale)
         return recipes
 
-    def batches(self) -> Any:
+    @property
+    def reads_lean(self) -> bool:
+        return bool(getattr(self._source, "reads_lean", False))
+
+    def batches(self, **kw: Any) -> Any:
         self._passes += 1
         count = self._passes == 1
-        for batch in self._source.batches():
+        for batch in self._source.batches(**kw):
             if count:
                 self._advance(batch.num_rows * self._scale)
             yield batch
