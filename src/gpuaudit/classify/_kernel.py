@@ -157,3 +157,43 @@ def stream(code, cell, ts, u, util, cap_s,
         p_cell[c] = cell[i]
         p_u[c] = u[i]
     return n_on, t_end
+
+
+@numba.njit(cache=True, nogil=True)
+def lag_steps(mine, theirs, bounds, half_ns, out):
+    """Per onset of ``mine``: the median, over the peers, of the time from the peer's
+    nearest onset (ns; NaN where no peer has one within ``half_ns``), as
+    :func:`gpuaudit.classify.lag.onset_lags` computes it with NumPy. The peers' onsets are
+    ``theirs[bounds[k]:bounds[k + 1]]``, each sorted and at least two long."""
+    n_peers = bounds.shape[0] - 1
+    d = np.empty(n_peers)
+    pos = np.zeros(n_peers, dtype=np.int64)
+    for j in range(mine.shape[0]):
+        m = mine[j]
+        k = 0
+        for p in range(n_peers):
+            lo, hi = bounds[p], bounds[p + 1]
+            # searchsorted(theirs, m, side="left"), walked forward (mine is sorted)
+            i = pos[p]
+            while lo + i < hi and theirs[lo + i] < m:
+                i += 1
+            pos[p] = i
+            i = min(max(i, 1), hi - lo - 1)
+            left = theirs[lo + i - 1]
+            right = theirs[lo + i]
+            near = left if m - left <= right - m else right
+            x = float(m - near)
+            if abs(x) <= half_ns:
+                # insertion into the sorted matches of this onset
+                q = k
+                while q > 0 and d[q - 1] > x:
+                    d[q] = d[q - 1]
+                    q -= 1
+                d[q] = x
+                k += 1
+        if k == 0:
+            out[j] = np.nan
+        elif k % 2 == 1:
+            out[j] = (d[k // 2] + d[k // 2]) / 2.0
+        else:
+            out[j] = (d[k // 2 - 1] + d[k // 2]) / 2.0

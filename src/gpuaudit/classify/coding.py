@@ -48,6 +48,8 @@ class Coding:
         # the last batch's uuid dictionary and its entries' series codes (-1: not yet a series)
         self._dictionary: pa.Array | None = None
         self._mapping = np.zeros(0, dtype=np.int64)
+        #: without --by keys: each series' cell id, by series code
+        self._cell_of_code = np.zeros(0, dtype=np.int64)
 
     @property
     def n_series(self) -> int:
@@ -132,10 +134,13 @@ class Coding:
     def cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
         """Each row's cell id; combinations seen for the first time get the next ids."""
         if not self.by:
-            ids = np.empty(len(self.series_index), dtype=np.int64)
-            for code in range(len(self.series_index)):
-                ids[code] = self.cell(code, ())
-            return np.asarray(ids[codes])
+            # each series is its one cell: the ids per code, extended as series are added
+            known = self._cell_of_code.shape[0]
+            if known < len(self.series_index):
+                more = [self.cell(code, ()) for code in range(known, len(self.series_index))]
+                self._cell_of_code = np.concatenate(
+                    [self._cell_of_code, np.array(more, dtype=np.int64)])
+            return np.asarray(self._cell_of_code[codes])
         import pyarrow.compute as pc
 
         group_vals = self._group_values(batch)

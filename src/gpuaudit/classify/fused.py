@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from gpuaudit.classify.lag import OnsetAcc
     from gpuaudit.classify.timeline import TimelineAcc
 
-__all__ = ["COLUMNS", "MIN_ROWS", "MIN_SOURCE_ROWS", "available", "stream_batch"]
+__all__ = ["COLUMNS", "MIN_ROWS", "MIN_SOURCE_ROWS", "available", "kernel", "loaded",
+           "stream_batch"]
 
 #: From this many rows in a batch on, the compiled loop is used (when numba imports and
 #: GPUAUDIT_NO_NUMBA is not set)...
@@ -82,6 +83,18 @@ def available() -> bool:
             except ImportError:
                 _state = False
     return _state
+
+
+def loaded() -> bool:
+    """Whether the compiled loops are loaded already (nothing more to pay for using them)."""
+    return _kernel is not None
+
+
+def kernel() -> Any:
+    """The compiled loops' module (:mod:`gpuaudit.classify._kernel`); :func:`available`
+    first."""
+    assert _kernel is not None
+    return _kernel
 
 
 def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | None,

@@ -273,8 +273,11 @@ class _Engine:
         return True
 
     def detach(self) -> None:
-        """Drop the per-file dictionary cache before the engine is sent to another process."""
+        """Drop the per-file dictionary cache before the engine is sent to another process;
+        the onsets grouped by series where this range ran."""
         self.coding.detach()
+        if self.onsets is not None:
+            self.onsets.compact()
 
     def finish(self, series_end_ns: Mapping[str, int] | None = None) -> None:
         """Account the last samples: each stands for one nominal interval, or until its
