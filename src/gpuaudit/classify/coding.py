@@ -48,8 +48,12 @@ class Coding:
         # the last batch's uuid dictionary and its entries' series codes (-1: not yet a series)
         self._dictionary: pa.Array | None = None
         self._mapping = np.zeros(0, dtype=np.int64)
-        #: without --by keys: each series' cell id, by series code
+        #: without --by keys: each series' cell id, by series code (and whether they are
+        #: the same numbers)
         self._cell_of_code = np.zeros(0, dtype=np.int64)
+        self._cells_are_codes = True
+        #: whether the cached mapping is the identity (None: not known yet)
+        self._mapping_is_identity: bool | None = None
 
     @property
     def n_series(self) -> int:
@@ -73,6 +77,7 @@ class Coding:
             self._dictionary = col.dictionary
             self._mapping = np.array([self.series_index.get(u, -1)
                                       for u in col.dictionary.to_pylist()], dtype=np.int64)
+            self._mapping_is_identity = None
         mapping = self._mapping
         if (mapping < 0).any():
             # a sliced batch may carry dictionary entries none of its rows use: only the
@@ -100,7 +105,13 @@ class Coding:
                     mapping[j] = code
                 self._grow_first_ts(len(self.series_index))
                 self.first_ts[start:len(self.series_index)] = ts[first_rows]
-        return np.asarray(mapping[idx])
+                self._mapping_is_identity = None
+        if self._mapping_is_identity is None:
+            self._mapping_is_identity = bool(
+                (mapping == np.arange(mapping.shape[0])).all())
+        if self._mapping_is_identity:  # dictionary order is first-appearance order
+            return np.asarray(idx, dtype=np.int64)
+        return np.asarray(np.take(mapping, idx))  # (a gather: several times faster than mapping[idx])
 
     def add_series(self, uuid: str, host: str, gpu_model: str | None, mig_profile: str | None,
                    first_ts: int) -> int:
@@ -129,6 +140,7 @@ class Coding:
         """Drop the per-file dictionary cache (before the engine is sent to another process)."""
         self._dictionary = None
         self._mapping = np.zeros(0, dtype=np.int64)
+        self._mapping_is_identity = None
 
     # -- cells ----------------------------------------------------------------------------
     def cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
@@ -140,7 +152,11 @@ class Coding:
                 more = [self.cell(code, ()) for code in range(known, len(self.series_index))]
                 self._cell_of_code = np.concatenate(
                     [self._cell_of_code, np.array(more, dtype=np.int64)])
-            return np.asarray(self._cell_of_code[codes])
+                self._cells_are_codes = bool(
+                    (self._cell_of_code == np.arange(self._cell_of_code.shape[0])).all())
+            if self._cells_are_codes:  # cell ids given in code order: the same numbers
+                return codes
+            return np.take(self._cell_of_code, codes)
         import pyarrow.compute as pc
 
         group_vals = self._group_values(batch)

@@ -254,7 +254,9 @@ class _Engine:
         False: the NumPy path below takes it (small, time-sliced, signal columns, no numba,
         or out of order, whose error the NumPy path raises)."""
         size = self.expected_rows if self.expected_rows is not None else self.rows_fed
-        if (rows["code"].shape[0] < fused.MIN_ROWS or size < fused.MIN_SOURCE_ROWS
+        # (a small batch takes the loop too once it is loaded: a row group's last rows, say)
+        if ((rows["code"].shape[0] < fused.MIN_ROWS and not fused.loaded())
+                or size < fused.MIN_SOURCE_ROWS
                 or not fused.COLUMNS.issuperset(rows)
                 or (self.pending is not None and not fused.COLUMNS.issuperset(self.pending))
                 or not fused.available()):
