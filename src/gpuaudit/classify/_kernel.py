@@ -62,7 +62,9 @@ def stream(code, cell, ts, u, util, cap_s,
     n_on = 0
     t_end = -1
     for i in range(code.shape[0]):
-        c = code[i]
+        # unsigned indices: no wraparound fix-up for negative ones at each of the ~30
+        # per-series accesses below
+        c = np.uint64(code[i])
         t = ts[i]
         if has_on:  # busy onsets (classify.lag) read util_gpu_pct alone
             x = util[i]
@@ -72,15 +74,16 @@ def stream(code, cell, ts, u, util, cap_s,
                     on_head_seen[c] = True
                     on_head_busy[c] = busy
                     on_head_ts[c] = t
-                if busy and not on_last_busy[c] and on_kept[c] < max_onsets:
-                    out_oc[n_on] = c
+                # (& rather than `and`: no branch on busy, which a fleet makes random)
+                if (busy & (not on_last_busy[c])) and on_kept[c] < max_onsets:
+                    out_oc[n_on] = code[i]
                     out_ots[n_on] = t
                     n_on += 1
                     on_kept[c] += 1
                 on_last_busy[c] = busy
         if pend[c]:
             # the carried row of series c lasts until this one
-            k = p_cell[c] - cell_lo
+            k = np.uint64(p_cell[c] - cell_lo)
             ui = p_u[c]
             dt_s = (t - p_ts[c]) * _INV_NS
             if t > t_end:
@@ -90,18 +93,18 @@ def stream(code, cell, ts, u, util, cap_s,
             reading = not np.isnan(ui)
             u_ok = ui if reading else 0.0
             read_w = obs if reading else 0.0
-            band = (u_ok >= _E1) + (u_ok >= _E2) + (u_ok >= _E3)
+            band = np.uint64((u_ok >= _E1) + (u_ok >= _E2) + (u_ok >= _E3))
             unused = (u_ok * -0.01 + 1.0) * read_w
             # the cell's sums side by side (see fused.CELL_SUMS), no branch on the band
             cell_acc[k, band] += read_w
-            cell_acc[k, unused_col[band]] += unused
+            cell_acc[k, np.uint64(unused_col[band])] += unused
             cell_acc[k, 6] += read_w - unused
             cell_acc[k, 7] += gap
             cell_acc[k, 8] += obs - read_w
             cell_acc[k, 9] += 1.0
             # the series' statistics, in time order
             u2_w[c] += read_w * u_ok * u_ok
-            idle = reading and u_ok < _IDLE
+            idle = reading & (u_ok < _IDLE)
             if not started[c]:
                 started[c] = True
                 head_u[c] = ui
@@ -111,23 +114,22 @@ def stream(code, cell, ts, u, util, cap_s,
             if not np.isnan(step):
                 abs_step[c] += step
                 steps[c] += 1.0
-            if idle:
-                if last_idle[c]:
-                    cur_idle[c] += read_w
-                else:
-                    idle_runs[c] += 1.0
-                    cur_idle[c] = read_w
-                if cur_idle[c] > max_idle[c]:
-                    max_idle[c] = cur_idle[c]
-            else:
-                if last_idle[c]:  # an idle stretch ends here
-                    length = cur_idle[c]
-                    if head_open[c]:  # the leading one: loading, not the loop's cadence
-                        head_run[c] = length
-                        head_open[c] = False
-                    elif length > 0:
-                        gap_hist[c, np.searchsorted(gap_edges, length, side="right")] += 1.0
-                cur_idle[c] = 0.0
+            # the idle stretch, without a branch on idle (random across a fleet's GPUs): it
+            # continues (+ read_w), begins (read_w, one run more) or is 0 past its end
+            was_idle = last_idle[c]
+            length = cur_idle[c]
+            run = (length + read_w) if was_idle else read_w
+            run = run if idle else 0.0
+            idle_runs[c] += 1.0 if (idle & (not was_idle)) else 0.0
+            cur_idle[c] = run
+            top = max_idle[c]
+            max_idle[c] = run if run > top else top  # (run is 0 when not idle; top >= 0)
+            if was_idle & (not idle):  # an idle stretch ends here
+                if head_open[c]:  # the leading one: loading, not the loop's cadence
+                    head_run[c] = length
+                    head_open[c] = False
+                elif length > 0:
+                    gap_hist[c, np.searchsorted(gap_edges, length, side="right")] += 1.0
             last_u[c] = ui
             last_idle[c] = idle
             if has_tl:
@@ -138,9 +140,10 @@ def stream(code, cell, ts, u, util, cap_s,
                 while bucket + 1 < tl_hi and tp >= tl_start + (bucket + 1) * tl_width:
                     bucket += 1
                 ut = u_ok if read_w > 0 else 0.0
-                tband = (ut >= _E1) + (ut >= _E2) + (ut >= _E3)
-                tl_uw[bucket - tl_lo, c] += read_w * ut
-                tl_ph[bucket - tl_lo, c, tband] += read_w
+                tband = np.uint64((ut >= _E1) + (ut >= _E2) + (ut >= _E3))
+                b = np.uint64(bucket - tl_lo)
+                tl_uw[b, c] += read_w * ut
+                tl_ph[b, c, tband] += read_w
                 # floor(ut / 5), exactly, without a floating-point floor division
                 hb = int(ut * 0.2)
                 if (hb + 1) * 5.0 <= ut:
@@ -151,7 +154,7 @@ def stream(code, cell, ts, u, util, cap_s,
                     hb = 0
                 elif hb > _N_HIST - 1:
                     hb = _N_HIST - 1
-                tl_hist[hb] += read_w
+                tl_hist[np.uint64(hb)] += read_w
         pend[c] = True
         p_ts[c] = t
         p_cell[c] = cell[i]

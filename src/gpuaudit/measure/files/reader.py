@@ -480,9 +480,12 @@ class FileSource:
                     if c not in _LEAN_SKIPPED]
             first = _FirstRows(path, pf.metadata)
             row = first_row
+            # a row-group range runs beside the others' processes, one per core: Arrow's
+            # decoding threads would only wake and wait on one another there
             for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk,
                                                            columns=cols,
-                                                           row_groups=groups):
+                                                           row_groups=groups,
+                                                           use_threads=groups is None):
                 base = row
                 row += batch.num_rows
                 ident = first.identity(batch.column("gpu_uuid"), base)
