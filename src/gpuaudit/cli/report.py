@@ -106,8 +106,20 @@ class _Counting:
         recipes: list[Any] | None = self._source.split(parts, **kw)
         if recipes:
             self._passes += 1  # the ranges are the first pass
-            first, scale = recipes[0], len(recipes)
-            recipes[0] = lambda: _Counting(first(), self._advance, scale)
+            # the ranges this process reads count for every process's (about as many),
+            # up to the file's rows (it reads them all where no worker could start)
+            scale = min(parts, len(recipes))
+            total = self._source.num_rows
+            left = [total if isinstance(total, int) else None]
+
+            def advance(n: int) -> None:
+                if left[0] is not None:
+                    n = min(n, left[0])
+                    left[0] -= n
+                if n:
+                    self._advance(n)
+
+            recipes = [_CountedRange(r, advance, scale) for r in recipes]
         return recipes
 
     @property
@@ -121,3 +133,19 @@ class _Counting:
             if count:
                 self._advance(batch.num_rows * self._scale)
             yield batch
+
+
+class _CountedRange:
+    """A range recipe whose source advances the progress bar when read in this process (by
+    its rows times ``scale``); sent to a worker process, it is the plain recipe."""
+
+    def __init__(self, recipe: Any, advance: Any, scale: int) -> None:
+        self._recipe = recipe
+        self._advance = advance
+        self._scale = scale
+
+    def __call__(self) -> _Counting:
+        return _Counting(self._recipe(), self._advance, self._scale)
+
+    def __reduce__(self) -> Any:
+        return self._recipe.__reduce__()

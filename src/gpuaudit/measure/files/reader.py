@@ -272,9 +272,10 @@ class FileSource:
         it."""
         self.checks_order = False
 
-    def split(self, parts: int, *, min_rows_per_part: int = 1
+    def split(self, parts: int, *, min_rows_per_part: int = 1, pieces: int = 1
               ) -> list[Callable[[], FileSource]] | None:
-        """Recipes for ``parts`` sources over consecutive row-group ranges of this file.
+        """Recipes for ``parts`` sources over consecutive row-group ranges of this file
+        (``pieces``: each part cut into that many ranges, as far as the row groups allow).
 
         Each recipe is picklable (a worker process opens its own range); read one after the
         other, the ranges give exactly this source's stream. Offered only where a range
@@ -292,6 +293,7 @@ class FileSource:
         parts = min(parts, rows.shape[0], int(rows.sum()) // max(min_rows_per_part, 1))
         if parts < 2:
             return None
+        parts = min(parts * max(pieces, 1), rows.shape[0])
         # cut where the running row count crosses each 1/parts of the total
         cum = np.cumsum(rows)
         cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
