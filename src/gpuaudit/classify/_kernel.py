@@ -200,3 +200,20 @@ def lag_steps(mine, theirs, bounds, half_ns, out):
             out[j] = (d[k // 2] + d[k // 2]) / 2.0
         else:
             out[j] = (d[k // 2 - 1] + d[k // 2]) / 2.0
+
+
+@numba.njit(cache=True, nogil=True)
+def group_by_series(c, t, n_series, out_c, out_t):
+    """Onsets ``(c, t)`` grouped by series into ``out_c``/``out_t``, each series' in their
+    order (a counting sort: what a stable sort by ``c`` gives, in two passes)."""
+    start = np.zeros(n_series + 1, dtype=np.int64)
+    for i in range(c.shape[0]):
+        start[c[i] + 1] += 1
+    for k in range(n_series):
+        start[k + 1] += start[k]
+    for i in range(c.shape[0]):
+        k = c[i]
+        j = start[k]
+        out_c[j] = k
+        out_t[j] = t[i]
+        start[k] = j + 1

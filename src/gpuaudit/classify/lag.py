@@ -16,8 +16,9 @@ is the median over peers, the GPU's lag the median over steps (:func:`onset_lags
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -236,15 +237,27 @@ class OnsetAcc:
 _FEW_PARTS = 8
 
 
+def _loaded_kernel() -> Any:
+    """The compiled loops (:mod:`gpuaudit.classify._kernel`) where classify's pass loaded
+    them already (importing numba for these alone would cost more than they save)."""
+    return sys.modules.get("gpuaudit.classify._kernel")
+
+
 def _ascending(c: np.ndarray) -> bool:
     return bool((c[1:] >= c[:-1]).all())
 
 
 def _by_series(c: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Onsets sorted by series, stably (each series' stay in time order); NumPy sorts 16-bit
-    keys by radix, in linear time."""
-    key = c.astype(np.uint16) if c.size and int(c.max()) < 1 << 16 else c
-    order = np.argsort(key, kind="stable")
+    """Onsets sorted by series, stably (each series' stay in time order): a counting sort
+    where the compiled loops are loaded (classify's pass loaded them), else NumPy's."""
+    kernel = _loaded_kernel()
+    if kernel is not None and c.size:
+        out_c, out_t = np.empty_like(c), np.empty_like(t)
+        kernel.group_by_series(np.ascontiguousarray(c, dtype=np.int64),
+                                       np.ascontiguousarray(t, dtype=np.int64),
+                                       int(c.max()) + 1, out_c, out_t)
+        return out_c, out_t
+    order = np.argsort(c, kind="stable")
     return c[order], t[order]
 
 
@@ -258,11 +271,10 @@ def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str
     """Each GPU's lag behind its peers (jobs of at least two GPUs with onsets).
 
     ``compiled``: the steps' lags in the compiled loop (:func:`gpuaudit.classify._kernel.
-    lag_steps`, the same figures); None: where numba is loaded and the onsets are many."""
+    lag_steps`, the same figures); None: where classify's pass loaded the compiled loops
+    and the onsets are many."""
     if compiled is None:
-        from gpuaudit.classify import fused
-
-        compiled = fused.loaded() and sum(
+        compiled = _loaded_kernel() is not None and sum(
             int(onsets[m].size) for v in jobs.values() for m in v if m in onsets
         ) >= COMPILED_FROM_ONSETS
     out: list[OnsetLag] = []
@@ -311,13 +323,13 @@ def _steps(mine: np.ndarray, peers: Sequence[np.ndarray], half_ns: float) -> np.
 def _steps_compiled(mine: np.ndarray, peers: Sequence[np.ndarray], half_ns: float
                     ) -> np.ndarray | None:
     """:func:`_steps` in one compiled pass over the onsets (merge walks, no peer matrix)."""
-    from gpuaudit.classify import fused
+    from gpuaudit.classify import _kernel  # type: ignore[attr-defined]
 
     bounds = np.zeros(len(peers) + 1, dtype=np.int64)
     bounds[1:] = np.cumsum([p.size for p in peers])
     theirs = np.concatenate([p.astype(np.int64) for p in peers])
     med = np.empty(mine.shape[0])
-    fused.kernel().lag_steps(np.ascontiguousarray(mine), theirs, bounds, float(half_ns), med)
+    _kernel.lag_steps(np.ascontiguousarray(mine), theirs, bounds, float(half_ns), med)
     matched = ~np.isnan(med)
     if not matched.any():
         return None

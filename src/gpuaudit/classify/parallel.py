@@ -22,9 +22,9 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gpuaudit import _workers
 from gpuaudit.classify.phases import _Engine
 from gpuaudit.errors import SampleTableError
 
@@ -201,16 +201,10 @@ def _start(recipe: Recipe | Sequence[Recipe], by: tuple[str, ...], interval_s: f
     claims from the end (:func:`claim_ranges`)."""
     task = pickle.dumps((recipe, by, interval_s, cap_intervals, grid, onsets, claims,
                          expected_rows), pickle.HIGHEST_PROTOCOL)
-    env = dict(os.environ)
-    # the worker imports this very copy of gpuaudit, wherever it was imported from
-    here = str(Path(__file__).resolve().parents[2])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
-    try:
-        # -c, not -m: under -m runpy imports the package first (which imports this module
-        # through classify.passes) and then runs this module again as __main__
-        proc = subprocess.Popen([sys.executable, "-c", _WORKER],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    except OSError:
+    # the worker started ahead of its task (gpuaudit._workers), else a fresh one; either
+    # imports this very copy of gpuaudit, wherever it was imported from
+    proc = _workers.take() or _workers.spawn(_workers.WORKER)
+    if proc is None:
         return None
     assert proc.stdin is not None
     try:
@@ -239,12 +233,18 @@ def _collect(proc: subprocess.Popen[bytes]) -> Any:
     return payload
 
 
-_WORKER = "import sys; from gpuaudit.classify.parallel import _main; sys.exit(_main())"
+def _main(warm: bool = False) -> int:
+    """A worker's life: the task on stdin, the answer on stdout. ``warm``: started ahead of
+    its task (gpuaudit._workers): load the compiled loop while waiting for it."""
+    if warm:
+        from gpuaudit.classify import fused
 
-
-def _main() -> int:
+        fused.warm()
+    data = sys.stdin.buffer.read()
+    if not data:  # started ahead of a task that never came
+        return 0
     recipe, by, interval_s, cap_intervals, grid, onsets, claims, expected_rows = pickle.loads(
-        sys.stdin.buffer.read())
+        data)
     out: tuple[str, Any]
     try:
         if claims is not None:

@@ -37,6 +37,10 @@ def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[st
                host: str | None, tz: str, interval_s: float | None, workers: int | None,
                fmt: str, output: Path | None, **kw: Any) -> None:
     """Audit PATH: a gpuaudit Parquet recording, an nvidia-smi CSV log, or any CSV/JSONL."""
+    if workers != 1:  # a large Parquet file's worker imports beside this process's imports
+        from gpuaudit._workers import prestart
+
+        prestart(path)
     from gpuaudit.api import audit
     from gpuaudit.measure.files import open_samples, parse_mapping
     from gpuaudit.report.progress import progress
