@@ -140,3 +140,41 @@ def test_a_value_out_of_range_is_still_named_on_a_lean_read(tmp_path):
         with pytest.raises(SampleTableError) as err:
             list(open_samples(path, batch_rows=2).batches(lean=lean))
         assert err.value.column == "util_gpu_pct" and "row 5:" in str(err.value)
+
+
+def test_a_range_of_an_opened_file_reads_nothing_until_asked(tmp_path, monkeypatch):
+    """FileSource.split's ranges take the whole file's footer facts (columns with data, the
+    ranges it proves) rather than working them out again, and read no batch at open: each
+    of a report's eight ranges did both."""
+    from gpuaudit.measure.files import reader
+
+    table = build_table({
+        "ts": pa.array(np.repeat(np.arange(30) + 1_700_000_000, 2) * NS).cast(schema.TS_TYPE),
+        "host": ["h"] * 60, "gpu_uuid": ["GPU-a", "GPU-b"] * 30,
+        "util_gpu_pct": [float(i % 100) for i in range(60)]})
+    path = tmp_path / "r.parquet"
+    write_recording(Recording(table=table, source="t", origin="t", interval_s=1.0), path,
+                    row_group_rows=10)
+    whole = open_samples(path)
+    recipes = whole.split(3)
+    assert recipes is not None and len(recipes) == 3
+    streams = []
+    real = reader.FileSource._stream
+
+    def counted(self, *a, **k):
+        streams.append(self)
+        return real(self, *a, **k)
+
+    def refused(*_a, **_k):
+        raise AssertionError("worked out again")
+
+    monkeypatch.setattr(reader.FileSource, "_stream", counted)
+    monkeypatch.setattr(reader, "_columns_with_data", refused)
+    monkeypatch.setattr(reader, "_proven_in_range", refused)
+    parts = [r() for r in recipes]
+    assert streams == []
+    rows = [b for p in parts for b in p.batches(lean=True)]
+    assert len(streams) == 3
+    assert sum(b.num_rows for b in rows) == 60
+    assert pa.Table.from_batches(rows).column("util_gpu_pct").equals(
+        table.column("util_gpu_pct"))

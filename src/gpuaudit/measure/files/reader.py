@@ -163,6 +163,7 @@ class FileSource:
         batch_rows: int,
         row_groups: tuple[int, int] | None = None,
         shown: Path | None = None,
+        known: tuple[list[str] | None, frozenset[str]] | None = None,
     ) -> None:
         if batch_rows < 1:
             raise InputError(f"batch_rows must be positive, got {batch_rows}",
@@ -194,11 +195,17 @@ class FileSource:
         self._events: tuple[str, ...] = ()
         self._interval_fixed = False
         self._book = NoteBook()
+        #: for a range of a file already opened (FileSource.split): the columns holding data
+        #: and the range checks the footer proves, as the whole file's footer gave them
+        self._known = known
         self._setup()
         self._primed: tuple[Iterator[pa.RecordBatch], pa.RecordBatch] | None = None
-        it = self._stream()
-        first = next(it)
-        self._primed = (it, first)
+        #: set up and not read yet: the next batches() need not set up again
+        self._fresh = True
+        if known is None:  # (a range of an opened file need not prove it can be read)
+            it = self._stream()
+            first = next(it)
+            self._primed = (it, first)
 
     # -- protocol ---------------------------------------------------------------------
     @property
@@ -221,10 +228,12 @@ class FileSource:
         ``gpu_model`` and ``mig_profile`` per row: those are given in the batches where a
         GPU first appears in this stream (read from their row group then) and null in the
         others, which saves about half the decoding. Other sources ignore it."""
+        fresh, self._fresh = self._fresh, False
         if lean and self.fmt == "parquet" and self._own:
             self._primed = None  # re-readable: the primed batch was read with every column
-            self._book = NoteBook()
-            self._setup()
+            if not fresh:
+                self._book = NoteBook()
+                self._setup()
             yield from self._stream(lean=True)
         elif self._primed is not None:
             it, first = self._primed
@@ -232,8 +241,9 @@ class FileSource:
             yield first
             yield from it
         else:
-            self._book = NoteBook()
-            self._setup()
+            if not fresh:
+                self._book = NoteBook()
+                self._setup()
             yield from self._stream()
 
     @property
@@ -298,8 +308,9 @@ class FileSource:
         cum = np.cumsum(rows)
         cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
         bounds = sorted({0, *(int(c) for c in cuts if 0 < c < rows.shape[0]), rows.shape[0]})
+        known = (self._read_cols, self._proven)
         return [functools.partial(_open_part, self.path, self.gpu_model, self.batch_rows,
-                                  (a, b), self.checks_order)
+                                  (a, b), self.checks_order, known)
                 for a, b in itertools.pairwise(bounds)]
 
     def _groups(self) -> range:
@@ -450,7 +461,8 @@ class FileSource:
         # Columns that are null in every row group (per the footer's statistics) are not
         # read at all: a recording of an nvidia-smi log carries a handful of measured columns
         # among the table's 33, and decoding the rest costs as much as the data.
-        read_cols = _columns_with_data(pf) if own else None
+        known = self._known
+        read_cols = (known[0] if known is not None else _columns_with_data(pf)) if own else None
         self._read_cols = read_cols
         self._footer = pf.metadata
         names = pf.schema_arrow.names
@@ -464,7 +476,9 @@ class FileSource:
         full = list(schema.SAMPLE_SCHEMA.names) if own else names
         fill = _NullFill(full)
         # range checks the footer's statistics already prove for every row group read
-        self._proven = _proven_in_range(pf.metadata, self._groups()) if own else frozenset()
+        self._proven = ((known[1] if known is not None
+                         else _proven_in_range(pf.metadata, self._groups()))
+                        if own else frozenset())
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = first_row
@@ -710,11 +724,14 @@ class _NullFill:
 
 
 def _open_part(path: Path, gpu_model: str | None, batch_rows: int,
-               row_groups: tuple[int, int], checks_order: bool = True) -> FileSource:
-    """One row-group range of a gpuaudit Parquet recording (see :meth:`FileSource.split`)."""
+               row_groups: tuple[int, int], checks_order: bool = True,
+               known: tuple[list[str] | None, frozenset[str]] | None = None) -> FileSource:
+    """One row-group range of a gpuaudit Parquet recording (see :meth:`FileSource.split`):
+    ``known``, what the whole file's footer said (its columns with data, the range checks it
+    proves), is not worked out again."""
     src = FileSource(path, fmt="parquet", mapping=None, fields=None, host=None,
                      gpu_model=gpu_model, tz="UTC", batch_rows=batch_rows,
-                     row_groups=row_groups)
+                     row_groups=row_groups, known=known)
     src.checks_order = checks_order
     return src
 
