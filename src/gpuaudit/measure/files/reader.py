@@ -620,11 +620,10 @@ class _FirstRows:
         self.path = path
         self.seen: set[str] = set()
         self._dictionary: pa.Array | None = None
-        self._known = np.zeros(0, dtype=bool)
+        self._known = np.zeros(0, dtype=bool)  # per dictionary entry: seen in this stream
         self._starts = np.cumsum([0] + [footer.row_group(i).num_rows
                                         for i in range(footer.num_row_groups)])
         self._file: pq.ParquetFile | None = None
-        self._cached: tuple[int, pa.Table] | None = None
 
     def identity(self, uuid: pa.Array, base: int) -> pa.RecordBatch | None:
         """The identity columns of the rows ``base`` .. ``base + len(uuid)`` of the file, if
@@ -638,36 +637,43 @@ class _FirstRows:
         if self._known.all():
             return None
         idx = uuid.indices.to_numpy(zero_copy_only=False)
-        present = np.bincount(idx, minlength=self._known.shape[0]) > 0
-        if not (present & ~self._known).any():
+        entries, first = np.unique(idx, return_index=True)
+        new = ~self._known[entries]
+        if not new.any():
             return None
         names = uuid.dictionary.to_pylist()
-        for j in np.flatnonzero(present & ~self._known).tolist():
+        for j in entries[new].tolist():
             self.seen.add(names[j])
-        self._known |= present
-        return self._rows(base, len(uuid))
+        self._known[entries] = True
+        # the identity up to the last new GPU's first row (a fleet's GPUs all appear in its
+        # first tick: a thousand rows, not the row group); null after it
+        upto = int(first[new].max()) + 1
+        ident = self._rows(base, upto)
+        if upto == len(uuid):
+            return ident
+        return pa.RecordBatch.from_arrays(
+            [pa.concat_arrays([col, _nulls(name, len(uuid) - upto)])
+             for name, col in zip(ident.schema.names, ident.columns)],
+            names=ident.schema.names)
 
     def _rows(self, base: int, n: int) -> pa.RecordBatch:
+        """The identity columns of file rows ``base`` .. ``base + n``, decoding each row
+        group they fall in only as far as needed."""
+        if self._file is None:
+            self._file = pq.ParquetFile(self.path)
+        have = set(self._file.schema_arrow.names)
+        cols = [c for c in _IDENTITY if c in have]
         parts = []
         row = base
         while row < base + n:
             rg = int(np.searchsorted(self._starts, row, side="right")) - 1
-            table = self._group(rg)
             lo = row - int(self._starts[rg])
-            take = min(base + n - row, table.num_rows - lo)
-            parts.append(table.slice(lo, take))
+            take = min(base + n - row, int(self._starts[rg + 1]) - row)
+            head = next(self._file.iter_batches(batch_size=lo + take, row_groups=[rg],
+                                                columns=cols, use_threads=False))
+            parts.append(pa.Table.from_batches([head.slice(lo, take)]))
             row += take
         return pa.concat_tables(parts).combine_chunks().to_batches()[0]
-
-    def _group(self, rg: int) -> pa.Table:
-        if self._cached is None or self._cached[0] != rg:
-            if self._file is None:
-                self._file = pq.ParquetFile(self.path)
-            have = set(self._file.schema_arrow.names)
-            table = self._file.read_row_group(rg, columns=[c for c in _IDENTITY if c in have],
-                                              use_threads=False)
-            self._cached = (rg, table)
-        return self._cached[1]
 
 
 def _proven_in_range(footer: pq.FileMetaData, groups: range) -> frozenset[str]:
@@ -705,22 +711,26 @@ class _NullFill:
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
-        self._nulls: dict[str, pa.Array] = {}
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
         have = set(batch.schema.names)
-        arrays = []
-        for name in self.names:
-            if name in have:
-                arrays.append(batch.column(name))
-                continue
-            blank = self._nulls.get(name)
-            if blank is None or len(blank) < n:
-                blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
-                self._nulls[name] = blank
-            arrays.append(blank.slice(0, n) if len(blank) > n else blank)
+        arrays = [batch.column(name) if name in have else _nulls(name, n)
+                  for name in self.names]
         return pa.RecordBatch.from_arrays(arrays, schema=schema.SAMPLE_SCHEMA)
+
+
+#: per column: nulls of its type, as long as the longest batch asked for so far (each of a
+#: file's ranges, and every source this process opens, slices the same ones)
+_NULLS: dict[str, pa.Array] = {}
+
+
+def _nulls(name: str, n: int) -> pa.Array:
+    blank = _NULLS.get(name)
+    if blank is None or len(blank) < n:
+        blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
+        _NULLS[name] = blank
+    return blank.slice(0, n) if len(blank) > n else blank
 
 
 def _open_part(path: Path, gpu_model: str | None, batch_rows: int,
