@@ -217,3 +217,42 @@ def group_by_series(c, t, n_series, out_c, out_t):
         out_c[j] = k
         out_t[j] = t[i]
         start[k] = j + 1
+
+
+@numba.njit(cache=True, nogil=True)
+def best_cuts(s1, s2, n, min_steady, penalty, edge):
+    """:func:`gpuaudit.classify.patterns.split_run`'s search over both cuts ``(a, b)`` as
+    loops, the same figures in the same order as its NumPy matrices (``s1``/``s2``: running
+    sums of the smoothed means and their squares). Returns (a, b, whether any pair is
+    allowed); the first lowest cost in row-major order, as ``argmin``."""
+    best = np.inf
+    bi = 0
+    bj = 0
+    for a in range(n + 1):
+        ma = max(a, 1)
+        t0a = s1[a] - s1[0]
+        sse0a = (s2[a] - s2[0]) - t0a * t0a / ma
+        mean0a = t0a / ma
+        for b in range(n + 1):
+            w = b - a
+            ok = (w >= min_steady) and (w >= a) and (w >= n - b)
+            ok = ok and (a == 0 or a >= 2) and (b == n or n - b >= 2)
+            if not ok:
+                continue
+            mab = max(w, 1)
+            tab = s1[b] - s1[a]
+            steady = tab / mab
+            if a != 0 and not abs(mean0a - steady) >= edge:
+                continue
+            mbn = max(n - b, 1)
+            tbn = s1[n] - s1[b]
+            if b != n and not abs(tbn / mbn - steady) >= edge:
+                continue
+            cost = (sse0a + ((s2[b] - s2[a]) - tab * tab / mab)) \
+                + ((s2[n] - s2[b]) - tbn * tbn / mbn)
+            cost = cost + penalty * ((1.0 if a > 0 else 0.0) + (1.0 if b < n else 0.0))
+            if cost < best:
+                best = cost
+                bi = a
+                bj = b
+    return bi, bj, best < np.inf
