@@ -494,7 +494,7 @@ class FileSource:
         def lean() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             cols = [c for c in (read_cols if read_cols is not None else names)
                     if c not in _LEAN_SKIPPED]
-            first = _FirstRows(path, pf.metadata)
+            first = _FirstRows(path, pf.metadata, self.gpu_model)
             row = first_row
             # a row-group range runs beside the others' processes, one per core: Arrow's
             # decoding threads would only wake and wait on one another there
@@ -527,9 +527,8 @@ class FileSource:
                 self.source = "nvidia-smi-jsonl" if self._nvidia_smi else "jsonl"
             if self._converter is None:  # a gpuaudit recording: already the table
                 table = pa.Table.from_batches([raw])
-                # (a lean batch's null host marks the rows it gives no identity for)
-                if self.gpu_model is not None and not (
-                        lean and table.column("host").null_count == table.num_rows):
+                # (a lean batch's identity got the model where it was read)
+                if self.gpu_model is not None and not lean:
                     model = table.column("gpu_model")
                     if model.null_count:
                         table = table.set_column(
@@ -616,8 +615,10 @@ class _FirstRows:
     Per batch the work is over the uuid dictionary (the entries already seen), and over the
     rows only when the dictionary holds an entry not seen yet."""
 
-    def __init__(self, path: Path, footer: pq.FileMetaData) -> None:
+    def __init__(self, path: Path, footer: pq.FileMetaData, gpu_model: str | None) -> None:
         self.path = path
+        #: the model for GPUs whose rows name none (``--gpu-model``)
+        self.gpu_model = gpu_model
         self.seen: set[str] = set()
         self._dictionary: pa.Array | None = None
         self._known = np.zeros(0, dtype=bool)  # per dictionary entry: seen in this stream
@@ -649,6 +650,14 @@ class _FirstRows:
         # first tick: a thousand rows, not the row group); null after it
         upto = int(first[new].max()) + 1
         ident = self._rows(base, upto)
+        if self.gpu_model is not None:  # as the full read fills it (FileSource._stream)
+            if "gpu_model" not in ident.schema.names:
+                ident = ident.append_column("gpu_model", pa.nulls(upto, pa.string()))
+            at = ident.schema.get_field_index("gpu_model")
+            model = ident.column(at)
+            if model.null_count:
+                ident = ident.set_column(at, "gpu_model", pc.dictionary_encode(
+                    pc.fill_null(model.cast(pa.string()), self.gpu_model)))
         if upto == len(uuid):
             return ident
         return pa.RecordBatch.from_arrays(
