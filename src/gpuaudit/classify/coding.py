@@ -179,11 +179,10 @@ class Coding:
         # indices), then one dictionary lookup per combination
         cols = [list(map(tbl.__getitem__, ind[first_rows].tolist()))
                 for tbl, ind in zip(key_tables, key_inds)]
+        # (a new combination gets the next id: setdefault's default is the size before)
         index = self.cell_index
-        out: list[int] = []
-        for code, key in zip(codes[first_rows].tolist(), zip(*cols)):
-            cid = index.get((code, key))
-            out.append(self.cell(code, key) if cid is None else cid)
+        known = index.setdefault
+        out = [known(k, len(index)) for k in zip(codes[first_rows].tolist(), zip(*cols))]
         cell_of_uniq = np.array(out, dtype=np.int64)
         return np.asarray(cell_of_uniq[inverse])
 
@@ -218,10 +217,9 @@ class Coding:
                     zero_copy_only=False).astype(np.int64)
                 out.append((table, ind))
                 continue
-            enc = pc.dictionary_encode(arr.cast(pa.string()))
-            table = [*enc.dictionary.to_pylist(), None]  # last: null
-            out.append((table, enc.indices.fill_null(len(table) - 1).to_numpy(
-                zero_copy_only=False).astype(np.int64)))
+            enc = pc.dictionary_encode(arr.cast(pa.string()), null_encoding="encode")
+            out.append((enc.dictionary.to_pylist(),  # null, where a row has none: an entry
+                        enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)))
         return out
 
     def _group_values(self, batch: pa.RecordBatch, text: bool = True) -> list[pa.Array]:
