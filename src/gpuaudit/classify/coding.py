@@ -30,6 +30,22 @@ __all__ = ["CellKey", "Coding"]
 CellKey = tuple[int, tuple[str | None, ...]]
 
 
+def _first_seen(ind: np.ndarray, size: int, last: int | None = None
+                ) -> tuple[list[int], np.ndarray]:
+    """Indices in ``[0, size)`` renumbered in the order the rows first use them (the order
+    a dictionary encoding of the values gives; ``last``, the null, is put last whatever its
+    place), so cells are numbered as by the encoding of the values' text. Returns the old
+    index of each new one and the rows' new indices."""
+    first = np.full(size, ind.shape[0], dtype=np.int64)
+    first[ind[::-1]] = np.arange(ind.shape[0] - 1, -1, -1)
+    if last is not None:
+        first[last] = ind.shape[0] + 1
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(size, dtype=np.int64)
+    rank[order] = np.arange(size)
+    return order.tolist(), rank[ind]
+
+
 def _renumber(x: np.ndarray) -> np.ndarray:
     """``x``'s values as 0..k-1, in their sorted order."""
     return _unique_inverse(x)[1]
@@ -193,10 +209,10 @@ class Coding:
         import pyarrow as pa
         import pyarrow.compute as pc
 
-        vals = iter(self._group_values(batch, text=False))
+        arrays = iter(self._group_values(batch, text=False))
         out: list[tuple[list[str | None], np.ndarray]] = []
         for key in self.by:
-            arr = next(vals)
+            arr = next(arrays)
             if isinstance(arr, pa.ChunkedArray):
                 arr = arr.combine_chunks()
             if key.startswith("period:"):
@@ -206,20 +222,25 @@ class Coding:
                     p = ts // (secs * NS)
                     lo, hi = int(p.min()), int(p.max())
                     if hi - lo < max(4 * p.shape[0], 1024):
-                        out.append(([str((lo + i) * secs) for i in range(hi - lo + 1)] + [None],
-                                    p - lo))
+                        vals = [str((lo + i) * secs) for i in range(hi - lo + 1)]
+                        order, ind = _first_seen(p - lo, hi - lo + 1)
+                        out.append(([vals[i] for i in order] + [None], ind))
                         continue
                 arr = pc.multiply(pc.divide(pc.cast(batch.column("ts"), pa.int64()),
                                             secs * NS), secs)  # ts >= 0: floor
-            if pa.types.is_dictionary(arr.type):
-                table = [*arr.dictionary.cast(pa.string()).to_pylist(), None]
-                ind = arr.indices.fill_null(len(table) - 1).to_numpy(
+            if pa.types.is_dictionary(arr.type) and len(
+                    vals := arr.dictionary.cast(pa.string()).to_pylist()) == len(set(vals)):
+                # (a dictionary that repeats a value takes the text's encoding below)
+                ind = arr.indices.fill_null(len(vals)).to_numpy(
                     zero_copy_only=False).astype(np.int64)
-                out.append((table, ind))
+                order, ind = _first_seen(ind, len(vals) + 1, last=len(vals))
+                full = [*vals, None]
+                out.append(([full[i] for i in order], ind))
                 continue
-            enc = pc.dictionary_encode(arr.cast(pa.string()), null_encoding="encode")
-            out.append((enc.dictionary.to_pylist(),  # null, where a row has none: an entry
-                        enc.indices.to_numpy(zero_copy_only=False).astype(np.int64)))
+            enc = pc.dictionary_encode(arr.cast(pa.string()))
+            table = [*enc.dictionary.to_pylist(), None]  # last: null
+            out.append((table, enc.indices.fill_null(len(table) - 1).to_numpy(
+                zero_copy_only=False).astype(np.int64)))
         return out
 
     def _group_values(self, batch: pa.RecordBatch, text: bool = True) -> list[pa.Array]:

@@ -776,7 +776,8 @@ def _overlaps(con: Any) -> dict[str, Any]:
         "CREATE OR REPLACE TEMP TABLE overlap_candidates AS SELECT b.currency, "
         f"b.resource_id, b.sku_text FROM bill_lines b WHERE {usage} GROUP BY ALL HAVING NOT ("
         f"min({d}) > 0 AND min({d}) = max({d}) AND "
-        f"min(epoch_us(b.charge_start) % {d}) = max(epoch_us(b.charge_start) % {d}))")
+        f"min(epoch_us(b.charge_start) % NULLIF({d}, 0)) = "
+        f"max(epoch_us(b.charge_start) % NULLIF({d}, 0)))")
     rows = []
     if con.execute("SELECT count(*) FROM overlap_candidates").fetchone()[0]:
         rows = con.execute(
