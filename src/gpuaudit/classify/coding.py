@@ -197,8 +197,8 @@ class Coding:
                 for tbl, ind in zip(key_tables, key_inds)]
         # (a new combination gets the next id: setdefault's default is the size before)
         index = self.cell_index
-        known = index.setdefault
-        out = [known(k, len(index)) for k in zip(codes[first_rows].tolist(), zip(*cols))]
+        id_of = index.setdefault
+        out = [id_of(k, len(index)) for k in zip(codes[first_rows].tolist(), zip(*cols))]
         cell_of_uniq = np.array(out, dtype=np.int64)
         return np.asarray(cell_of_uniq[inverse])
 
