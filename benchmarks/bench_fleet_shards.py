@@ -49,8 +49,9 @@ if os.environ.get("BENCH_PROFILE"):
     prof = cProfile.Profile()
     prof.enable()
 t = time.perf_counter()
+kw = {"fetch": sys.argv[5]} if len(sys.argv) > 5 else {}
 r = audit_fleet(prometheus=stores, start_s=start, end_s=end, step_s=step, by=("team",),
-                pricing={"price": "1.00"})
+                pricing={"price": "1.00"}, **kw)
 wall = time.perf_counter() - t
 if prof is not None:
     import pstats
@@ -84,7 +85,7 @@ def server_pid(port: str) -> int:
 
 
 def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namespace,
-          src: Path | None, name: str) -> dict[str, object]:
+          src: Path | None, name: str, fetch: str | None = None) -> dict[str, object]:
     """One audit in a fresh process (``src``: another tree's src/ first on the path)."""
     env = dict(os.environ)
     if src is not None:
@@ -94,7 +95,8 @@ def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namesp
     cpu0 = [cpu_s(p) for p in pids]
     load = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(urls),
-                          str(fleet.start_s), str(fleet.end_s), str(args.step)],  # type: ignore[attr-defined]
+                          str(fleet.start_s), str(fleet.end_s), str(args.step),  # type: ignore[attr-defined]
+                          *([fetch] if fetch else [])],
                          capture_output=True, text=True, timeout=7200, env=env)
     if out.returncode:
         sys.exit(out.stderr[-3000:])
@@ -128,6 +130,9 @@ def main() -> None:
                     "audit runs interleaved with this tree's on the same stores")
     ap.add_argument("--runs", type=int, default=1, help="audits per tree")
     ap.add_argument("--profile", action="store_true", help="cProfile the client (stderr)")
+    ap.add_argument("--fetch", default=None,
+                    help="this tree's fetch modes, comma-separated (e.g. native,pushdown: "
+                    "each run audits once per mode); default: the tree's default")
     ap.add_argument("--build-only", action="store_true")
     args = ap.parse_args()
     fleet = make_fleet(nodes=max(4, args.gpus // 4), gpus_per_node=4, hours=args.days * 24,
@@ -170,12 +175,15 @@ def main() -> None:
         if args.build_only:
             return
         pids = [server_pid(u.rsplit(":", 1)[1]) for u in urls]
-        trees = [("this tree", None)] + ([("base", args.base)] if args.base else [])
+        modes = args.fetch.split(",") if args.fetch else [None]
+        trees: list[tuple[str, Path | None, str | None]] = [
+            (f"this tree{f' --fetch {m}' if m else ''}", None, m) for m in modes]
+        trees += [("base", args.base, None)] if args.base else []
         results: dict[str, list[dict[str, object]]] = {}
         for _run in range(args.runs):
-            for name, src in trees:
+            for name, src, mode in trees:
                 results.setdefault(name, []).append(
-                    audit(urls, pids, fleet, args, src, name))
+                    audit(urls, pids, fleet, args, src, name, mode))
         for name, rs in results.items():
             walls = sorted(float(r["wall_s"]) for r in rs)  # type: ignore[arg-type]
             print(f"{name}: wall min {walls[0]:.1f} s, median {walls[len(walls) // 2]:.1f} s "

@@ -420,12 +420,8 @@ class NativeSource:
     def batches(self) -> Iterator[Any]:
         import concurrent.futures as cf
 
-        from gpuaudit.measure.fleet.dcgm import SeriesId, series_id, series_table
-        from gpuaudit.measure.fleet.prometheus import (
-            _join_chunk,
-            attach_host_cpu,
-            node_cpu_by_host,
-        )
+        from gpuaudit.measure.fleet.dcgm import SeriesId, series_id
+        from gpuaudit.measure.fleet.prometheus import attach_host_cpu, node_cpu_by_host
         from gpuaudit.promql import NODE_CPU, time_chunks
         from gpuaudit.schema import ImportNote
 
@@ -451,15 +447,12 @@ class NativeSource:
                 got = sorted((s for s in got if s.labels.get("__name__") in order),
                              key=lambda s: order[s.labels["__name__"]])
                 sidx, k, val = on_grid(got, round(a * 1000), step_ms, n_steps)
-                bounds = np.searchsorted(sidx, np.arange(len(got) + 1))
-                per_metric: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {
-                    m: [] for m in self.metrics}
-                a_ns = round(a * 1e9)
-                step_ns = round(self.step_s * 1e9)
+                # each series' code (its identity without __name__), then the rows of
+                # _join_chunk (steps carrying GPU_UTIL or GR_ENGINE_ACTIVE, every metric's
+                # value or NaN) from a dense (code, step) grid instead of a sort
+                code_of = np.empty(len(got), dtype=np.int64)
+                metric_of = np.empty(len(got), dtype=np.int64)
                 for j, s in enumerate(got):
-                    lo, hi = int(bounds[j]), int(bounds[j + 1])
-                    if hi == lo:
-                        continue
                     labels = {key: v for key, v in s.labels.items() if key != "__name__"}
                     metric = s.labels["__name__"]
                     sid = series_id(labels, default_host="unknown", where=f"{where}: {metric}")
@@ -467,10 +460,11 @@ class NativeSource:
                     if code is None:
                         code = id_index[sid] = len(ids)
                         ids.append(sid)
-                    per_metric[metric].append((code, a_ns + k[lo:hi] * step_ns, val[lo:hi]))
-                per_metric = {m: p for m, p in per_metric.items() if p}
-                table, notes = _join_chunk(ids, per_metric, a, self.step_s, series_table,
-                                           where=where)
+                    code_of[j] = code
+                    metric_of[j] = order[metric]
+                table, notes = _dense_join(ids, code_of[sidx], metric_of[sidx], k, val,
+                                           self.metrics, round(a * 1e9),
+                                           round(self.step_s * 1e9), n_steps, where=where)
                 self._notes.extend(notes)
                 if has_cpu and table.num_rows:
                     cpu = node_cpu_by_host(self.client, a, b, self.step_s)
@@ -486,3 +480,42 @@ class NativeSource:
                 "(by node_uname_info nodename or instance address); their CPU is null",
                 len(unmatched), where=f"{self.client.url}: {NODE_CPU}",
                 column="host_cpu_util_pct"))
+
+
+def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.ndarray,
+                val: np.ndarray, metrics: Sequence[str], start_ns: int, step_ns: int,
+                n_steps: int, *, where: str) -> tuple[Any, list[Any]]:
+    """The rows :func:`~gpuaudit.measure.fleet.prometheus._join_chunk` builds from the same
+    points (series ``code``, ``metric`` index, step ``k``, value): one row per (code, step)
+    where GPU_UTIL or GR_ENGINE_ACTIVE has a point, in (code, step) order, each metric's
+    value or NaN; put on a dense grid of the chunk's codes x steps (no sort)."""
+    from gpuaudit.measure.fleet.dcgm import series_table
+
+    if code.shape[0] == 0:
+        out: tuple[Any, list[Any]] = series_table(
+            [], np.zeros(0, np.int64), np.zeros(0, np.int64), {}, where=where)
+        return out
+    seen = np.bincount(code, minlength=len(ids)) > 0
+    present = np.flatnonzero(seen)
+    local_of = np.cumsum(seen) - 1
+    local = local_of[code]
+    cell = local * n_steps + k
+    size = present.shape[0] * n_steps
+    util = [i for i, m in enumerate(metrics)
+            if m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")]
+    has = np.zeros(size, dtype=bool)
+    for i in util:
+        has[cell[metric == i]] = True
+    rows = np.flatnonzero(has)
+    values: dict[str, np.ndarray] = {}
+    for i, m in enumerate(metrics):
+        mine = metric == i
+        if not mine.any():
+            continue
+        grid = np.full(size, np.nan)
+        grid[cell[mine]] = val[mine]
+        values[m] = grid[rows]
+    codes = present[rows // n_steps]
+    ts_ns = start_ns + (rows % n_steps) * step_ns
+    out = series_table(ids, codes, ts_ns.astype(np.int64), values, where=where)
+    return out
