@@ -85,7 +85,7 @@ def _same(mine, theirs, fields=PHASE_FIELDS, per_team=True) -> None:  # type: ig
 #: raw pull into the cell of the row before the gap: where a pod switches at a gap the two
 #: split the same seconds (and their dollars) between two cells differently. Every cell's
 #: phases and samples, and the fleet's totals, are the same.
-VS_PUSHDOWN = {"fields": PHASE_FIELDS[:4] + ("samples",), "per_team": False}
+VS_PUSHDOWN = {"fields": (*PHASE_FIELDS[:4], "samples"), "per_team": False}
 
 
 def test_native_fetch_gives_the_raw_pull_and_the_pushdown_figures(prom: str,
