@@ -283,31 +283,29 @@ def _rollup(priced: _PricedCells, names: Sequence[str], *, label: tuple[str, ...
         return ()
     ids, keys = _bucket_ids(priced, names)
     nb = len(keys)
-    sums = {c: np.bincount(ids, weights=priced.time[c], minlength=nb) for c in CELL_VALUE_COLUMNS}
+    cols = [np.bincount(ids, weights=priced.time[c], minlength=nb).tolist()
+            for c in CELL_VALUE_COLUMNS]
+    i_samples = CELL_VALUE_COLUMNS.index("samples")
+    cols[i_samples] = [round(x) for x in cols[i_samples]]
+    times = [PhaseTime(*row) for row in zip(*cols)]
     nr = len(priced.per_s)
     pair = ids * nr + priced.rate
-    money: dict[str, list[list[int]]] = {}
+    present = (np.bincount(pair, minlength=nb * nr) > 0).tolist()
+    costs: dict[str, list[Decimal]] = {}
     for name in _MONEY:
         whole = _int_sums(pair, priced.whole_s[name], nb * nr)
         frac = _int_sums(pair, priced.frac_ns[name], nb * nr)
-        money[name] = [[whole[b * nr + r] * _NS + frac[b * nr + r] for r in range(nr)]
-                       for b in range(nb)]
-    present = np.bincount(pair, minlength=nb * nr) > 0
-    lines = []
-    for b in range(nb):
-        rates = [r for r in range(nr) if present[b * nr + r]]
-
-        def cost(name: str, b: int = b, rates: list[int] = rates) -> Decimal:
-            return sum((Decimal(money[name][b][r]) / _NS * priced.per_s[r] for r in rates),
-                       ZERO)
-
-        t = PhaseTime(**{c: (round(sums[c][b]) if c == "samples" else float(sums[c][b]))  # type: ignore[arg-type]
-                         for c in CELL_VALUE_COLUMNS})
-        lines.append(CostLine(
-            key=label if label is not None and not names else tuple(keys[b]), time=t,
-            phase_cost={p: cost(p) for p in PHASES}, unobserved_cost=cost("unobserved"),
-            underutilized_waste=cost("underutilized_unused"),
-            headroom_cost=cost("headroom")))
+        # seconds of each (line, rate) exactly (integers), x the rate's price per second
+        per_pair = [Decimal(w * _NS + f).scaleb(-9) * priced.per_s[j % nr] if ok else ZERO
+                    for j, (w, f, ok) in enumerate(zip(whole, frac, present))]
+        costs[name] = per_pair if nr == 1 else [
+            sum(per_pair[k * nr:(k + 1) * nr], ZERO) for k in range(nb)]
+    one = label if label is not None and not names else None
+    lines = [CostLine(key=one if one is not None else tuple(keys[k]), time=times[k],
+                      phase_cost={p: costs[p][k] for p in PHASES},
+                      unobserved_cost=costs["unobserved"][k],
+                      underutilized_waste=costs["underutilized_unused"][k],
+                      headroom_cost=costs["headroom"][k]) for k in range(nb)]
     return tuple(sorted(lines, key=lambda ln: (-ln.observed_cost, [str(x) for x in ln.key])))
 
 
@@ -315,7 +313,7 @@ def _int_sums(ids: np.ndarray, x: np.ndarray, n: int) -> list[int]:
     """Exact integer sums of ``x`` per id (int64 throughout: no float in between)."""
     out = np.zeros(n, dtype=np.int64)
     np.add.at(out, ids, x)
-    return [int(v) for v in out]
+    return out.tolist()  # type: ignore[no-any-return]
 
 
 def cost_lines(cells: Cells, rates: Mapping[str | None, Rate], keys: Sequence[str]
