@@ -405,3 +405,22 @@ def test_a_store_refusing_remote_read_is_an_error_naming_it(fleet: Fleet) -> Non
         assert s.url in str(e.value.where)
         assert "neither remote read" in e.value.what
         assert "--fetch pushdown" in (e.value.fix or "")
+
+
+def test_native_rows_are_the_raw_pulls_rows(prom: str, fleet: Fleet) -> None:
+    """The sample table from the stored chunks equals the one from query_range, row for row
+    (every column), over chunk edges, the MIG GPU, the time-sliced one and the missed scrapes."""
+    import pyarrow as pa
+
+    from gpuaudit.measure.fleet.native import NativeSource
+    from gpuaudit.measure.fleet.prometheus import PrometheusSource
+    from gpuaudit.schema import SAMPLE_SCHEMA
+
+    c = PromClient(prom)
+    kw = {"start_s": float(fleet.start_s + 15), "end_s": float(fleet.end_s), "step_s": 15.0}
+    raw = pa.Table.from_batches(list(PrometheusSource(c, **kw).batches()), schema=SAMPLE_SCHEMA)
+    native = pa.Table.from_batches(list(NativeSource(c, "remote-read", **kw).batches()),
+                                   schema=SAMPLE_SCHEMA)
+    c.close()
+    assert raw.num_rows > 10_000
+    assert native.equals(raw)
