@@ -105,7 +105,7 @@ def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namesp
     res: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     server = [cpu_s(p) - c for p, c in zip(pids, cpu0)]
     tr: dict[str, object] = res["transfer"]  # type: ignore[assignment]
-    print(f"[{name}] {args.gpus} GPUs x {args.days:g} d at {args.step} s over 4 stores: wall "
+    print(f"[{name}] {args.gpus} GPUs x {args.days:g} d at {args.step} s over {len(urls)} stores: wall "
           f"{res['wall_s']:.1f} s, peak RSS {res['rss_mib']:.0f} MiB, CPU client "
           f"{res['cpu_s']:.1f} s, servers {sum(server):.1f} s "
           f"({', '.join(f'{x:.1f}' for x in server)}), requests {tr['requests']}, wire "
@@ -116,6 +116,33 @@ def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namesp
         print(f"  {st['name']}: {st['requests']} requests, wire {st['wire_bytes']:,} B, "
               f"decoded {st['body_bytes']:,} B", flush=True)
     return res
+
+
+def only_stores(args: argparse.Namespace) -> None:
+    """Audit the stores ``args.only_stores`` of ``args.keep`` (this tree and ``--base``
+    alternating), the fleet's range from --days (the generator's start)."""
+    from types import SimpleNamespace
+
+    assert args.keep is not None, "--only-stores needs --keep"
+    fleet = SimpleNamespace(start_s=1_704_067_200,
+                            end_s=1_704_067_200 + int(args.days * 86400) - args.step)
+    idx = [int(x) for x in args.only_stores.split(",")]
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for i in idx:
+            run = run_prometheus if KINDS[i] == "prometheus" else run_victoria_metrics
+            urls.append(f"s{i}=" + stack.enter_context(run(args.keep / f"store{i}")))
+        pids = [server_pid(u.rsplit(":", 1)[1]) for u in urls]
+        while True:  # let the servers finish compacting promtool's blocks
+            c0 = sum(cpu_s(p) for p in pids)
+            time.sleep(20)
+            if sum(cpu_s(p) for p in pids) - c0 < 0.5:
+                break
+        print(f"stores {args.only_stores} (uptime: {os.getloadavg()})", flush=True)
+        trees = [("this tree", None)] + ([("base", args.base)] if args.base else [])
+        for _run in range(args.runs):
+            for name, src in trees:
+                audit(urls, pids, fleet, args, src, name)
 
 
 def main() -> None:
@@ -134,7 +161,14 @@ def main() -> None:
                     help="this tree's fetch modes, comma-separated (e.g. native,pushdown: "
                     "each run audits once per mode); default: the tree's default")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--only-stores", default=None, metavar="I,J",
+                    help="audit only these stores of --keep, as built so far (no build, no "
+                    "stamp needed: e.g. 0,1 = the Prometheus stores of a build stopped early); "
+                    "waits until the servers' CPU settles (compaction) first")
     args = ap.parse_args()
+    if args.only_stores:
+        only_stores(args)
+        return
     fleet = make_fleet(nodes=max(4, args.gpus // 4), gpus_per_node=4, hours=args.days * 24,
                        step_s=args.step, seed=3, segment_hours=12.0)
     hosts = fleet.hosts()
