@@ -179,3 +179,27 @@ def _write_csv(table: pa.Table, path: Path) -> None:
     plain = [f.name for f in table.schema if not pa.types.is_map(f.type)
              and table.column(f.name).null_count < table.num_rows]
     pacsv.write_csv(table.select(plain), path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(0, 100), st.sampled_from([0.0, 5.0, 95.0])),
+                min_size=0, max_size=240),
+       st.sampled_from([None, (0.2, 5.0), (0.3, 95.0), (0.5, 40.0)]))
+def test_property_the_compiled_cut_search_equals_the_numpy_one(values, edge):
+    """patterns.split_run's search for the warm-up and cool-down cuts, compiled (taken where
+    classify's pass loaded the loops), finds the cuts the NumPy matrices find."""
+    import sys
+
+    from gpuaudit.classify import patterns
+
+    x = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    if edge is not None and x.size:  # a warm-up at another level
+        k = int(edge[0] * x.size)
+        x[:k] = edge[1]
+    assert fused.available(), "numba is a dependency: it must import"
+    compiled = patterns.split_run(x)
+    kernel = sys.modules.pop("gpuaudit.classify._kernel")
+    try:
+        assert compiled == patterns.split_run(x)
+    finally:
+        sys.modules["gpuaudit.classify._kernel"] = kernel

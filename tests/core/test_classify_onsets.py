@@ -133,3 +133,63 @@ def test_no_onsets_gathered_without_a_timeline():
     usage = classify(Recording(table=table, source="t", origin="t", interval_s=1.0),
                      timeline=False)
     assert usage.onset_lags == ()
+
+
+@st.composite
+def onset_sets(draw):
+    """Jobs of GPUs whose onsets come at a period with jitter, some far off (no peer within
+    half a period), repeated times, peers with far fewer onsets than the GPU."""
+    onsets, jobs = {}, {}
+    for j in range(draw(st.integers(1, 3))):
+        members = []
+        for g in range(draw(st.integers(1, 5))):
+            period = draw(st.sampled_from([1, 4, 10, 60])) * 10**9
+            n = draw(st.integers(0, 40))
+            jitter = draw(st.lists(st.integers(-3 * 10**9, 3 * 10**9), min_size=n,
+                                   max_size=n))
+            t = np.sort(np.array([k * period + x for k, x in enumerate(jitter)],
+                                 dtype=np.int64))
+            name = f"GPU-{j}-{g}"
+            onsets[name] = t
+            members.append(name)
+        jobs[f"job-{j}"] = members
+    return onsets, jobs
+
+
+@settings(max_examples=200, deadline=None)
+@given(onset_sets())
+def test_property_the_compiled_lags_equal_the_numpy_ones(case):
+    """The steps' lags in the compiled loop (merge walks, a median per onset) are the NumPy
+    form's, figure for figure."""
+    from gpuaudit.classify import fused
+
+    assert fused.available(), "numba is a dependency: it must import"
+    onsets, jobs = case
+    assert onset_lags(onsets, jobs, compiled=True) == onset_lags(onsets, jobs, compiled=False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10**12)), max_size=300))
+def test_property_onsets_grouped_by_series_keep_each_series_order(pairs):
+    """The counting sort of the compiled loops groups onsets by series as a stable sort does
+    (each series' in the order met), and OnsetAcc.onsets gives the same either way."""
+    from gpuaudit.classify import fused
+    from gpuaudit.classify.lag import OnsetAcc, _by_series
+
+    assert fused.available(), "numba is a dependency: it must import"
+    c = np.array([p[0] for p in pairs], dtype=np.int64)
+    t = np.array([p[1] for p in pairs], dtype=np.int64)
+    order = np.argsort(c, kind="stable")
+    got_c, got_t = _by_series(c, t)
+    assert got_c.tolist() == c[order].tolist() and got_t.tolist() == t[order].tolist()
+    acc = OnsetAcc()
+    acc.grow(41)
+    for part in np.array_split(np.arange(c.size), 11):  # more parts than are sliced apart
+        acc.parts.append((c[part], t[part]))
+    uuids = [f"GPU-{k}" for k in range(41)]
+    many = acc.onsets(uuids)
+    acc.compact()
+    assert len(acc.parts) <= 1
+    one = acc.onsets(uuids)
+    for k, u in enumerate(uuids):
+        assert many[u].tolist() == one[u].tolist() == t[c == k].tolist()

@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     from gpuaudit.classify.lag import OnsetAcc
     from gpuaudit.classify.timeline import TimelineAcc
 
-__all__ = ["COLUMNS", "MIN_ROWS", "MIN_SOURCE_ROWS", "available", "stream_batch"]
+__all__ = ["COLUMNS", "MIN_ROWS", "MIN_SOURCE_ROWS", "available", "loaded", "stream_batch",
+           "warm"]
 
 #: From this many rows in a batch on, the compiled loop is used (when numba imports and
 #: GPUAUDIT_NO_NUMBA is not set)...
@@ -82,6 +83,32 @@ def available() -> bool:
             except ImportError:
                 _state = False
     return _state
+
+
+def warm() -> None:
+    """Load the loop's machine code now, through one tiny batch (a worker started ahead of
+    its task does this while it waits); nothing where numba is not available."""
+    if not available():
+        return
+    from gpuaudit.classify.accumulate import new_cells
+    from gpuaudit.classify.lag import OnsetAcc
+
+    ts = np.array([0, 1], dtype=np.int64)
+    ts.setflags(write=False)  # as Arrow's timestamps come: the same machine code
+    rows = {"code": np.zeros(2, dtype=np.int64), "ts": ts,
+            "cell": np.zeros(2, dtype=np.int64), "u": np.array([5.0, 50.0])}
+    cells = new_cells()
+    cells.ensure(1)
+    stats = SeriesStats()
+    stats.grow(1)
+    onsets = OnsetAcc()
+    onsets.grow(1)
+    stream_batch(rows, None, 1, 3.0, cells, stats, None, onsets)
+
+
+def loaded() -> bool:
+    """Whether the compiled loops are loaded already (nothing more to pay for using them)."""
+    return _kernel is not None
 
 
 def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | None,

@@ -32,6 +32,7 @@ with one clear shape are that shape, never "mixed".
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -143,6 +144,12 @@ def split_run(util_pct: np.ndarray) -> tuple[int, int]:
     noise = float(np.mean(np.diff(x) ** 2) / 2.0) if n > 1 else 0.0
     penalty = 3.0 * math.log(n) * max(noise, 1.0)
     min_steady = max(2, math.ceil(STEADY_MIN_SHARE * n))
+    kernel = sys.modules.get("gpuaudit.classify._kernel")
+    if kernel is not None:  # classify's pass loaded the compiled loops: the same search
+        i, j, found = kernel.best_cuts(s1, s2, n, min_steady, penalty, EDGE_MIN_DIFF_PCT)
+        if not found:
+            return 0, n_all
+        return (0 if i == 0 else int(valid[i])), (n_all if j == n else int(valid[j]))
     a = np.arange(0, n + 1)[:, None]
     b = np.arange(0, n + 1)[None, :]
     # the steady stretch is the longest of the three, and an edge spans at least 2 buckets
