@@ -374,6 +374,9 @@ def test_property_ranges_claimed_from_both_ends_equal_one_pass(monkeypatch, tabl
             os.remove(p)
         return Done(pickle.loads(pickle.dumps(answer)))  # as it crosses the pipe
 
+    from gpuaudit.classify import passes
+
+    monkeypatch.setattr(passes, "CLAIM_RANGES", True)
     monkeypatch.setattr(parallel, "_start", worker)
     monkeypatch.setattr(parallel, "_collect", lambda proc: proc.answer)
     with tempfile.TemporaryDirectory() as tmp:
@@ -384,8 +387,11 @@ def test_property_ranges_claimed_from_both_ends_equal_one_pass(monkeypatch, tabl
     assert whole.onset_lags == claimed.onset_lags
 
 
-def test_two_processes_claim_the_ranges_and_give_the_same_usage(tmp_path):
+def test_two_processes_claim_the_ranges_and_give_the_same_usage(tmp_path, monkeypatch):
     """A real worker process claiming ranges from the end (nine row groups: eight ranges)."""
+    from gpuaudit.classify import passes
+
+    monkeypatch.setattr(passes, "CLAIM_RANGES", True)
     path = write(_ramp_table(), tmp_path / "r.parquet", 100)
     recipes = open_samples(path).split(2, pieces=parallel.RANGES_PER_PROCESS)
     assert recipes is not None and len(recipes) == 8

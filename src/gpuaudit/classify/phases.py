@@ -137,7 +137,10 @@ def engine_batches(source: Any, by: Sequence[str]) -> Iterator[pa.RecordBatch]:
     """The source's batches as the engine reads them: lean (``batches(lean=True)``: no
     labels, host, model and MIG profile per row, only where a GPU first appears) where the
     source offers it and no ``--by`` key but periods reads those columns."""
-    if getattr(source, "reads_lean", False) and all(k.startswith("period:") for k in by):
+    # (declared by the source's class: a proxy forwarding unknown attributes to a file
+    # source, such as the plan's handover, does not take batches(lean=True) through)
+    if (hasattr(type(source), "reads_lean") and getattr(source, "reads_lean", False)
+            and all(k.startswith("period:") for k in by)):
         return source.batches(lean=True)  # type: ignore[no-any-return]
     return source.batches()  # type: ignore[no-any-return]
 
