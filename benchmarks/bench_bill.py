@@ -427,12 +427,46 @@ def run_child(code: str, *args: str, src: str | None = None) -> dict[str, object
     env = dict(os.environ)
     if src is not None:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                         env=env)
-    if out.returncode != 0:
-        raise SystemExit(out.stderr[-3000:])
-    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    p = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env)
+    # each process's own peak (VmHWM), polled until it exits: the children's ru_maxrss
+    # may be the parent's peak (a forked child starts with its parent's pages counted)
+    hwm: dict[int, float] = {}
+    while p.poll() is None:
+        for pid, kib in _tree_hwm_kib(p.pid).items():
+            hwm[pid] = max(hwm.get(pid, 0.0), kib)
+        time.sleep(0.1)
+    stdout, stderr = p.communicate()
+    if p.returncode != 0:
+        raise SystemExit(stderr[-3000:])
+    result: dict[str, object] = json.loads(stdout.strip().splitlines()[-1])
+    result["hwm_main_mib"] = hwm.get(p.pid, 0.0) / 1024
+    result["hwm_workers_mib"] = sum(v for k, v in hwm.items() if k != p.pid) / 1024
     return result
+
+
+def _tree_hwm_kib(root: int) -> dict[int, float]:
+    """VmHWM (peak RSS, KiB) of ``root`` and each of its descendants now alive."""
+    kids: dict[int, list[int]] = {}
+    for q in Path("/proc").iterdir():
+        if q.name.isdigit():
+            try:
+                ppid = int((q / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(q.name))
+    out: dict[int, float] = {}
+    todo = [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            for ln in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if ln.startswith("VmHWM:"):
+                    out[pid] = float(ln.split()[1])
+        except OSError:
+            continue
+    return out
 
 
 def median_of(code: str, repeat: int, *args: str) -> dict[str, object]:
@@ -527,8 +561,8 @@ def interleaved(repeat: int, base_src: str, *args: str) -> None:
             r["load_before"] = load
             runs[name].append(r)
             print(f"{name:8s} wall {float(r['wall_s']):6.2f} s  cpu "  # type: ignore[arg-type]
-                  f"{float(r['cpu_s']):6.1f} s  rss {float(r['rss_mib']):5.0f} + worker "  # type: ignore[arg-type]
-                  f"{float(r['child_rss_mib']):4.0f} MiB  load before {load:.2f}  billed "  # type: ignore[arg-type]
+                  f"{float(r['cpu_s']):6.1f} s  VmHWM {float(r['hwm_main_mib']):5.0f} + worker "  # type: ignore[arg-type]
+                  f"{float(r['hwm_workers_mib']):4.0f} MiB  load before {load:.2f}  billed "  # type: ignore[arg-type]
                   f"{r['billed']} diff {r['difference']} exact {r['exact']} team-0 "
                   f"{r['team0']} idle {r['idle']}", flush=True)
     for name, rs in runs.items():
@@ -536,8 +570,8 @@ def interleaved(repeat: int, base_src: str, *args: str) -> None:
         cpus = [float(r["cpu_s"]) for r in rs]  # type: ignore[arg-type]
         print(f"{name:8s} wall min {walls[0]:.2f} median {statistics.median(walls):.2f} s "
               f"(runs {', '.join(f'{w:.2f}' for w in walls)}); cpu median "
-              f"{statistics.median(cpus):.1f} s; peak rss "
-              f"{max(float(r['rss_mib']) + float(r['child_rss_mib']) for r in rs):.0f} MiB")  # type: ignore[arg-type]
+              f"{statistics.median(cpus):.1f} s; peak VmHWM main + worker "
+              f"{max(float(r['hwm_main_mib']) + float(r['hwm_workers_mib']) for r in rs):.0f} MiB")  # type: ignore[arg-type]
     same = {k: v for k, v in runs["baseline"][0].items() if k in (
         "billed", "difference", "exact", "team0", "idle", "outside")} == {
         k: v for k, v in runs["this"][0].items() if k in (

@@ -177,9 +177,33 @@ def run(path: Path, baseline: bool) -> dict[str, object]:
     return out
 
 
+def _vm_hwm_mib(pid: int) -> float | None:
+    """The process's peak resident set (``VmHWM`` in /proc/PID/status), MiB; None once it
+    has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
 def _cli(path: Path, plan: bool, src: str | None) -> dict[str, float]:
     """``gpuaudit simulate`` as a user runs it, a fresh process: wall and CPU (with any
-    worker it starts) and peak RSS, from ``wait4``."""
+    worker it starts) from ``wait4``; peak RSS as each process's own ``VmHWM`` (the kernel's
+    high-water mark, polled every 20 ms until it exits; ``wait4``'s ``ru_maxrss`` can carry
+    the forking parent's resident set into the child's): the command's, and the largest of
+    any worker process it starts."""
     gpuaudit = str(Path(sys.executable).with_name("gpuaudit"))
     env = dict(os.environ)
     if src is not None:
@@ -191,21 +215,35 @@ def _cli(path: Path, plan: bool, src: str | None) -> dict[str, float]:
     with tempfile.TemporaryFile() as err:
         t = time.perf_counter()
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=err)
-        _pid, status, ru = os.wait4(proc.pid, 0)
+        hwm: dict[int, float] = {}
+        while True:
+            pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            for p in (proc.pid, *_children(proc.pid)):
+                v = _vm_hwm_mib(p)
+                if v is not None:
+                    hwm[p] = max(hwm.get(p, 0.0), v)
+            time.sleep(0.02)
         wall = time.perf_counter() - t
+        proc.returncode = os.waitstatus_to_exitcode(status)
         if status != 0:
             err.seek(0)
             raise SystemExit(f"{cmd} failed: {err.read().decode()[-2000:]}")
-    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "rss_mib": ru.ru_maxrss / 1024}
+    workers = [v for p, v in hwm.items() if p != proc.pid]
+    return {"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
+            "rss_mib": hwm.get(proc.pid, 0.0), "worker_rss_mib": max(workers, default=0.0),
+            "ru_maxrss_mib": ru.ru_maxrss / 1024}
 
 
-def plan_cost(path: Path, repeat: int, base_src: str | None) -> None:
+def plan_cost(path: Path, repeat: int, base_src: str | None, this_src: str | None = None
+              ) -> None:
     """What the plan adds to ``gpuaudit simulate``: the command with and without it, run by
     run (and the baseline's, when given, interleaved), min and median."""
     import statistics
 
     cases = [(name, src, plan) for name, src in (
-        *((("baseline", base_src),) if base_src else ()), ("this", None))
+        *((("baseline", base_src),) if base_src else ()), ("this", this_src))
         for plan in (False, True)]
     res: dict[tuple[str, bool], list[dict[str, float]]] = {(n, p): [] for n, _s, p in cases}
     for _ in range(repeat):
@@ -213,15 +251,19 @@ def plan_cost(path: Path, repeat: int, base_src: str | None) -> None:
             load = os.getloadavg()[0]
             r = _cli(path, plan, src)
             r["load_before"] = load
+            r["load_after"] = os.getloadavg()[0]
             res[(name, plan)].append(r)
             print(f"{name:8s} {'plan   ' if plan else 'no-plan'} wall {r['wall_s']:6.2f} s  "
-                  f"cpu {r['cpu_s']:6.1f} s  rss {r['rss_mib']:5.0f} MiB  load before "
-                  f"{load:.2f}", flush=True)
+                  f"cpu {r['cpu_s']:6.1f} s  VmHWM {r['rss_mib']:5.0f} MiB (workers "
+                  f"{r['worker_rss_mib']:.0f}; ru_maxrss {r['ru_maxrss_mib']:.0f})  load before "
+                  f"{load:.2f}, after {r['load_after']:.2f}", flush=True)
     for (name, plan), rs in res.items():
         walls = sorted(r["wall_s"] for r in rs)
+        cpus = ", ".join(f"{r['cpu_s']:.1f}" for r in rs)
         print(f"{name:8s} {'plan   ' if plan else 'no-plan'} wall min {walls[0]:.2f} median "
               f"{statistics.median(walls):.2f} s (runs {', '.join(f'{w:.2f}' for w in walls)})"
-              f"; cpu median {statistics.median(r['cpu_s'] for r in rs):.1f} s; peak rss "
+              f"; cpu median {statistics.median(r['cpu_s'] for r in rs):.1f} s (runs "
+              f"{cpus}); peak VmHWM "
               f"{max(r['rss_mib'] for r in rs):.0f} MiB")
     for name in dict.fromkeys(n for n, _p in res):
         a = [r["wall_s"] for r in res[(name, False)]]
@@ -229,6 +271,86 @@ def plan_cost(path: Path, repeat: int, base_src: str | None) -> None:
         print(f"{name}: the plan adds {min(b) / min(a) - 1:+.0%} (min) "
               f"{statistics.median(b) / statistics.median(a) - 1:+.0%} (median)")
     print("load average after:", os.getloadavg())
+
+
+def stage_cpu(path: Path, plan: bool) -> None:
+    """CPU per thread and stage (``time.thread_time`` around each) of ``gpuaudit.simulate`` on
+    the file in this process, as the CLI runs it (the allocator tuned first): what the plan's
+    thread spends and where, beside the main thread."""
+    import threading
+
+    from gpuaudit._heap import keep_freed_memory
+
+    keep_freed_memory()
+    import gpuaudit.api.shared_read as shared
+    import gpuaudit.capacity.profiles as profiles
+    import gpuaudit.capacity.simulate as replay
+    from gpuaudit.api import audit as _audit  # noqa: F401  (the module, for its audit_usage)
+    from gpuaudit.api import simulate
+    from gpuaudit.classify import fused, passes, phases
+
+    audit_mod = sys.modules["gpuaudit.api.audit"]
+    acc: dict[str, float] = {}
+
+    def timed(owner: object, name: str, label: str) -> None:
+        real = getattr(owner, name)
+
+        def wrapper(*a: object, **k: object) -> object:
+            who = "plan" if threading.current_thread().name == "gpuaudit-plan-classify" \
+                else "main"
+            t = time.thread_time()
+            try:
+                return real(*a, **k)
+            finally:
+                acc[f"{who}: {label}"] = acc.get(f"{who}: {label}", 0.0) + time.thread_time() - t
+
+        setattr(owner, name, wrapper)
+
+    available = fused.available
+
+    def first_available() -> bool:
+        # numba is imported in the run (by the thread that meets the first large batch),
+        # then the compiled loops are timed
+        t = time.thread_time()
+        ok = available()
+        who = "plan" if threading.current_thread().name == "gpuaudit-plan-classify" else "main"
+        acc[f"{who}: numba import"] = time.thread_time() - t
+        fused.available = available  # type: ignore[assignment]
+        if ok:
+            for name in ("stream", "first_out_of_order", "max_signals"):
+                timed(fused._kernel, name, f"kernel {name}")
+        return ok
+
+    fused.available = first_available  # type: ignore[assignment]
+    timed(fused, "stream_batch", "fused.stream_batch (kernels + setup)")
+    timed(phases._Engine, "_rows", "_Engine._rows (codes, cells, floats)")
+    timed(phases._Engine, "feed", "_Engine.feed (all per batch)")
+    timed(passes, "_lags", "lags from the onsets")
+    timed(passes, "detect_patterns", "patterns")
+    timed(profiles.ProfileBuilder, "add", "ProfileBuilder.add")
+    timed(profiles.ProfileBuilder, "finish", "ProfileBuilder.finish")
+    timed(replay, "simulate", "simulate (all policies)")
+    timed(audit_mod, "audit_usage", "audit_usage (price, diagnose, recommend)")
+    waited = [0.0]
+    put = shared._Handover.put
+
+    def timed_put(self: object, item: object) -> bool:
+        t = time.perf_counter()
+        try:
+            return bool(put(self, item))  # type: ignore[arg-type]
+        finally:
+            waited[0] += time.perf_counter() - t
+
+    shared._Handover.put = timed_put  # type: ignore[method-assign]
+    load = os.getloadavg()[0]
+    t0, w0, m0 = time.process_time(), time.perf_counter(), time.thread_time()
+    rep = simulate(path, policy="all", gpu_model="H100", plan=plan)
+    rep.render("json")
+    print(f"process CPU {time.process_time() - t0:.2f} s, wall {time.perf_counter() - w0:.2f} s,"
+          f" main thread CPU {time.thread_time() - m0:.2f} s, main waited handing batches over "
+          f"{waited[0]:.2f} s; load before {load:.2f}, after {os.getloadavg()[0]:.2f}")
+    for key, v in sorted(acc.items(), key=lambda kv: (kv[0].split(":")[0], -kv[1])):
+        print(f"  {key:55s} {v:6.2f} s")
 
 
 def main() -> None:
@@ -243,6 +365,11 @@ def main() -> None:
     ap.add_argument("--baseline-src", default=None, metavar="DIR",
                     help="with --plan-cost: also the gpuaudit of this src folder (e.g. main "
                     "checked out with git worktree add), interleaved run by run")
+    ap.add_argument("--stage-cpu", choices=("plan", "no-plan"), default=None,
+                    help="CPU per thread and stage of simulate in this process")
+    ap.add_argument("--this-src", default=None, metavar="DIR",
+                    help="with --plan-cost: run 'this' from this src folder (a snapshot of the "
+                    "branch, so that edits made during the run do not reach it)")
     args = ap.parse_args()
     if args.run is not None:
         print(json.dumps(run(args.run, args.baseline)))
@@ -254,8 +381,11 @@ def main() -> None:
         make_file(args.gpus, args.days, path)
         print(f"wrote {path} ({path.stat().st_size / 2**20:.0f} MiB) in "
               f"{time.perf_counter() - t:.0f} s", file=sys.stderr)
+    if args.stage_cpu:
+        stage_cpu(path, args.stage_cpu == "plan")
+        return
     if args.plan_cost:
-        plan_cost(path, args.plan_cost, args.baseline_src)
+        plan_cost(path, args.plan_cost, args.baseline_src, args.this_src)
         return
     print("load before:", os.getloadavg(), file=sys.stderr)
     cmd = [sys.executable, __file__, "--run", str(path)] + (["--baseline"] if args.baseline else [])
@@ -271,7 +401,8 @@ def main() -> None:
                             "H100", "--format", "json", "-o", os.devnull,
                             *([flag] if flag else [])], check=True, capture_output=True)
             res[name] = round(time.perf_counter() - t, 2)
-        # the largest child so far: the measured process and the two CLI runs
+        # the largest child so far: the measured process and the two CLI runs (ru_maxrss:
+        # may carry this parent's resident set; --plan-cost reads each process's VmHWM)
         res["max_child_rss_mib"] = round(
             resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
     res["load_after"] = os.getloadavg()

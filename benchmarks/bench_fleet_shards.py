@@ -49,8 +49,9 @@ if os.environ.get("BENCH_PROFILE"):
     prof = cProfile.Profile()
     prof.enable()
 t = time.perf_counter()
+kw = {"fetch": sys.argv[5]} if len(sys.argv) > 5 else {}
 r = audit_fleet(prometheus=stores, start_s=start, end_s=end, step_s=step, by=("team",),
-                pricing={"price": "1.00"})
+                pricing={"price": "1.00"}, **kw)
 wall = time.perf_counter() - t
 if prof is not None:
     import pstats
@@ -84,7 +85,7 @@ def server_pid(port: str) -> int:
 
 
 def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namespace,
-          src: Path | None, name: str) -> dict[str, object]:
+          src: Path | None, name: str, fetch: str | None = None) -> dict[str, object]:
     """One audit in a fresh process (``src``: another tree's src/ first on the path)."""
     env = dict(os.environ)
     if src is not None:
@@ -94,7 +95,8 @@ def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namesp
     cpu0 = [cpu_s(p) for p in pids]
     load = os.getloadavg()[0]
     out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(urls),
-                          str(fleet.start_s), str(fleet.end_s), str(args.step)],  # type: ignore[attr-defined]
+                          str(fleet.start_s), str(fleet.end_s), str(args.step),  # type: ignore[attr-defined]
+                          *([fetch] if fetch else [])],
                          capture_output=True, text=True, timeout=7200, env=env)
     if out.returncode:
         sys.exit(out.stderr[-3000:])
@@ -103,7 +105,7 @@ def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namesp
     res: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
     server = [cpu_s(p) - c for p, c in zip(pids, cpu0)]
     tr: dict[str, object] = res["transfer"]  # type: ignore[assignment]
-    print(f"[{name}] {args.gpus} GPUs x {args.days:g} d at {args.step} s over 4 stores: wall "
+    print(f"[{name}] {args.gpus} GPUs x {args.days:g} d at {args.step} s over {len(urls)} stores: wall "
           f"{res['wall_s']:.1f} s, peak RSS {res['rss_mib']:.0f} MiB, CPU client "
           f"{res['cpu_s']:.1f} s, servers {sum(server):.1f} s "
           f"({', '.join(f'{x:.1f}' for x in server)}), requests {tr['requests']}, wire "
@@ -114,6 +116,33 @@ def audit(urls: list[str], pids: list[int], fleet: object, args: argparse.Namesp
         print(f"  {st['name']}: {st['requests']} requests, wire {st['wire_bytes']:,} B, "
               f"decoded {st['body_bytes']:,} B", flush=True)
     return res
+
+
+def only_stores(args: argparse.Namespace) -> None:
+    """Audit the stores ``args.only_stores`` of ``args.keep`` (this tree and ``--base``
+    alternating), the fleet's range from --days (the generator's start)."""
+    from types import SimpleNamespace
+
+    assert args.keep is not None, "--only-stores needs --keep"
+    fleet = SimpleNamespace(start_s=1_704_067_200,
+                            end_s=1_704_067_200 + int(args.days * 86400) - args.step)
+    idx = [int(x) for x in args.only_stores.split(",")]
+    with contextlib.ExitStack() as stack:
+        urls = []
+        for i in idx:
+            run = run_prometheus if KINDS[i] == "prometheus" else run_victoria_metrics
+            urls.append(f"s{i}=" + stack.enter_context(run(args.keep / f"store{i}")))
+        pids = [server_pid(u.rsplit(":", 1)[1]) for u in urls]
+        while True:  # let the servers finish compacting promtool's blocks
+            c0 = sum(cpu_s(p) for p in pids)
+            time.sleep(20)
+            if sum(cpu_s(p) for p in pids) - c0 < 0.5:
+                break
+        print(f"stores {args.only_stores} (uptime: {os.getloadavg()})", flush=True)
+        trees = [("this tree", None)] + ([("base", args.base)] if args.base else [])
+        for _run in range(args.runs):
+            for name, src in trees:
+                audit(urls, pids, fleet, args, src, name)
 
 
 def main() -> None:
@@ -128,8 +157,18 @@ def main() -> None:
                     "audit runs interleaved with this tree's on the same stores")
     ap.add_argument("--runs", type=int, default=1, help="audits per tree")
     ap.add_argument("--profile", action="store_true", help="cProfile the client (stderr)")
+    ap.add_argument("--fetch", default=None,
+                    help="this tree's fetch modes, comma-separated (e.g. native,pushdown: "
+                    "each run audits once per mode); default: the tree's default")
     ap.add_argument("--build-only", action="store_true")
+    ap.add_argument("--only-stores", default=None, metavar="I,J",
+                    help="audit only these stores of --keep, as built so far (no build, no "
+                    "stamp needed: e.g. 0,1 = the Prometheus stores of a build stopped early); "
+                    "waits until the servers' CPU settles (compaction) first")
     args = ap.parse_args()
+    if args.only_stores:
+        only_stores(args)
+        return
     fleet = make_fleet(nodes=max(4, args.gpus // 4), gpus_per_node=4, hours=args.days * 24,
                        step_s=args.step, seed=3, segment_hours=12.0)
     hosts = fleet.hosts()
@@ -170,12 +209,15 @@ def main() -> None:
         if args.build_only:
             return
         pids = [server_pid(u.rsplit(":", 1)[1]) for u in urls]
-        trees = [("this tree", None)] + ([("base", args.base)] if args.base else [])
+        modes = args.fetch.split(",") if args.fetch else [None]
+        trees: list[tuple[str, Path | None, str | None]] = [
+            (f"this tree{f' --fetch {m}' if m else ''}", None, m) for m in modes]
+        trees += [("base", args.base, None)] if args.base else []
         results: dict[str, list[dict[str, object]]] = {}
         for _run in range(args.runs):
-            for name, src in trees:
+            for name, src, mode in trees:
                 results.setdefault(name, []).append(
-                    audit(urls, pids, fleet, args, src, name))
+                    audit(urls, pids, fleet, args, src, name, mode))
         for name, rs in results.items():
             walls = sorted(float(r["wall_s"]) for r in rs)  # type: ignore[arg-type]
             print(f"{name}: wall min {walls[0]:.1f} s, median {walls[len(walls) // 2]:.1f} s "

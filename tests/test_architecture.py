@@ -13,7 +13,7 @@ SRC = Path(gpuaudit.__file__).parent
 # rank of each top-level module; a module may import modules of equal or lower rank only
 LAYERS: dict[str, int] = {
     "errors": 0, "schema": 0, "units": 0, "hardware": 0, "promql": 0, "validate": 0,
-    "limits": 0, "__init__": 0, "_heap": 0, "series": 0,
+    "limits": 0, "__init__": 0, "_heap": 0, "_workers": 0, "series": 0,
     "measure": 1, "traces": 1,
     "classify": 2,
     "price": 3,

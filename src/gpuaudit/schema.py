@@ -13,7 +13,7 @@ pod's share of that GPU at that time; the shares of one timestamp sum to 1).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -276,6 +276,7 @@ def validate(
     source: str,
     locate: Locate | None = None,
     check_order: bool = True,
+    proven: Collection[str] = (),
 ) -> pa.Table:
     """Check a sample table against the contract and return it cast to :data:`SAMPLE_SCHEMA`.
 
@@ -284,7 +285,8 @@ def validate(
     power, a ratio column holding percents, and timestamps that repeat or run backwards
     within one GPU's series. A column's scale is what its name declares (``util_gpu_pct`` is
     percent, 0..100, fractions included): guessing a source's scale from its values is the
-    importer's job (:mod:`gpuaudit.measure.files.mapping`, by range).
+    importer's job (:mod:`gpuaudit.measure.files.mapping`, by range). ``proven``: columns
+    whose range is already known to hold (a Parquet file's statistics), not checked again.
     """
 
     def where(row: int) -> str:
@@ -305,7 +307,7 @@ def validate(
         return table
     for col in COLUMNS:
         arr = table.column(col.name)
-        if arr.null_count == len(arr):
+        if col.name in proven or arr.null_count == len(arr):
             continue
         if col.lo is not None:
             bad = pc.less(arr, col.lo)

@@ -231,3 +231,19 @@ def test_wrong_typed_parquet_column(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"column BilledCost, row 1: column BilledCost has "
                        "type BOOLEAN, not an amount"):
         open_bill(p)
+
+
+def test_typed_amount_too_wide_is_still_checked(tmp_path: Path) -> None:
+    """A typed Parquet amount is trusted only where every value fits DECIMAL(38,12): a
+    DECIMAL(38,0) of 30 digits does not, and is named with its row (issue 27 skips the
+    check only for types that cannot fail)."""
+    from decimal import Decimal
+
+    t = pa.table({"ChargePeriodStart": pa.array([0, 3600], pa.timestamp("s", "UTC")),
+                  "ChargePeriodEnd": pa.array([3600, 7200], pa.timestamp("s", "UTC")),
+                  "BilledCost": pa.array([Decimal(1), Decimal(10**30)], pa.decimal128(38, 0)),
+                  "BillingCurrency": ["USD", "USD"]})
+    p = tmp_path / "wide.parquet"
+    pq.write_table(t, p)
+    with pytest.raises(InputError, match=r"column BilledCost, row 2"):
+        open_bill(p)

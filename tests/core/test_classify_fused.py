@@ -118,6 +118,58 @@ def test_property_the_compiled_pass_equals_the_numpy_path(taken, table, rows_per
     assert sum(fast.overall().phase_shares_pct().values()) in (0, 100)
 
 
+MAXIMA = ("mem_used_mib", "mem_total_mib", "temp_c", "power_limit_w")
+
+
+@st.composite
+def tables_with_maxima(draw):
+    """:func:`tables` with the per-GPU maxima a sampler records beside utilization (memory
+    used and total, temperature, the power limit), some of them missing on some rows or
+    for the whole recording."""
+    table = draw(tables())
+    n = table.num_rows
+    for name in MAXIMA:
+        if draw(st.booleans()):
+            continue  # never measured
+        top = 120.0 if name == "temp_c" else 90_000.0
+        vals = draw(st.lists(st.one_of(st.none(), st.floats(0.0, top)),
+                             min_size=n, max_size=n))
+        table = table.set_column(table.schema.get_field_index(name), name,
+                                 pa.array(vals, pa.float32()))
+    return table
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(tables_with_maxima(), st.integers(1, 9), st.integers(1, 4), st.integers(1, 7),
+       st.sampled_from([(), ("pod",)]))
+def test_property_the_maxima_take_the_compiled_pass(taken, table, rows_per_group, workers,
+                                                    batch_rows, by):
+    """Memory used and total, temperature and the power limit (every nvidia-smi log has the
+    first two) no longer send a batch to the NumPy path: each GPU's maxima and the memory
+    bucketed on the timeline are the NumPy path's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.parquet"
+        write_recording(recording(table), path, row_group_rows=rows_per_group)
+
+        def run() -> Usage:
+            return classify(open_samples(path, batch_rows=batch_rows), by=by,
+                            workers=workers)
+
+        before = taken[0]
+        fast = run()
+        assert taken[0] > before  # the compiled pass did take batches
+        slow = _numpy_path(run)
+    assert_same_usage(fast, slow)  # the series' maxima among the rest
+    _same_timeline(fast, slow)
+    assert fast.timeline is not None and slow.timeline is not None
+    assert set(fast.timeline.signals) == set(slow.timeline.signals)
+    for name, arr in slow.timeline.signals.items():
+        np.testing.assert_allclose(fast.timeline.signals[name], arr, rtol=1e-9, atol=1e-9,
+                                   err_msg=name)
+    assert fast.onset_lags == slow.onset_lags
+
+
 def test_a_time_sliced_batch_after_compiled_ones_continues_them(taken):
     """Rows with gpu_share (time-slicing) take the NumPy path; a GPU carried over from a
     compiled batch continues there as if one path had read both."""
@@ -179,3 +231,27 @@ def _write_csv(table: pa.Table, path: Path) -> None:
     plain = [f.name for f in table.schema if not pa.types.is_map(f.type)
              and table.column(f.name).null_count < table.num_rows]
     pacsv.write_csv(table.select(plain), path)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(0, 100), st.sampled_from([0.0, 5.0, 95.0])),
+                min_size=0, max_size=240),
+       st.sampled_from([None, (0.2, 5.0), (0.3, 95.0), (0.5, 40.0)]))
+def test_property_the_compiled_cut_search_equals_the_numpy_one(values, edge):
+    """patterns.split_run's search for the warm-up and cool-down cuts, compiled (taken where
+    classify's pass loaded the loops), finds the cuts the NumPy matrices find."""
+    import sys
+
+    from gpuaudit.classify import patterns
+
+    x = np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    if edge is not None and x.size:  # a warm-up at another level
+        k = int(edge[0] * x.size)
+        x[:k] = edge[1]
+    assert fused.available(), "numba is a dependency: it must import"
+    compiled = patterns.split_run(x)
+    kernel = sys.modules.pop("gpuaudit.classify._kernel")
+    try:
+        assert compiled == patterns.split_run(x)
+    finally:
+        sys.modules["gpuaudit.classify._kernel"] = kernel

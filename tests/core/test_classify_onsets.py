@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuaudit.classify import classify, parallel, passes
-from gpuaudit.classify.lag import busy_onsets, onset_lags
+from gpuaudit.classify.lag import busy_onsets, nanmedian_columns, onset_lags
 from gpuaudit.classify.parallel import classify_ranges
 from gpuaudit.classify.phases import _Engine
 from gpuaudit.measure.files import open_samples
@@ -133,3 +133,135 @@ def test_no_onsets_gathered_without_a_timeline():
     usage = classify(Recording(table=table, source="t", origin="t", interval_s=1.0),
                      timeline=False)
     assert usage.onset_lags == ()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 8), st.integers(1, 40), st.data())
+def test_property_the_lag_median_is_numpys_nanmedian_to_the_bit(peers, steps, data):
+    """The per-step median over peers (NaN: no peer onset near) is ``np.nanmedian``'s,
+    bit for bit: odd and even counts, lags in whole nanoseconds and fractions, ties."""
+    vals = st.one_of(st.just(np.nan), st.integers(-10**12, 10**12).map(float),
+                     st.floats(-1e6, 1e6, allow_nan=False), st.sampled_from([0.0, 1.0, -1.0]))
+    a = np.array(data.draw(st.lists(st.lists(vals, min_size=steps, max_size=steps),
+                                    min_size=peers, max_size=peers)), dtype=np.float64)
+    a = a[:, ~np.all(np.isnan(a), axis=0)]  # onset_lags keeps the steps some peer matched
+    np.testing.assert_array_equal(nanmedian_columns(a), np.nanmedian(a, axis=0))
+
+
+def _lags_pair_by_pair(onsets, jobs):
+    """onset_lags as it was written first: one search per (GPU, peer) pair."""
+    out = []
+    for job, members in jobs.items():
+        have = [m for m in members if onsets.get(m) is not None and onsets[m].size >= 2]
+        if len(have) < 2:
+            continue
+        for g in have:
+            mine = onsets[g].astype(np.int64)
+            period = float(np.median(np.diff(mine))) / 1e9
+            if period <= 0:
+                continue
+            half_ns = period * 1e9 / 2
+            per_peer = []
+            for p in have:
+                if p == g:
+                    continue
+                theirs = onsets[p].astype(np.int64)
+                i = np.clip(np.searchsorted(theirs, mine), 1, theirs.size - 1)
+                left, right = theirs[i - 1], theirs[i]
+                near = np.where(mine - left <= right - mine, left, right)
+                d = (mine - near).astype(np.float64)
+                per_peer.append(np.where(np.abs(d) <= half_ns, d, np.nan))
+            lags = np.asarray(per_peer)
+            matched = ~np.all(np.isnan(lags), axis=0)
+            if not matched.any():
+                continue
+            step = np.nanmedian(lags[:, matched], axis=0) / 1e9
+            out.append((g, job, int(step.size), period, float(np.median(step)),
+                        float(np.mean(step > 0))))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.sampled_from([10**9, 60 * 10**9, 10**16]),
+       st.sampled_from([0, 1_767_225_600 * 10**9, -(2**62)]))
+def test_property_lags_equal_the_search_pair_by_pair(data, unit, t0):
+    """The lags, NumPy's form (the medians over peers in one sort) and the compiled loop's,
+    equal the first form, one search and np.nanmedian per (GPU, peer) pair: ties, onsets
+    past either end of a peer's, peers of two onsets, GPUs of one onset (left out), spans
+    near the ends of int64."""
+    n_jobs = data.draw(st.integers(1, 3))
+    onsets, jobs = {}, {}
+    for j in range(n_jobs):
+        members = []
+        for g in range(data.draw(st.integers(2, 5))):
+            steps = data.draw(st.lists(st.integers(0, 400), min_size=0, max_size=30,
+                                       unique=True))
+            name = f"GPU-{j}-{g}"
+            onsets[name] = np.array(sorted(t0 + s * unit for s in steps), dtype=np.int64)
+            members.append(name)
+        jobs[f"job-{j}"] = members
+    want = _lags_pair_by_pair(onsets, jobs)
+    for compiled in (False, True):
+        got = [(x.gpu_uuid, x.job, x.steps, x.period_s, x.median_lag_s, x.late_share)
+               for x in onset_lags(onsets, jobs, compiled=compiled)]
+        assert got == want, compiled
+
+
+@st.composite
+def onset_sets(draw):
+    """Jobs of GPUs whose onsets come at a period with jitter, some far off (no peer within
+    half a period), repeated times, peers with far fewer onsets than the GPU."""
+    onsets, jobs = {}, {}
+    for j in range(draw(st.integers(1, 3))):
+        members = []
+        for g in range(draw(st.integers(1, 5))):
+            period = draw(st.sampled_from([1, 4, 10, 60])) * 10**9
+            n = draw(st.integers(0, 40))
+            jitter = draw(st.lists(st.integers(-3 * 10**9, 3 * 10**9), min_size=n,
+                                   max_size=n))
+            t = np.sort(np.array([k * period + x for k, x in enumerate(jitter)],
+                                 dtype=np.int64))
+            name = f"GPU-{j}-{g}"
+            onsets[name] = t
+            members.append(name)
+        jobs[f"job-{j}"] = members
+    return onsets, jobs
+
+
+@settings(max_examples=200, deadline=None)
+@given(onset_sets())
+def test_property_the_compiled_lags_equal_the_numpy_ones(case):
+    """The steps' lags in the compiled loop (merge walks, a median per onset) are the NumPy
+    form's, figure for figure."""
+    from gpuaudit.classify import fused
+
+    assert fused.available(), "numba is a dependency: it must import"
+    onsets, jobs = case
+    assert onset_lags(onsets, jobs, compiled=True) == onset_lags(onsets, jobs, compiled=False)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.integers(0, 10**12)), max_size=300))
+def test_property_onsets_grouped_by_series_keep_each_series_order(pairs):
+    """The counting sort of the compiled loops groups onsets by series as a stable sort does
+    (each series' in the order met), and OnsetAcc.onsets gives the same either way."""
+    from gpuaudit.classify import fused
+    from gpuaudit.classify.lag import OnsetAcc, _by_series
+
+    assert fused.available(), "numba is a dependency: it must import"
+    c = np.array([p[0] for p in pairs], dtype=np.int64)
+    t = np.array([p[1] for p in pairs], dtype=np.int64)
+    order = np.argsort(c, kind="stable")
+    got_c, got_t = _by_series(c, t)
+    assert got_c.tolist() == c[order].tolist() and got_t.tolist() == t[order].tolist()
+    acc = OnsetAcc()
+    acc.grow(41)
+    for part in np.array_split(np.arange(c.size), 11):  # more parts than are sliced apart
+        acc.parts.append((c[part], t[part]))
+    uuids = [f"GPU-{k}" for k in range(41)]
+    many = acc.onsets(uuids)
+    acc.compact()
+    assert len(acc.parts) <= 1
+    one = acc.onsets(uuids)
+    for k, u in enumerate(uuids):
+        assert many[u].tolist() == one[u].tolist() == t[c == k].tolist()

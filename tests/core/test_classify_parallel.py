@@ -343,3 +343,57 @@ def test_classify_leaves_the_order_check_to_its_engine(tmp_path, monkeypatch):
     with pytest.raises(SampleTableError) as e:
         classify(open_samples(bad), workers=1)
     assert e.value.where is not None and "bad.parquet" in e.value.where and calls
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                  HealthCheck.function_scoped_fixture])
+@given(recordings(), st.integers(1, 5), st.integers(0, 8), st.sampled_from([(), ("pod",)]))
+def test_property_ranges_claimed_from_both_ends_equal_one_pass(monkeypatch, table,
+                                                               rows_per_group, meet, by):
+    """Two processes claim the ranges from both ends (classify.parallel.claim_ranges) and
+    meet wherever their speeds put them: here the worker's side (run in this process) has
+    taken the ranges from ``meet`` on, this process the ones before; the stitched engine
+    is the one pass's, wherever they meet (none taken by either side included)."""
+
+    class Done:
+        def __init__(self, answer):
+            self.answer = answer
+
+        def poll(self):
+            return 0
+
+    def worker(recipes, by_, interval_s, cap, grid, onsets, claims=None, expected_rows=None):
+        if claims is None:  # two row groups: one range each, no claims (no worker here)
+            return None
+        mine = [os.path.join(claims, str(k)) for k in range(min(meet, len(recipes)))]
+        for p in mine:  # the ranges before `meet` are this process's: the worker stops there
+            open(p, "x").close()
+        answer = parallel._claim_from_the_end(recipes, claims, by_, interval_s, cap, grid,
+                                              onsets, expected_rows)
+        for p in mine:
+            os.remove(p)
+        return Done(pickle.loads(pickle.dumps(answer)))  # as it crosses the pipe
+
+    from gpuaudit.classify import passes
+
+    monkeypatch.setattr(passes, "CLAIM_RANGES", True)
+    monkeypatch.setattr(parallel, "_start", worker)
+    monkeypatch.setattr(parallel, "_collect", lambda proc: proc.answer)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write(table, Path(tmp) / "r.parquet", rows_per_group)
+        whole = classify(open_samples(path, batch_rows=4), by=by, workers=1)
+        claimed = classify(open_samples(path, batch_rows=4), by=by, workers=2)
+    assert_same_usage(whole, claimed)
+    assert whole.onset_lags == claimed.onset_lags
+
+
+def test_two_processes_claim_the_ranges_and_give_the_same_usage(tmp_path, monkeypatch):
+    """A real worker process claiming ranges from the end (nine row groups: eight ranges)."""
+    from gpuaudit.classify import passes
+
+    monkeypatch.setattr(passes, "CLAIM_RANGES", True)
+    path = write(_ramp_table(), tmp_path / "r.parquet", 100)
+    recipes = open_samples(path).split(2, pieces=parallel.RANGES_PER_PROCESS)
+    assert recipes is not None and len(recipes) == 8
+    whole = classify(open_samples(path), workers=1)
+    assert_same_usage(whole, classify(open_samples(path), workers=2))

@@ -135,7 +135,10 @@ def group_keys(by: str | Sequence[str] | None) -> tuple[str, ...]:
 def plan_dict(report: Report, findings: Sequence[Finding]) -> dict[str, Any]:
     """The ``plan`` of a capacity document: the audit's recommendations and combined savings
     with the capacity findings in, and those findings."""
-    d = report.to_dict()
+    from gpuaudit.report.json import plan_fields, presented
+
+    # the two fields alone: the whole report's dict (every GPU, the timeline) is not needed
+    d = presented(plan_fields(report.plan))
     return {"recommendations": d["recommendations"], "savings": d["savings"],
             "findings": [{"signal": f.signal, "value": f.value, "text": f.text}
                          for f in findings]}

@@ -69,6 +69,7 @@ def audit_fleet(
     concurrency: int = 4,
     allow_partial: bool = False,
     dedupe: bool = False,
+    fetch: str | None = None,
 ) -> Report:
     """Audit a fleet and return a :class:`Report` whose ``extra["fleet"]`` holds the
     showback, KPIs and histograms (see report/fleet.py): the fleet's usage from Prometheus
@@ -76,7 +77,7 @@ def audit_fleet(
     teams, rolled up by ``by``, then :func:`assemble`, plus the recommender run on each of the
     ``advice_groups`` costliest groups alone. ``prometheus`` may list several stores
     (``URL`` or ``NAME=URL``); ``shard_s``, ``concurrency``, ``allow_partial`` and ``dedupe``
-    are :func:`fleet_usage`'s."""
+    and ``fetch`` are :func:`fleet_usage`'s."""
     from gpuaudit.classify.phases import group_key_names, unmatched_group_notes
     from gpuaudit.price.attribution import (
         Attributor,
@@ -128,7 +129,8 @@ def audit_fleet(
             prometheus, start_s=start_s, end_s=end_s, since_s=since_s, step_s=step_s,
             by=fine_keys, mapping=mapping, matchers=matchers, raw=raw,
             client_kwargs=client_kwargs, chunk_s=chunk_s, shard_s=shard_s,
-            concurrency=concurrency, allow_partial=allow_partial, dedupe=dedupe)
+            concurrency=concurrency, allow_partial=allow_partial, dedupe=dedupe,
+            fetch=fetch)
     usage = coarse_usage(usage_fine, user_keys)
     # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
     # no series has are noted
@@ -163,6 +165,7 @@ def fleet_usage(
     concurrency: int = 4,
     allow_partial: bool = False,
     dedupe: bool = False,
+    fetch: str | None = None,
 ) -> tuple[Usage, pa.Table | None, dict[str, float | None], dict[str, Any]]:
     """Measured GPU time of a fleet in a Prometheus-compatible store: the classification
     pushed down as PromQL (``raw``: samples pulled and classified here), attributed by pod
@@ -182,9 +185,29 @@ def fleet_usage(
     an error naming it; with ``allow_partial`` it is left out and listed in
     ``transfer["missing_shards"]`` and the notes. ``dedupe``: a GPU two stores both hold
     is counted once (the store with the most points per chunk), not refused.
+
+    ``fetch``: how the samples are read. ``pushdown`` (the default) as above; ``raw``
+    (= ``raw=True``): ``query_range`` of every series at ``step``, classified here (one
+    store); ``native``: every store's raw samples in its cheapest native form (Prometheus'
+    remote read of the stored XOR chunks, VictoriaMetrics' export), put on the raw pull's
+    step grid and classified here (:class:`~gpuaudit.measure.fleet.native.NativeSource`:
+    the raw pull's figures, with no PromQL for the stores to evaluate); ``auto``:
+    ``native`` when every store answers one of those forms, else ``pushdown``.
     """
     if not isinstance(prometheus, str) and len(prometheus) == 1:
         prometheus = prometheus[0]
+    fetch = _fetch_mode(fetch, raw)
+    raw = fetch == "raw"
+    if fetch in ("native", "auto"):
+        urls = [prometheus] if isinstance(prometheus, str) else list(prometheus)
+        got = _native_usage(
+            urls, auto=fetch == "auto", start_s=start_s, end_s=end_s, since_s=since_s,
+            step_s=step_s, by=group_keys(by), mapping=mapping, matchers=matchers,
+            client_kwargs=client_kwargs, chunk_s=chunk_s, allow_partial=allow_partial,
+            dedupe=dedupe)
+        if got is not None:
+            return got
+        fetch = "pushdown"  # auto: a store answers neither native form
     if raw and not isinstance(prometheus, str):
         raise InputError("--raw reads one store",
                          fix="leave out --raw to audit several stores (PromQL pushdown)")
@@ -253,6 +276,167 @@ def fleet_usage(
     finally:
         client.close()
     return usage_fine, daily, util_window, transfer
+
+
+#: ``fetch`` values (see :func:`fleet_usage`)
+FETCH_MODES = ("pushdown", "raw", "native", "auto")
+
+
+def _fetch_mode(fetch: str | None, raw: bool) -> str:
+    if fetch is None:
+        return "raw" if raw else "pushdown"
+    if fetch not in FETCH_MODES:
+        raise InputError(f"unknown fetch mode {fetch!r}",
+                         fix=f"give --fetch one of {', '.join(FETCH_MODES)}")
+    if raw and fetch != "raw":
+        raise InputError(f"--raw and --fetch {fetch} disagree",
+                         fix="give one of them (--raw is --fetch raw)")
+    return fetch
+
+
+def _native_usage(
+    urls: Sequence[str], *, auto: bool, start_s: float | None, end_s: float | None,
+    since_s: float, step_s: float | None, by: Sequence[str], mapping: Any,
+    matchers: Mapping[str, str] | None, client_kwargs: Mapping[str, Any] | None,
+    chunk_s: float, allow_partial: bool, dedupe: bool,
+) -> tuple[Usage, pa.Table | None, dict[str, float | None], dict[str, Any]] | None:
+    """Every store's raw samples in its native form, classified here as the raw pull
+    classifies them (see :func:`fleet_usage`); None when ``auto`` and a store answers no
+    native form (the caller runs the pushdown)."""
+    import time
+
+    from gpuaudit.measure.fleet.native import NativeSource, probe_form
+    from gpuaudit.measure.fleet.prometheus import PromClient, detect_interval_s, pod_labels
+    from gpuaudit.measure.fleet.shards import Store, fan_out, parse_stores
+    from gpuaudit.price.attribution import Attributor, attribute_table
+    from gpuaudit.schema import SAMPLE_SCHEMA, ImportNote, Recording
+    from gpuaudit.validate import EPOCH_S, FLEET_CHUNK_S, FLEET_SINCE_S, FLEET_STEP_S
+
+    if dedupe:
+        raise InputError("--dedupe needs the PromQL pushdown (it keeps a store per GPU and "
+                         "chunk from the pushdown's per-chunk sums)",
+                         fix="leave out --fetch, or --dedupe")
+    start_s = None if start_s is None else EPOCH_S.check(start_s, "start_s")
+    end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
+    since_s = FLEET_SINCE_S.check(since_s, "since_s")
+    chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
+    step_s = None if step_s is None else FLEET_STEP_S.check(step_s, "step_s")
+    stores = parse_stores(urls)
+    clients = {st.name: PromClient(st.url, **dict(client_kwargs or {})) for st in stores}
+    missing: list[dict[str, str]] = []
+    try:
+        forms: dict[str, str] = {}
+        for st in stores:
+            form = probe_form(clients[st.name])
+            if form is None:
+                if auto:
+                    return None
+                raise InputError(
+                    "the store answers neither remote read (Prometheus) nor /api/v1/export "
+                    "(VictoriaMetrics)", where=st.url,
+                    fix="use --fetch pushdown (or --fetch auto)")
+            forms[st.name] = form
+        end = end_s if end_s is not None else time.time()
+        start = start_s if start_s is not None else end - since_s
+        if end <= start:
+            raise InputError("the range is empty (--end is not after --start)",
+                             fix="give --since, or --start before --end")
+
+        def preamble(st: Store) -> tuple[float | None, dict[tuple[str, str], dict[str, str]]]:
+            c = clients[st.name]
+            found = step_s or detect_interval_s(c, end_s=end, start_s=start, matchers=matchers)
+            return found, pod_labels(c, start_s=start, end_s=end)
+
+        got, failed = fan_out(stores, preamble, describe=lambda st: st,
+                              label=lambda st: f"{st.name} (scrape interval, kube_pod_labels)",
+                              workers=len(stores), allow_partial=allow_partial)
+        for st, text in failed:
+            missing.append({"store": st.name, "url": st.url, "start": _iso(start),
+                            "end": _iso(end), "error": text})
+        steps = {st.name: found for st, (found, _k) in got if found is not None}
+        if not steps:
+            raise InputError(
+                "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
+                f"{_iso(end)}", where=", ".join(st.url for st, _ in got),
+                fix="check --start/--end/--since and --match")
+        if len(set(steps.values())) > 1:
+            raise InputError(
+                "the stores scrape at different intervals: " + ", ".join(
+                    f"{n} {x:g} s" for n, x in steps.items()),
+                fix=f"give --step {max(steps.values()):g}s (the longest) so every store is "
+                "read on one grid")
+        step = float(next(iter(steps.values())))
+        start = (start // step + 1) * step
+        end = (end // step) * step
+        kube: dict[tuple[str, str], dict[str, str]] = {}
+        for _st, (_found, k) in got:
+            for key, labels in k.items():
+                kube.setdefault(key, {}).update(labels)
+        attributor = Attributor(mapping, kube)
+        live = [st for st, (found, _k) in got if found is not None]
+        sources = {st.name: NativeSource(clients[st.name], forms[st.name], start_s=start,
+                                         end_s=end, step_s=step, matchers=matchers)
+                   for st in live}
+
+        def pull(st: Store) -> pa.Table:
+            return pa.Table.from_batches(list(sources[st.name].batches()),
+                                         schema=SAMPLE_SCHEMA)
+
+        tables, lost = fan_out(live, pull, describe=lambda st: st,
+                               label=lambda st: f"{st.name} (raw samples)",
+                               workers=len(live), allow_partial=allow_partial)
+        for st, text in lost:
+            missing.append({"store": st.name, "url": st.url, "start": _iso(start),
+                            "end": _iso(end + step), "error": text})
+        _one_store_per_gpu([(st.name, t) for st, t in tables])
+        table = pa.concat_tables([t for _st, t in tables]) if tables else \
+            SAMPLE_SCHEMA.empty_table()
+        table = attribute_table(table, attributor)
+        notes = [n for st, _t in tables for n in sources[st.name].notes]
+        for m in missing:
+            notes.append(ImportNote(
+                reason=f"shard missing (--allow-partial): store {m['store']} from {m['start']} "
+                f"to {m['end']} is not in this audit: {m['error']}", count=1,
+                where=m["url"]))
+        origin = "; ".join(sources[st.name].origin for st, _t in tables)
+        rec = Recording(table=table, source="prometheus", origin=origin, interval_s=step,
+                        notes=tuple(notes))
+        usage_fine = classify(rec, by=tuple(by), interval_s=step, cap_intervals=1.0)
+        daily, util_window = local_kpis(table, tuple(by), step, start_s=start,
+                                        chunk_s=chunk_s)
+        per_store: list[dict[str, Any]] = [{
+            "name": st.name, "url": clients[st.name].url, "form": forms[st.name],
+            "requests": clients[st.name].requests,
+            "wire_bytes": clients[st.name].wire_bytes,
+            "body_bytes": clients[st.name].body_bytes} for st in stores]
+        transfer: dict[str, Any] = {
+            "mode": "native raw samples",
+            "url": ", ".join(x["url"] for x in per_store),
+            "requests": sum(int(x["requests"]) for x in per_store),
+            "wire_bytes": sum(int(x["wire_bytes"]) for x in per_store),
+            "body_bytes": sum(int(x["body_bytes"]) for x in per_store),
+            "step_s": step, "start": _iso(start), "end": _iso(end),
+            "kube_pod_labels": len(kube), "stores": per_store, "time_shards": 1,
+            "missing_shards": missing}
+    finally:
+        for c in clients.values():
+            c.close()
+    return usage_fine, daily, util_window, transfer
+
+
+def _one_store_per_gpu(tables: Sequence[tuple[str, pa.Table]]) -> None:
+    """A GPU in two stores' answers would be counted twice: an error naming both."""
+    seen: dict[str, str] = {}
+    for name, t in tables:
+        for gpu in t.column("gpu_uuid").unique().to_pylist():
+            other = seen.setdefault(gpu, name)
+            if other != name:
+                raise InputError(
+                    f"GPU {gpu} is in 2 stores ({other}, {name}): counting both would bill "
+                    "it twice", where=f"{other}, {name}",
+                    fix="if the stores are HA replicas give one of them, or use --fetch "
+                    "pushdown --dedupe")
 
 
 #: the default time shard: a week of chunks (a 30-day audit is 5 shards per store)

@@ -52,7 +52,10 @@ class Grow:
 
     def add(self, name: str, ids: np.ndarray, weights: np.ndarray) -> None:
         if ids.size:
-            self.data[name][: self.size] += np.bincount(ids, weights=weights, minlength=self.size)
+            # over the ids these rows touch only: a batch of a recording grouped by the hour
+            # touches a few thousand of its ~10^6 cells
+            lo, hi = int(ids.min()), int(ids.max()) + 1
+            self.data[name][lo:hi] += np.bincount(ids - lo, weights=weights, minlength=hi - lo)
 
 
 def grown(a: np.ndarray, size: int, fill: float | bool) -> np.ndarray:
@@ -101,8 +104,14 @@ def add_phase_seconds(cells: Grow, cell: np.ndarray, w: Weights, sm: np.ndarray 
                       ) -> None:
     """Add the rows' seconds to their cells: per phase, busy and unused, gaps, no reading,
     the sample count and, where ``sm`` (SM activity 0-1) was measured, the SM view."""
-    n = cells.size
-    d = cells.data
+    if not cell.size:
+        return
+    # over the range of cells these rows touch (a batch grouped by the hour touches a few
+    # thousand of ~10^6 cells), as views into the accumulators
+    lo, hi = int(cell.min()), int(cell.max()) + 1
+    n = hi - lo
+    d = {k: v[lo:hi] for k, v in cells.data.items()}
+    cell = cell - lo
     u_ok, read_w = w.u_ok, w.read_w
     # one pass per quantity over (cell, phase) keys instead of one per phase; the phase
     # is how many of the edges 10, 70, 90 the utilization reaches
@@ -113,15 +122,16 @@ def add_phase_seconds(cells: Grow, cell: np.ndarray, w: Weights, sm: np.ndarray 
     unused_w *= read_w
     unused = np.bincount(key, weights=unused_w, minlength=4 * n).reshape(n, 4)
     for k, name in enumerate(("idle_s", "underutilized_s", "productive_s", "compute_bound_s")):
-        d[name][:n] += by_phase[:, k]
-    d["underutilized_unused_s"][:n] += unused[:, 1]
-    d["headroom_s"][:n] += unused[:, 2] + unused[:, 3]
-    d["busy_s"][:n] += (by_phase - unused).sum(axis=1)
+        d[name] += by_phase[:, k]
+    d["underutilized_unused_s"] += unused[:, 1]
+    d["headroom_s"] += unused[:, 2] + unused[:, 3]
+    d["busy_s"] += (by_phase - unused).sum(axis=1)
     if w.gap.any():
-        cells.add("gap_s", cell, w.gap)
+        d["gap_s"] += np.bincount(cell, weights=w.gap, minlength=n)
     if w.no_reading is not None:
-        cells.add("no_reading_s", cell, np.where(w.no_reading, w.obs_w, 0.0))
-    d["samples"][:n] += np.bincount(cell, minlength=n)
+        d["no_reading_s"] += np.bincount(cell, weights=np.where(w.no_reading, w.obs_w, 0.0),
+                                         minlength=n)
+    d["samples"] += np.bincount(cell, minlength=n)
     if sm is not None:
         sm_ok = ~np.isnan(sm)
         if sm_ok.any():
@@ -132,8 +142,8 @@ def add_phase_seconds(cells: Grow, cell: np.ndarray, w: Weights, sm: np.ndarray 
             for k, name in enumerate(
                 ("sm_idle_s", "sm_underutilized_s", "sm_productive_s", "sm_compute_bound_s")
             ):
-                d[name][:n] += sm_by[:, k]
-            cells.add("sm_busy_s", cell, sm_w * sm_pct / 100.0)
+                d[name] += sm_by[:, k]
+            d["sm_busy_s"] += np.bincount(cell, weights=sm_w * sm_pct / 100.0, minlength=n)
 
 
 def absorb_cells(cells: Grow, other: Grow, cmap: np.ndarray) -> None:

@@ -30,6 +30,41 @@ __all__ = ["CellKey", "Coding"]
 CellKey = tuple[int, tuple[str | None, ...]]
 
 
+def _first_seen(ind: np.ndarray, size: int, last: int | None = None
+                ) -> tuple[list[int], np.ndarray]:
+    """Indices in ``[0, size)`` renumbered in the order the rows first use them (the order
+    a dictionary encoding of the values gives; ``last``, the null, is put last whatever its
+    place), so cells are numbered as by the encoding of the values' text. Returns the old
+    index of each new one and the rows' new indices."""
+    first = np.full(size, ind.shape[0], dtype=np.int64)
+    first[ind[::-1]] = np.arange(ind.shape[0] - 1, -1, -1)
+    if last is not None:
+        first[last] = ind.shape[0] + 1
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(size, dtype=np.int64)
+    rank[order] = np.arange(size)
+    return order.tolist(), rank[ind]
+
+
+def _renumber(x: np.ndarray) -> np.ndarray:
+    """``x``'s values as 0..k-1, in their sorted order."""
+    return _unique_inverse(x)[1]
+
+
+def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``numpy.unique(x, return_inverse=True)`` of an int64 array, by Arrow's hash table
+    (~10 ns a value) rather than a sort of every value: only the distinct values are sorted."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    enc = pc.dictionary_encode(pa.array(x, pa.int64()))
+    distinct = enc.dictionary.to_numpy(zero_copy_only=False)
+    order = np.argsort(distinct, kind="stable")
+    rank = np.empty(order.shape[0], dtype=np.int64)
+    rank[order] = np.arange(order.shape[0])
+    return distinct[order], rank[enc.indices.to_numpy(zero_copy_only=False)]
+
+
 class Coding:
     """Series codes and cell ids of one engine, grown batch by batch."""
 
@@ -48,6 +83,12 @@ class Coding:
         # the last batch's uuid dictionary and its entries' series codes (-1: not yet a series)
         self._dictionary: pa.Array | None = None
         self._mapping = np.zeros(0, dtype=np.int64)
+        #: without --by keys: each series' cell id, by series code (and whether they are
+        #: the same numbers)
+        self._cell_of_code = np.zeros(0, dtype=np.int64)
+        self._cells_are_codes = True
+        #: whether the cached mapping is the identity (None: not known yet)
+        self._mapping_is_identity: bool | None = None
 
     @property
     def n_series(self) -> int:
@@ -71,6 +112,7 @@ class Coding:
             self._dictionary = col.dictionary
             self._mapping = np.array([self.series_index.get(u, -1)
                                       for u in col.dictionary.to_pylist()], dtype=np.int64)
+            self._mapping_is_identity = None
         mapping = self._mapping
         if (mapping < 0).any():
             # a sliced batch may carry dictionary entries none of its rows use: only the
@@ -98,7 +140,13 @@ class Coding:
                     mapping[j] = code
                 self._grow_first_ts(len(self.series_index))
                 self.first_ts[start:len(self.series_index)] = ts[first_rows]
-        return np.asarray(mapping[idx])
+                self._mapping_is_identity = None
+        if self._mapping_is_identity is None:
+            self._mapping_is_identity = bool(
+                (mapping == np.arange(mapping.shape[0])).all())
+        if self._mapping_is_identity:  # dictionary order is first-appearance order
+            return np.asarray(idx, dtype=np.int64)
+        return np.asarray(np.take(mapping, idx))  # (a gather: several times faster than mapping[idx])
 
     def add_series(self, uuid: str, host: str, gpu_model: str | None, mig_profile: str | None,
                    first_ts: int) -> int:
@@ -127,49 +175,98 @@ class Coding:
         """Drop the per-file dictionary cache (before the engine is sent to another process)."""
         self._dictionary = None
         self._mapping = np.zeros(0, dtype=np.int64)
+        self._mapping_is_identity = None
 
     # -- cells ----------------------------------------------------------------------------
     def cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
         """Each row's cell id; combinations seen for the first time get the next ids."""
         if not self.by:
-            ids = np.empty(len(self.series_index), dtype=np.int64)
-            for code in range(len(self.series_index)):
-                ids[code] = self.cell(code, ())
-            return np.asarray(ids[codes])
-        import pyarrow.compute as pc
-
-        group_vals = self._group_values(batch)
-        # Encode the combination of series and group values row by row only over the
-        # distinct combinations (few), not per row.
+            # each series is its one cell: the ids per code, extended as series are added
+            known = self._cell_of_code.shape[0]
+            if known < len(self.series_index):
+                more = [self.cell(code, ()) for code in range(known, len(self.series_index))]
+                self._cell_of_code = np.concatenate(
+                    [self._cell_of_code, np.array(more, dtype=np.int64)])
+                self._cells_are_codes = bool(
+                    (self._cell_of_code == np.arange(self._cell_of_code.shape[0])).all())
+            if self._cells_are_codes:  # cell ids given in code order: the same numbers
+                return codes
+            return np.take(self._cell_of_code, codes)
+        # Each key's value per row as a small integer into a table of its values (None last):
+        # a dictionary column by its indices, a period by its offset from the batch's first,
+        # anything else dictionary-encoded; then the combination of series and values, and
+        # the text only over the distinct combinations (few), never per row.
         combo_codes = np.zeros(codes.shape[0], dtype=np.int64)
         key_tables: list[list[str | None]] = []
         key_inds: list[np.ndarray] = []
-        for vals in group_vals:
-            enc = pc.dictionary_encode(vals)
-            key_tables.append([*enc.dictionary.to_pylist(), None])  # last: null
-            ind = enc.indices.fill_null(len(key_tables[-1]) - 1).to_numpy(
-                zero_copy_only=False).astype(np.int64)
+        for table, ind in self._group_codes(batch):
+            key_tables.append(table)
             key_inds.append(ind)
-            combo_codes = combo_codes * len(key_tables[-1]) + ind
+            if combo_codes.size and int(combo_codes.max()) >= (1 << 62) // max(len(table), 1):
+                combo_codes = _renumber(combo_codes)  # keep the product in 64 bits
+            combo_codes = combo_codes * len(table) + ind
+        if combo_codes.size and int(combo_codes.max()) >= (1 << 62) // max(len(codes), 1):
+            combo_codes = _renumber(combo_codes)
         combined = codes.astype(np.int64) * int(combo_codes.max() + 1 if combo_codes.size else 1)
         combined = combined + combo_codes
-        uniq, inverse = np.unique(combined, return_inverse=True)
+        uniq, inverse = _unique_inverse(combined)
         first_rows = np.zeros(uniq.shape[0], dtype=np.int64)
         first_rows[inverse[::-1]] = np.arange(codes.shape[0])[::-1]
         # the distinct combinations' keys, column by column in C (list.__getitem__ over the
         # indices), then one dictionary lookup per combination
         cols = [list(map(tbl.__getitem__, ind[first_rows].tolist()))
                 for tbl, ind in zip(key_tables, key_inds)]
+        # (a new combination gets the next id: setdefault's default is the size before)
         index = self.cell_index
-        out: list[int] = []
-        for code, key in zip(codes[first_rows].tolist(), zip(*cols)):
-            cid = index.get((code, key))
-            out.append(self.cell(code, key) if cid is None else cid)
+        id_of = index.setdefault
+        out = [id_of(k, len(index)) for k in zip(codes[first_rows].tolist(), zip(*cols))]
         cell_of_uniq = np.array(out, dtype=np.int64)
         return np.asarray(cell_of_uniq[inverse])
 
-    def _group_values(self, batch: pa.RecordBatch) -> list[pa.Array]:
-        """The rows' value of each ``--by`` key, as strings."""
+    def _group_codes(self, batch: pa.RecordBatch) -> list[tuple[list[str | None], np.ndarray]]:
+        """Per ``--by`` key: a table of its values as text (None: no value) and each row's
+        index into it. A table may list a value twice (a dictionary's repeats) or values no
+        row has: the cells are told apart by the text, not by the index."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        arrays = iter(self._group_values(batch, text=False))
+        out: list[tuple[list[str | None], np.ndarray]] = []
+        for key in self.by:
+            arr = next(arrays)
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
+            if key.startswith("period:"):
+                secs = int(key[7:])
+                ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
+                if ts.size and int(ts.min()) >= 0:
+                    p = ts // (secs * NS)
+                    lo, hi = int(p.min()), int(p.max())
+                    if hi - lo < max(4 * p.shape[0], 1024):
+                        vals = [str((lo + i) * secs) for i in range(hi - lo + 1)]
+                        order, ind = _first_seen(p - lo, hi - lo + 1)
+                        out.append(([vals[i] for i in order] + [None], ind))
+                        continue
+                arr = pc.multiply(pc.divide(pc.cast(batch.column("ts"), pa.int64()),
+                                            secs * NS), secs)  # ts >= 0: floor
+            if pa.types.is_dictionary(arr.type) and len(
+                    vals := arr.dictionary.cast(pa.string()).to_pylist()) == len(set(vals)):
+                # (a dictionary that repeats a value takes the text's encoding below)
+                ind = arr.indices.fill_null(len(vals)).to_numpy(
+                    zero_copy_only=False).astype(np.int64)
+                order, ind = _first_seen(ind, len(vals) + 1, last=len(vals))
+                full = [*vals, None]
+                out.append(([full[i] for i in order], ind))
+                continue
+            enc = pc.dictionary_encode(arr.cast(pa.string()))
+            table = [*enc.dictionary.to_pylist(), None]  # last: null
+            out.append((table, enc.indices.fill_null(len(table) - 1).to_numpy(
+                zero_copy_only=False).astype(np.int64)))
+        return out
+
+    def _group_values(self, batch: pa.RecordBatch, text: bool = True) -> list[pa.Array]:
+        """The rows' value of each ``--by`` key, as strings (``text``; else a column key as
+        the batch holds it, a period key as None: :meth:`_group_codes` reads the times)."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
@@ -183,12 +280,15 @@ class Coding:
             if key.startswith("label:"):
                 arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
             elif key.startswith("period:"):
+                if not text:
+                    values.append(pa.nulls(0))
+                    continue
                 secs = int(key[7:])
                 ts = pc.cast(batch.column("ts"), pa.int64())
                 arr = pc.multiply(pc.divide(ts, secs * NS), secs)  # ts >= 0: floor
             else:
                 arr = batch.column(key)
-            values.append(arr.cast(pa.string()))
+            values.append(arr.cast(pa.string()) if text else arr)
         return values
 
     def cell(self, code: int, key: tuple[str | None, ...]) -> int:

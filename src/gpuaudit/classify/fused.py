@@ -19,9 +19,14 @@ finishes, exactly as before):
   histogram (:class:`~gpuaudit.classify.timeline.TimelineAcc`);
 - when the lags are asked for, the new row's busy onset (:class:`~gpuaudit.classify.lag.OnsetAcc`).
 
+The per-GPU maxima (memory used and total, temperature, the power limit: every nvidia-smi
+log and sampler recording has the first two) go through a loop of their own beside it
+(:func:`_max_signals`): each series' largest value, and the memory used bucketed on the
+timeline as the NumPy path buckets it.
+
 A batch first passes a compiled order check; one that fails takes the NumPy path, which
 raises the error naming the GPU and time. Batches with time-sliced rows, SM activity or any
-other signal column take the NumPy path (DCGM-rich recordings: a few more columns per row),
+other signal column (but the maxima) take the NumPy path (DCGM-rich recordings: a few more columns per row),
 and so do batches under :data:`MIN_ROWS` and sources under :data:`MIN_SOURCE_ROWS`, where
 the one-off cost of the loop (importing numba, ~0.5 s, and loading its machine code, compiled
 once per machine and cached) would not pay back. Sums are added row by row rather than per batch, so a total may differ from the NumPy
@@ -36,13 +41,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuaudit.classify.accumulate import GAP_EDGES_S, Grow, SeriesStats
+from gpuaudit.classify.signals import MAX_SIGNALS
 from gpuaudit.classify.usage import HIST_EDGES_PCT
 
 if TYPE_CHECKING:
     from gpuaudit.classify.lag import OnsetAcc
+    from gpuaudit.classify.signals import Signals
     from gpuaudit.classify.timeline import TimelineAcc
 
-__all__ = ["COLUMNS", "MIN_ROWS", "MIN_SOURCE_ROWS", "available", "stream_batch"]
+__all__ = ["COLUMNS", "MAX_KEYS", "MIN_ROWS", "MIN_SOURCE_ROWS", "available", "loaded",
+           "stream_batch", "warm"]
 
 #: From this many rows in a batch on, the compiled loop is used (when numba imports and
 #: GPUAUDIT_NO_NUMBA is not set)...
@@ -53,8 +61,12 @@ MIN_ROWS = 32_768
 #: wins back at ~80 ns a row. Measured (docs/benchmarks.md): 288k rows took 0.59 s with the
 #: loop and 0.30 s without; 10.1M rows 1.38 s with and 1.88 s without.
 MIN_SOURCE_ROWS = 4_000_000
+#: The per-series maxima the loop takes beside (:func:`_max_signals`): their row-dict keys
+MAX_KEYS = frozenset(f"max_{name}" for name in MAX_SIGNALS)
 #: The row-dict keys the loop handles (see gpuaudit.classify.rows); any other takes NumPy.
-COLUMNS = frozenset(("code", "ts", "cell", "u", "util"))
+COLUMNS = frozenset(("code", "ts", "cell", "u", "util")) | MAX_KEYS
+#: the maximum the timeline buckets as a mean too (classify.signals.timeline_signals)
+_TIMELINE_MAX = ("max_mem_used_mib", "mem_used_mib")
 
 _N_HIST = len(HIST_EDGES_PCT) - 1
 #: The per-cell sums the loop adds side by side (one row of a scratch array per cell), added
@@ -84,14 +96,47 @@ def available() -> bool:
     return _state
 
 
+def warm() -> None:
+    """Load the loop's machine code now, through one tiny batch (a worker started ahead of
+    its task does this while it waits); nothing where numba is not available."""
+    if not available():
+        return
+    from gpuaudit.classify.accumulate import new_cells
+    from gpuaudit.classify.lag import OnsetAcc
+
+    ts = np.array([0, 1], dtype=np.int64)
+    ts.setflags(write=False)  # as Arrow's timestamps come: the same machine code
+    rows = {"code": np.zeros(2, dtype=np.int64), "ts": ts,
+            "cell": np.zeros(2, dtype=np.int64), "u": np.array([5.0, 50.0]),
+            "max_mem_used_mib": np.array([1.0, 2.0])}  # the maxima's loop too
+    cells = new_cells()
+    cells.ensure(1)
+    stats = SeriesStats()
+    stats.grow(1)
+    onsets = OnsetAcc()
+    onsets.grow(1)
+    from gpuaudit.classify.signals import Signals
+
+    signals = Signals()
+    signals.grow(1)
+    stream_batch(rows, None, 1, 3.0, cells, stats, None, onsets, signals)
+
+
+def loaded() -> bool:
+    """Whether the compiled loops are loaded already (nothing more to pay for using them)."""
+    return _kernel is not None
+
+
 def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | None,
                  n_series: int, cap_s: float, cells: Grow, stats: SeriesStats,
-                 timeline: TimelineAcc | None, onsets: OnsetAcc | None
+                 timeline: TimelineAcc | None, onsets: OnsetAcc | None,
+                 signals: Signals | None = None
                  ) -> tuple[dict[str, np.ndarray], int] | None:
     """Rows (in file order, keys :data:`COLUMNS`) through the loop, ``pending`` (at most one
     carried row per series) first. Returns the rows carried on (one per series, the row
     dict the NumPy path carries) and the latest end accumulated (-1: none); None, having
-    changed nothing, when a timestamp repeats or runs backwards."""
+    changed nothing, when a timestamp repeats or runs backwards. ``signals``: where the
+    per-series maxima go (rows with ``max_*`` keys need it)."""
     assert _kernel is not None
     pend = np.zeros(n_series, dtype=bool)
     p_ts = np.zeros(n_series, dtype=np.int64)
@@ -138,6 +183,8 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
         on = (False, none_b, none_b, none_b, none_i, none_i, 0, none_i, none_i)
     u = np.ascontiguousarray(rows["u"], dtype=np.float64)
     util = np.ascontiguousarray(rows.get("util", u), dtype=np.float64)
+    maxima = _max_signals(rows, pending, code, ts, u, float(cap_s), pend, p_ts, p_u, n_series,
+                          signals, timeline, tl)
     n_on, t_end = _kernel.stream(
         code, cell, ts, u, util, float(cap_s),
         pend, p_ts, p_cell, p_u,
@@ -157,8 +204,61 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
     if onsets is not None and n_on:
         onsets.parts.append((on[7][:n_on].copy(), on[8][:n_on].copy()))
     carried = np.flatnonzero(pend)
-    return ({"code": carried, "ts": p_ts[carried], "cell": p_cell[carried],
-             "u": p_u[carried]}, int(t_end))
+    out = {"code": carried, "ts": p_ts[carried], "cell": p_cell[carried], "u": p_u[carried]}
+    for key, p_x in maxima.items():
+        out[key] = p_x[carried]
+    return out, int(t_end)
+
+
+def _max_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | None,
+                 code: np.ndarray, ts: np.ndarray, u: np.ndarray, cap_s: float,
+                 pend: np.ndarray, p_ts: np.ndarray, p_u: np.ndarray, n_series: int,
+                 signals: Signals | None, timeline: TimelineAcc | None, tl: tuple[Any, ...]
+                 ) -> dict[str, np.ndarray]:
+    """The rows' ``max_*`` columns (and the carried rows'): each series' maxima into
+    ``signals``, and the memory used bucketed on the timeline as the NumPy path buckets it
+    (:meth:`~gpuaudit.classify.timeline.TimelineAcc.add`, weighted by reading seconds), by
+    a loop of their own (:func:`gpuaudit.classify._kernel.max_signals`, over copies of the
+    carried rows' state where the timeline needs them), before :func:`stream` changes it.
+    Returns each key's value per series for the rows carried on."""
+    keys = sorted(k for k in MAX_KEYS if k in rows or (pending is not None and k in pending))
+    if not keys:
+        return {}
+    assert signals is not None
+    n = code.shape[0]
+    xs = np.stack([rows[k] if k in rows else np.full(n, np.nan) for k in keys]
+                  ).astype(np.float64, copy=False)
+    p_x = np.full((len(keys), n_series), np.nan)
+    for j, key in enumerate(keys):
+        if pending is not None and key in pending:
+            p_x[j, pending["code"]] = pending[key]
+    names = [k.removeprefix("max_") for k in keys]
+    smax = np.stack([signals.series_max[name][:n_series] for name in names])
+    tl_col = -1
+    tl_t = tl_x = np.zeros((1, 1))
+    key_tl, name_tl = _TIMELINE_MAX
+    if timeline is not None and key_tl in keys:
+        j = keys.index(key_tl)
+        # the signal is bucketed from the first batch with a value (as the NumPy path makes
+        # its sums on first sight)
+        if name_tl in timeline.acc.sig or not (np.isnan(xs[j]).all()
+                                               and np.isnan(p_x[j]).all()):
+            tl_col = j
+            tl_t = np.zeros((tl[4] - tl[3], n_series))
+            tl_x = np.zeros((tl[4] - tl[3], n_series))
+    if tl_col >= 0:
+        pend, p_ts, p_u = pend.copy(), p_ts.copy(), p_u.copy()
+    _kernel.max_signals(code, ts, u, xs, cap_s, pend, p_ts, p_u, p_x, smax, tl_col,
+                        *tl[1:5], tl_t, tl_x)
+    for j, name in enumerate(names):
+        signals.series_max[name][:n_series] = smax[j]
+    if tl_col >= 0:
+        assert timeline is not None
+        timeline.acc.ensure(n_series)
+        t_sum, x_sum = timeline.acc.signal(name_tl)
+        t_sum[:n_series, tl[3]:tl[4]] += tl_t.T
+        x_sum[:n_series, tl[3]:tl[4]] += tl_x.T
+    return dict(zip(keys, p_x))
 
 
 def _max_onsets() -> int:

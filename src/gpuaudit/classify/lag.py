@@ -16,8 +16,9 @@ is the median over peers, the GPU's lag the median over steps (:func:`onset_lags
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,7 +27,8 @@ from gpuaudit.classify.usage import IDLE_BELOW_PCT, OnsetLag
 if TYPE_CHECKING:
     from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["MAX_ONSETS", "OnsetAcc", "busy_onsets", "onset_lags", "onsets_of"]
+__all__ = ["MAX_ONSETS", "OnsetAcc", "busy_onsets", "nanmedian_columns", "onset_lags",
+           "onsets_of"]
 
 #: Onsets kept per GPU (the first ones): 20,000 steps are far more than a lag needs.
 MAX_ONSETS = 20_000
@@ -202,25 +204,80 @@ class OnsetAcc:
         self.head_ts[ms[fresh]] = other.head_ts[sc[fresh]]
         self.last_busy[ms] = other.last_busy[sc]
 
+    def compact(self) -> None:
+        """The parts as one, grouped by series (each in time order): what a row-group range
+        hands on, sorted where it ran (on its own core) rather than after the ranges meet."""
+        if len(self.parts) > 1 or (self.parts and not _ascending(self.parts[0][0])):
+            self.parts = [_by_series(np.concatenate([p[0] for p in self.parts]),
+                                     np.concatenate([p[1] for p in self.parts]))]
+
     def onsets(self, uuids: Sequence[str]) -> dict[str, np.ndarray]:
         """Busy-onset times (ns) per GPU, as :func:`busy_onsets` gives them; ``uuids``: the
         series in code order."""
-        if self.parts:
-            c = np.concatenate([p[0] for p in self.parts])
-            t = np.concatenate([p[1] for p in self.parts])
-            order = np.argsort(c, kind="stable")
-            c, t = c[order], t[order]
-            bounds = np.searchsorted(c, np.arange(len(uuids) + 1))
-        else:
-            t = np.zeros(0, dtype=np.int64)
-            bounds = np.zeros(len(uuids) + 1, dtype=np.int64)
-        return {u: t[bounds[k]: min(bounds[k + 1], bounds[k] + MAX_ONSETS)].astype(np.int64)
-                for k, u in enumerate(uuids)}
+        parts = self.parts
+        if len(parts) > _FEW_PARTS:
+            parts = [(np.concatenate([p[0] for p in parts]),
+                      np.concatenate([p[1] for p in parts]))]
+        # each part grouped by series (parts in time order, so each series' pieces too)
+        grouped = []
+        for c, t in parts:
+            if not _ascending(c):
+                c, t = _by_series(c, t)
+            grouped.append((t, np.searchsorted(c, np.arange(len(uuids) + 1))))
+        out = {}
+        for k, u in enumerate(uuids):
+            pieces = [t[b[k]:b[k + 1]] for t, b in grouped if b[k + 1] > b[k]]
+            x = (pieces[0] if len(pieces) == 1 else np.concatenate(pieces) if pieces
+                 else np.zeros(0, dtype=np.int64))
+            out[u] = x[:MAX_ONSETS].astype(np.int64)
+        return out
 
 
-def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str]]
-               ) -> tuple[OnsetLag, ...]:
-    """Each GPU's lag behind its peers (jobs of at least two GPUs with onsets)."""
+#: Up to this many parts, :meth:`OnsetAcc.onsets` slices each part per series; more (a range
+#: that was not compacted: one part per batch) are joined first
+_FEW_PARTS = 8
+
+
+def _loaded_kernel() -> Any:
+    """The compiled loops (:mod:`gpuaudit.classify._kernel`) where classify's pass loaded
+    them already (importing numba for these alone would cost more than they save)."""
+    return sys.modules.get("gpuaudit.classify._kernel")
+
+
+def _ascending(c: np.ndarray) -> bool:
+    return bool((c[1:] >= c[:-1]).all())
+
+
+def _by_series(c: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Onsets sorted by series, stably (each series' stay in time order): a counting sort
+    where the compiled loops are loaded (classify's pass loaded them), else NumPy's."""
+    kernel = _loaded_kernel()
+    if kernel is not None and c.size:
+        out_c, out_t = np.empty_like(c), np.empty_like(t)
+        kernel.group_by_series(np.ascontiguousarray(c, dtype=np.int64),
+                                       np.ascontiguousarray(t, dtype=np.int64),
+                                       int(c.max()) + 1, out_c, out_t)
+        return out_c, out_t
+    order = np.argsort(c, kind="stable")
+    return c[order], t[order]
+
+
+#: From this many onsets on, the steps' lags take the compiled loop where numba is loaded
+#: already (classify's pass loaded it): the NumPy form below costs ~0.1 us per onset and peer
+COMPILED_FROM_ONSETS = 100_000
+
+
+def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str]], *,
+               compiled: bool | None = None) -> tuple[OnsetLag, ...]:
+    """Each GPU's lag behind its peers (jobs of at least two GPUs with onsets).
+
+    ``compiled``: the steps' lags in the compiled loop (:func:`gpuaudit.classify._kernel.
+    lag_steps`, the same figures); None: where classify's pass loaded the compiled loops
+    and the onsets are many."""
+    if compiled is None:
+        compiled = _loaded_kernel() is not None and sum(
+            int(onsets[m].size) for v in jobs.values() for m in v if m in onsets
+        ) >= COMPILED_FROM_ONSETS
     out: list[OnsetLag] = []
     for job, members in jobs.items():
         have = [m for m in members if onsets.get(m) is not None and onsets[m].size >= 2]
@@ -232,24 +289,62 @@ def onset_lags(onsets: Mapping[str, np.ndarray], jobs: Mapping[str, Sequence[str
             if period <= 0:
                 continue
             half_ns = period * _NS / 2
-            per_peer = []
-            for p in have:
-                if p == g:
-                    continue
-                theirs = onsets[p].astype(np.int64)
-                i = np.clip(np.searchsorted(theirs, mine), 1, theirs.size - 1)
-                left, right = theirs[i - 1], theirs[i]
-                near = np.where(mine - left <= right - mine, left, right)
-                d = (mine - near).astype(np.float64)
-                per_peer.append(np.where(np.abs(d) <= half_ns, d, np.nan))
-            lags = np.asarray(per_peer)
-            matched = ~np.all(np.isnan(lags), axis=0)
-            if not matched.any():
+            if compiled:
+                step = _steps_compiled(mine, [onsets[p] for p in have if p != g], half_ns)
+            else:
+                step = _steps(mine, [onsets[p] for p in have if p != g], half_ns)
+            if step is None:
                 continue
-            step = np.nanmedian(lags[:, matched], axis=0) / _NS
             out.append(OnsetLag(
                 gpu_uuid=g, job=job, steps=int(step.size), period_s=period,
                 median_lag_s=float(np.median(step)),
                 late_share=float(np.mean(step > 0)),
             ))
     return tuple(out)
+
+
+def _steps(mine: np.ndarray, peers: Sequence[np.ndarray], half_ns: float) -> np.ndarray | None:
+    """Each onset's lag (s): the median over peers of the time from the peer's nearest onset
+    within ``half_ns``; onsets no peer matches are left out (None: none matched)."""
+    per_peer = []
+    for theirs in peers:
+        theirs = theirs.astype(np.int64)
+        i = np.clip(np.searchsorted(theirs, mine), 1, theirs.size - 1)
+        left, right = theirs[i - 1], theirs[i]
+        near = np.where(mine - left <= right - mine, left, right)
+        d = (mine - near).astype(np.float64)
+        per_peer.append(np.where(np.abs(d) <= half_ns, d, np.nan))
+    lags = np.asarray(per_peer)
+    matched = ~np.all(np.isnan(lags), axis=0)
+    if not matched.any():
+        return None
+    return np.asarray(nanmedian_columns(lags[:, matched]) / _NS)
+
+
+def nanmedian_columns(a: np.ndarray) -> np.ndarray:
+    """``np.nanmedian(a, axis=0)`` for a 2-D array with a value in every column, to the last
+    bit (the middle value, or the mean of the two middle ones, of each column's values), in
+    one sort: NumPy's own takes a Python call per column once a column holds more than a few
+    hundred values (~19 ms for 7 peers x 9,000 steps, per GPU)."""
+    srt = np.sort(a, axis=0)  # NaN sorts last
+    k = np.count_nonzero(~np.isnan(a), axis=0)
+    cols = np.arange(a.shape[1])
+    lo = srt[(k - 1) // 2, cols]
+    hi = srt[k // 2, cols]
+    return np.asarray(np.where(k % 2 == 1, lo, (lo + hi) / 2.0))
+
+
+def _steps_compiled(mine: np.ndarray, peers: Sequence[np.ndarray], half_ns: float
+                    ) -> np.ndarray | None:
+    """:func:`_steps` in one compiled pass over the onsets (merge walks, no peer matrix)."""
+    from gpuaudit.classify import _kernel  # type: ignore[attr-defined]
+
+    bounds = np.zeros(len(peers) + 1, dtype=np.int64)
+    bounds[1:] = np.cumsum([p.size for p in peers])
+    theirs = np.concatenate([p.astype(np.int64) for p in peers])
+    med = np.empty(mine.shape[0])
+    _kernel.lag_steps(np.ascontiguousarray(mine), theirs, bounds, float(half_ns), med)
+    matched = ~np.isnan(med)
+    if not matched.any():
+        return None
+    return np.asarray(med[matched] / _NS)

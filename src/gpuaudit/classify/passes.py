@@ -21,8 +21,10 @@ from gpuaudit._heap import keep_freed_memory
 from gpuaudit.classify.lag import busy_onsets, onset_lags
 from gpuaudit.classify.parallel import (
     MIN_ROWS_PER_WORKER,
+    RANGES_PER_PROCESS,
     BoundaryOrderError,
     available_cpus,
+    claim_ranges,
     classify_ranges,
 )
 from gpuaudit.classify.patterns import detect_patterns, job_patterns, multi_gpu_jobs
@@ -32,6 +34,7 @@ from gpuaudit.classify.phases import (
     DEFAULT_CAP_INTERVALS,
     TIMELINE_BUCKETS,
     _Engine,
+    engine_batches,
     group_key_names,
     unmatched_group_notes,
 )
@@ -111,18 +114,23 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     if isinstance(rows, int) and rows >= _LARGE_ROWS:
         keep_freed_memory()
     grid = _grid_up_front(samples, interval) if timeline else None
-    recipes = _ranges(samples, workers, interval)
+    recipes, claimed = _ranges(samples, workers, interval)
     engine: _Engine | None = None
     if recipes is not None and interval is not None:
         try:
-            engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid,
-                                     onsets=timeline)
+            if claimed:
+                engine = claim_ranges(recipes, keys, interval, cap_intervals, grid=grid,
+                                      onsets=timeline,
+                                      expected_rows=rows if isinstance(rows, int) else None)
+            else:
+                engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid,
+                                         onsets=timeline)
         except BoundaryOrderError:
             engine = None  # one pass again: the reader names the file row of the bad sample
     if engine is None:
         engine = _Engine(keys, interval, cap_intervals, grid, onsets=timeline)
         engine.expected_rows = rows if isinstance(rows, int) else None
-        for i, batch in enumerate(samples.batches()):
+        for i, batch in enumerate(engine_batches(samples, keys)):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))
     series = engine.series_signals()
@@ -204,17 +212,30 @@ def _grid_up_front(samples: SampleSource | Recording, interval_s: float | None) 
 
 
 def _ranges(samples: SampleSource | Recording, workers: int | None,
-            interval_s: float | None) -> list[Callable[[], SampleSource]] | None:
-    """Row-group range recipes when the source can be split and it is worth it."""
+            interval_s: float | None) -> tuple[list[Callable[[], SampleSource]] | None, bool]:
+    """Row-group range recipes when the source can be split and it is worth it, and whether
+    they are claimed from both ends by this process and one worker (two processes:
+    :func:`~gpuaudit.classify.parallel.claim_ranges`) rather than one range per process."""
     split = getattr(samples, "split", None)
     if split is None or interval_s is None or workers == 1:
-        return None
-    if workers is None:
-        recipes: list[Callable[[], SampleSource]] | None = split(
-            min(available_cpus(), 8), min_rows_per_part=MIN_ROWS_PER_WORKER)
-    else:
-        recipes = split(workers)
-    return recipes if recipes is not None and len(recipes) > 1 else None
+        return None, False
+    procs = min(available_cpus(), 8) if workers is None else workers
+    least = MIN_ROWS_PER_WORKER if workers is None else 1
+    recipes: list[Callable[[], SampleSource]] | None = split(procs, min_rows_per_part=least)
+    if recipes is None or len(recipes) < 2:
+        return None, False
+    if len(recipes) == 2 and CLAIM_RANGES:
+        finer = split(2, min_rows_per_part=least, pieces=RANGES_PER_PROCESS)
+        if finer is not None and len(finer) > 2:
+            return finer, True
+    return recipes, False
+
+
+#: Two processes claim ranges from both ends (classify.parallel.claim_ranges) only where
+#: this is set: where they meet moves from run to run, and with it how the per-cell float
+#: sums are grouped, so the last bits (and a figure rounded at a .5 boundary) could differ
+#: between runs of one file. Off until ranges are stitched in one fixed order.
+CLAIM_RANGES = False
 
 
 def _dt(ns: int | None) -> datetime | None:

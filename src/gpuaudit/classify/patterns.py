@@ -32,6 +32,7 @@ with one clear shape are that shape, never "mixed".
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
@@ -116,7 +117,8 @@ def split_run(util_pct: np.ndarray) -> tuple[int, int]:
     ``[a, b)``, cool-down ``[b, n)``; ``a == 0`` / ``b == n`` where there is none.
 
     Buckets without a reading (NaN) are skipped and the cuts mapped back. Exhaustive search
-    over both cuts with cumulative sums (at most 240 buckets: ~14,000 pairs, vectorised).
+    over both cuts with cumulative sums (at most 240 buckets: ~14,000 pairs where the
+    steady stretch can be the longest, vectorised).
     """
     n_all = int(util_pct.shape[0])
     valid = np.flatnonzero(~np.isnan(util_pct))
@@ -143,9 +145,18 @@ def split_run(util_pct: np.ndarray) -> tuple[int, int]:
     noise = float(np.mean(np.diff(x) ** 2) / 2.0) if n > 1 else 0.0
     penalty = 3.0 * math.log(n) * max(noise, 1.0)
     min_steady = max(2, math.ceil(STEADY_MIN_SHARE * n))
-    a = np.arange(0, n + 1)[:, None]
-    b = np.arange(0, n + 1)[None, :]
-    # the steady stretch is the longest of the three, and an edge spans at least 2 buckets
+    kernel = sys.modules.get("gpuaudit.classify._kernel")
+    if kernel is not None:  # classify's pass loaded the compiled loops: the same search
+        i, j, found = kernel.best_cuts(s1, s2, n, min_steady, penalty, EDGE_MIN_DIFF_PCT)
+        if not found:
+            return 0, n_all
+        return (0 if i == 0 else int(valid[i])), (n_all if j == n else int(valid[j]))
+    # the steady stretch is the longest of the three (b - a >= a and b - a >= n - b): so
+    # a <= n / 2 <= b, and the pairs outside that quarter of the grid need no cost
+    b_lo = (n + 1) // 2
+    a = np.arange(0, n // 2 + 1)[:, None]
+    b = np.arange(b_lo, n + 1)[None, :]
+    # ... and an edge spans at least 2 buckets
     ok = (b - a >= min_steady) & (b - a >= a) & (b - a >= n - b)
     ok &= ((a == 0) | (a >= 2)) & ((b == n) | (n - b >= 2))
     zero, end = np.zeros_like(a), np.full_like(b, n)
@@ -158,6 +169,7 @@ def split_run(util_pct: np.ndarray) -> tuple[int, int]:
     i, j = np.unravel_index(int(np.argmin(cost)), cost.shape)
     if not np.isfinite(cost[i, j]):
         return 0, n_all
+    j = j + b_lo
     # back to bucket indices: a cut sits just before the first valid bucket of its stretch
     cut_a = 0 if i == 0 else int(valid[i])
     cut_b = n_all if j == n else int(valid[j])

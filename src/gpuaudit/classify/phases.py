@@ -28,7 +28,7 @@ stretches per series), :mod:`~gpuaudit.classify.signals` (the other per-GPU sign
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -63,7 +63,7 @@ from gpuaudit.series import ImportNote, series_order
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "group_key_names"]
+__all__ = ["DEFAULT_CAP_INTERVALS", "TIMELINE_BUCKETS", "engine_batches", "group_key_names"]
 
 DEFAULT_CAP_INTERVALS = 3.0
 _NS = NS
@@ -131,6 +131,18 @@ def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
             out.append(key)
     return tuple(out)
 
+
+
+def engine_batches(source: Any, by: Sequence[str]) -> Iterator[pa.RecordBatch]:
+    """The source's batches as the engine reads them: lean (``batches(lean=True)``: no
+    labels, host, model and MIG profile per row, only where a GPU first appears) where the
+    source offers it and no ``--by`` key but periods reads those columns."""
+    # (declared by the source's class: a proxy forwarding unknown attributes to a file
+    # source, such as the plan's handover, does not take batches(lean=True) through)
+    if (hasattr(type(source), "reads_lean") and getattr(source, "reads_lean", False)
+            and all(k.startswith("period:") for k in by)):
+        return source.batches(lean=True)  # type: ignore[no-any-return]
+    return source.batches()  # type: ignore[no-any-return]
 
 
 class _Engine:
@@ -240,12 +252,14 @@ class _Engine:
         self._finish_rows(r, dt_ns, done)
 
     def _stream(self, rows: Rows) -> bool:
-        """A large batch of plain rows (utilization only) through the compiled loop of
+        """A large batch of plain rows (utilization and the maxima only) through the compiled loop of
         :mod:`~gpuaudit.classify.fused`: the whole of :meth:`feed` in one pass over the rows.
         False: the NumPy path below takes it (small, time-sliced, signal columns, no numba,
         or out of order, whose error the NumPy path raises)."""
         size = self.expected_rows if self.expected_rows is not None else self.rows_fed
-        if (rows["code"].shape[0] < fused.MIN_ROWS or size < fused.MIN_SOURCE_ROWS
+        # (a small batch takes the loop too once it is loaded: a row group's last rows, say)
+        if ((rows["code"].shape[0] < fused.MIN_ROWS and not fused.loaded())
+                or size < fused.MIN_SOURCE_ROWS
                 or not fused.COLUMNS.issuperset(rows)
                 or (self.pending is not None and not fused.COLUMNS.issuperset(self.pending))
                 or not fused.available()):
@@ -255,7 +269,7 @@ class _Engine:
         assert self.interval_s is not None
         out = fused.stream_batch(rows, self.pending, self.coding.n_series,
                                  self.cap_intervals * self.interval_s, self.cells, self.stats,
-                                 self.timeline, self.onsets)
+                                 self.timeline, self.onsets, self.signals)
         if out is None:
             return False
         self.pending, end = out
@@ -264,8 +278,11 @@ class _Engine:
         return True
 
     def detach(self) -> None:
-        """Drop the per-file dictionary cache before the engine is sent to another process."""
+        """Drop the per-file dictionary cache before the engine is sent to another process;
+        the onsets grouped by series where this range ran."""
         self.coding.detach()
+        if self.onsets is not None:
+            self.onsets.compact()
 
     def finish(self, series_end_ns: Mapping[str, int] | None = None) -> None:
         """Account the last samples: each stands for one nominal interval, or until its

@@ -92,12 +92,14 @@ def signal_columns(batch: pa.RecordBatch, u: np.ndarray) -> Rows:
             total = x if total is None else np.where(np.isnan(total), x, total + np.nan_to_num(x))
         if total is not None:
             rows[f"sig_{name}"] = total
-    idle = u < IDLE_BELOW_PCT  # NaN (no reading) compares False on both sides
-    busy = u >= IDLE_BELOW_PCT
-    for name, (base, while_idle) in SPLIT_SIGNALS.items():
-        if f"sig_{base}" in rows:
-            rows[f"sig_{name}"] = np.where(idle if while_idle else busy, rows[f"sig_{base}"],
-                                           np.nan)
+    split = [(name, base, while_idle) for name, (base, while_idle) in SPLIT_SIGNALS.items()
+             if f"sig_{base}" in rows]
+    if split:
+        idle = u < IDLE_BELOW_PCT  # NaN (no reading) compares False on both sides
+        busy = u >= IDLE_BELOW_PCT
+    for name, base, while_idle in split:
+        rows[f"sig_{name}"] = np.where(idle if while_idle else busy, rows[f"sig_{base}"],
+                                       np.nan)
     for name in MAX_SIGNALS:
         x = float_column(batch, name)
         if x is not None:

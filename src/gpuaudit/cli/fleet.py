@@ -79,6 +79,11 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
 @click.option("--match", "match", multiple=True, metavar="LABEL=VALUE",
               help="Only series with this label value (repeatable), e.g. Hostname=node-1.")
 @click.option("--raw", is_flag=True, help="Pull raw samples (query_range) instead of pushdown.")
+@click.option("--fetch", type=click.Choice(["pushdown", "raw", "native", "auto"]), default=None,
+              help="How samples are read: pushdown (PromQL, the default), raw (query_range, "
+              "= --raw), native (raw samples as stored: Prometheus remote read, "
+              "VictoriaMetrics export; classified here), auto (native where every store "
+              "answers it, else pushdown).")
 @click.option("--chunk", "chunk_s", type=Duration(FLEET_CHUNK_S), default="1d",
               show_default=True, help="Time chunk per query batch.")
 @click.option("--time-shard", "shard_s", type=Duration(FLEET_SHARD_S), default="7d",
@@ -111,7 +116,8 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
 def fleet_cmd(prometheus: tuple[str, ...], recording: Path | None, since_s: float,
               start_s: float | None, end_s: float | None, step_s: float | None,
               by: tuple[str, ...], map_file: Path | None,
-              match: tuple[str, ...], raw: bool, chunk_s: float, shard_s: float,
+              match: tuple[str, ...], raw: bool, fetch: str | None, chunk_s: float,
+              shard_s: float,
               concurrency: int, allow_partial: bool, dedupe: bool,
               bearer_token_file: Path | None,
               bearer_token_env: str | None, basic_auth: str | None, ca_file: Path | None,
@@ -150,7 +156,7 @@ def fleet_cmd(prometheus: tuple[str, ...], recording: Path | None, since_s: floa
             by=groups or ("team",), map_file=map_file, matchers=_matchers(match), raw=raw,
             client_kwargs=client_kwargs, chunk_s=chunk_s, pricing=pricing,
             shard_s=shard_s, concurrency=concurrency, allow_partial=allow_partial,
-            dedupe=dedupe)
+            dedupe=dedupe, fetch=fetch)
     finally:
         if stop is not None:
             stop()

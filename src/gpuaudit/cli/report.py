@@ -37,6 +37,10 @@ def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[st
                host: str | None, tz: str, interval_s: float | None, workers: int | None,
                fmt: str, output: Path | None, **kw: Any) -> None:
     """Audit PATH: a gpuaudit Parquet recording, an nvidia-smi CSV log, or any CSV/JSONL."""
+    if workers != 1:  # a large Parquet file's worker imports beside this process's imports
+        from gpuaudit._workers import prestart
+
+        prestart(path)
     from gpuaudit.api import audit
     from gpuaudit.measure.files import open_samples, parse_mapping
     from gpuaudit.report.progress import progress
@@ -106,14 +110,46 @@ class _Counting:
         recipes: list[Any] | None = self._source.split(parts, **kw)
         if recipes:
             self._passes += 1  # the ranges are the first pass
-            first, scale = recipes[0], len(recipes)
-            recipes[0] = lambda: _Counting(first(), self._advance, scale)
+            # the ranges this process reads count for every process's (about as many),
+            # up to the file's rows (it reads them all where no worker could start)
+            scale = min(parts, len(recipes))
+            total = self._source.num_rows
+            left = [total if isinstance(total, int) else None]
+
+            def advance(n: int) -> None:
+                if left[0] is not None:
+                    n = min(n, left[0])
+                    left[0] -= n
+                if n:
+                    self._advance(n)
+
+            recipes = [_CountedRange(r, advance, scale) for r in recipes]
         return recipes
 
-    def batches(self) -> Any:
+    @property
+    def reads_lean(self) -> bool:
+        return bool(getattr(self._source, "reads_lean", False))
+
+    def batches(self, **kw: Any) -> Any:
         self._passes += 1
         count = self._passes == 1
-        for batch in self._source.batches():
+        for batch in self._source.batches(**kw):
             if count:
                 self._advance(batch.num_rows * self._scale)
             yield batch
+
+
+class _CountedRange:
+    """A range recipe whose source advances the progress bar when read in this process (by
+    its rows times ``scale``); sent to a worker process, it is the plain recipe."""
+
+    def __init__(self, recipe: Any, advance: Any, scale: int) -> None:
+        self._recipe = recipe
+        self._advance = advance
+        self._scale = scale
+
+    def __call__(self) -> _Counting:
+        return _Counting(self._recipe(), self._advance, self._scale)
+
+    def __reduce__(self) -> Any:
+        return self._recipe.__reduce__()

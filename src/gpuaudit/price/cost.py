@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
+
 from gpuaudit.classify.usage import (
     CELL_VALUE_COLUMNS,
     PHASES,
@@ -170,75 +172,148 @@ class CostReport:
         return self.hourly_cost * HOURS_PER_MONTH
 
 
-def _line(key: tuple[str | None, ...], t: PhaseTime, rate: Rate) -> CostLine:
-    per_s = rate.usd_per_gpu_hour / SECONDS_PER_HOUR
-    phase_cost = {p: dec(getattr(t, f"{p}_s")) * per_s for p in PHASES}
-    return CostLine(
-        key=key,
-        time=t,
-        phase_cost=phase_cost,
-        unobserved_cost=dec(t.unobserved_s) * per_s,
-        underutilized_waste=dec(t.underutilized_unused_s) * per_s,
-        headroom_cost=dec(t.headroom_s) * per_s,
-    )
+#: the per-cell seconds that are priced: each phase, unobserved time (gap + no reading, added
+#: per cell as :attr:`PhaseTime.unobserved_s` adds them), and the two unused shares
+_MONEY = (*PHASES, "unobserved", "underutilized_unused", "headroom")
+_NS = 10**9
 
 
-def _merge(key: tuple[str | None, ...], lines: Sequence[CostLine]) -> CostLine:
-    return CostLine(
-        key=key, time=PhaseTime.total([ln.time for ln in lines]),
-        phase_cost={p: sum((ln.phase_cost[p] for ln in lines), ZERO) for p in PHASES},
-        unobserved_cost=sum((ln.unobserved_cost for ln in lines), ZERO),
-        underutilized_waste=sum((ln.underutilized_waste for ln in lines), ZERO),
-        headroom_cost=sum((ln.headroom_cost for ln in lines), ZERO),
-    )
+@dataclass(frozen=True)
+class _PricedCells:
+    """Cells ready to roll up, columnar: per cell its key values, its rate (an index into
+    ``per_s``), its :data:`CELL_VALUE_COLUMNS` as floats and its priced seconds as whole
+    seconds + nanoseconds (integers: sums of them are exact)."""
+
+    keys: dict[str, list[Any]]
+    rate: np.ndarray
+    per_s: list[Decimal]
+    time: dict[str, np.ndarray]
+    whole_s: dict[str, np.ndarray]
+    frac_ns: dict[str, np.ndarray]
+
+    @property
+    def n(self) -> int:
+        return int(self.rate.shape[0])
 
 
-CellLines = list[tuple[dict[str, Any], CostLine]]
-
-
-def _rows_of(table: Cells, names: Sequence[str]) -> list[dict[str, Any]]:
-    """Rows as dicts over ``names`` (those present). Nanosecond timestamps become microsecond
-    ``datetime``s: pyarrow converts ns timestamps to Python only through pandas, which is not
-    a dependency. Plain cell columns (a trace's usage) are read without Arrow."""
+def _columns_of(table: Cells, names: Sequence[str]) -> dict[str, list[Any] | np.ndarray]:
+    """The ``names`` columns present: value columns as float64 arrays, the others as lists."""
+    out: dict[str, list[Any] | np.ndarray] = {}
     if isinstance(table, CellColumns):
-        return table.rows(list(dict.fromkeys(names)))
-    import pyarrow as pa
-
-    cols = {}
+        for name in dict.fromkeys(names):
+            if name in table.columns:
+                col = table.columns[name]
+                out[name] = np.asarray(col, dtype=np.float64) if name in CELL_VALUE_COLUMNS \
+                    else list(col)
+        return out
     for name in dict.fromkeys(names):
         if name not in table.column_names:
             continue
         col = table.column(name)
-        if pa.types.is_timestamp(col.type) and col.type.unit == "ns":
-            col = col.cast(pa.timestamp("us", tz=col.type.tz), safe=False)
-        cols[name] = col
-    return pa.table(cols).to_pylist() if cols else [{} for _ in range(table.num_rows)]
-
-
-def _priced_cells(cells: Cells, rates: Mapping[str | None, Rate],
-                  key_names: Sequence[str]) -> CellLines:
-    """Each cell (a :attr:`Usage.cells` row) priced at its GPU model's rate, with its
-    ``key_names`` values for rolling up."""
-    out: CellLines = []
-    for row in _rows_of(cells, [*key_names, "gpu_model", *CELL_VALUE_COLUMNS]):
-        t = PhaseTime(**{c: (int(row[c]) if c == "samples" else float(row[c]))  # type: ignore[arg-type]
-                         for c in CELL_VALUE_COLUMNS})
-        model = row.get("gpu_model")
-        rate = rates.get(model) or rates.get(None)
-        if rate is None:
-            raise PricingError(f"no rate for GPU model {model!r}",
-                               fix="pass --gpu-model or --price")
-        keys = {k: row.get(k) for k in key_names}
-        out.append((keys, _line(tuple(keys.values()), t, rate)))
+        if name in CELL_VALUE_COLUMNS:
+            out[name] = np.asarray(col.to_numpy(), dtype=np.float64)
+        else:
+            out[name] = col.to_pylist()
     return out
 
 
-def _rollup(cell_lines: CellLines, names: Sequence[str]) -> tuple[CostLine, ...]:
-    buckets: dict[tuple[str | None, ...], list[CostLine]] = {}
-    for keys, ln in cell_lines:
-        buckets.setdefault(tuple(keys[n] for n in names), []).append(ln)
-    merged = [_merge(k, v) for k, v in buckets.items()]
-    return tuple(sorted(merged, key=lambda ln: (-ln.observed_cost, [str(x) for x in ln.key])))
+def _priced_cells(cells: Cells, rates: Mapping[str | None, Rate],
+                  key_names: Sequence[str]) -> _PricedCells:
+    """Each cell (a :attr:`Usage.cells` row) with its GPU model's rate and its
+    ``key_names`` values for rolling up. A priced second is the cell's float seconds to the
+    nanosecond (as :func:`~gpuaudit.price.money.dec` takes them), kept as integers."""
+    n = cells.num_rows
+    cols = _columns_of(cells, [*key_names, "gpu_model", *CELL_VALUE_COLUMNS])
+    models = cols.get("gpu_model")
+    model_list: list[Any] = list(models) if models is not None else [None] * n
+    per_s: list[Decimal] = []
+    index: dict[Any, int] = {}
+    rate_of = np.empty(n, dtype=np.int64)
+    for i, model in enumerate(model_list):
+        r = index.get(model)
+        if r is None:
+            rate = rates.get(model) or rates.get(None)
+            if rate is None:
+                raise PricingError(f"no rate for GPU model {model!r}",
+                                   fix="pass --gpu-model or --price")
+            r = index[model] = len(per_s)
+            per_s.append(rate.usd_per_gpu_hour / SECONDS_PER_HOUR)
+        rate_of[i] = r
+    time = {c: np.asarray(cols[c], dtype=np.float64) if c in cols else np.zeros(n)
+            for c in CELL_VALUE_COLUMNS}
+    money = {p: time[f"{p}_s"] for p in PHASES}
+    money["unobserved"] = time["gap_s"] + time["no_reading_s"]
+    money["underutilized_unused"] = time["underutilized_unused_s"]
+    money["headroom"] = time["headroom_s"]
+    whole: dict[str, np.ndarray] = {}
+    frac: dict[str, np.ndarray] = {}
+    for name, x in money.items():
+        if not np.isfinite(x).all():
+            raise PricingError(f"a cell's {name} seconds are not finite",
+                               fix="report this: classify gave a cell no finite time")
+        w = np.floor(x)
+        whole[name] = w.astype(np.int64)
+        frac[name] = np.rint((x - w) * 1e9).astype(np.int64)
+    keys = {k: list(cols[k]) if k in cols else [None] * n for k in key_names}
+    return _PricedCells(keys, rate_of, per_s, time, whole, frac)
+
+
+def _bucket_ids(priced: _PricedCells, names: Sequence[str],
+                ) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Each cell's bucket (its ``names`` values), buckets numbered by first appearance."""
+    if not names:
+        return np.zeros(priced.n, dtype=np.int64), [()]
+    index: dict[tuple[Any, ...], int] = {}
+    ids = np.empty(priced.n, dtype=np.int64)
+    for i, key in enumerate(zip(*(priced.keys[k] for k in names))):
+        b = index.get(key)
+        if b is None:
+            b = index[key] = len(index)
+        ids[i] = b
+    return ids, list(index)
+
+
+def _rollup(priced: _PricedCells, names: Sequence[str], *, label: tuple[str, ...] | None = None,
+            ) -> tuple[CostLine, ...]:
+    """The cells summed by ``names`` (``label``: the key of the one line when ``names`` is
+    empty), most costly first. Seconds add as floats in cell order (as
+    :meth:`PhaseTime.total` adds them); dollars are the exact sum of the priced seconds of
+    each rate x its per-second price."""
+    if priced.n == 0:
+        return ()
+    ids, keys = _bucket_ids(priced, names)
+    nb = len(keys)
+    cols = [np.bincount(ids, weights=priced.time[c], minlength=nb).tolist()
+            for c in CELL_VALUE_COLUMNS]
+    i_samples = CELL_VALUE_COLUMNS.index("samples")
+    cols[i_samples] = [round(x) for x in cols[i_samples]]
+    times = [PhaseTime(*row) for row in zip(*cols)]
+    nr = len(priced.per_s)
+    pair = ids * nr + priced.rate
+    present = (np.bincount(pair, minlength=nb * nr) > 0).tolist()
+    costs: dict[str, list[Decimal]] = {}
+    for name in _MONEY:
+        whole = _int_sums(pair, priced.whole_s[name], nb * nr)
+        frac = _int_sums(pair, priced.frac_ns[name], nb * nr)
+        # seconds of each (line, rate) exactly (integers), x the rate's price per second
+        per_pair = [Decimal(w * _NS + f).scaleb(-9) * priced.per_s[j % nr] if ok else ZERO
+                    for j, (w, f, ok) in enumerate(zip(whole, frac, present))]
+        costs[name] = per_pair if nr == 1 else [
+            sum(per_pair[k * nr:(k + 1) * nr], ZERO) for k in range(nb)]
+    one = label if label is not None and not names else None
+    lines = [CostLine(key=one if one is not None else tuple(keys[k]), time=times[k],
+                      phase_cost={p: costs[p][k] for p in PHASES},
+                      unobserved_cost=costs["unobserved"][k],
+                      underutilized_waste=costs["underutilized_unused"][k],
+                      headroom_cost=costs["headroom"][k]) for k in range(nb)]
+    return tuple(sorted(lines, key=lambda ln: (-ln.observed_cost, [str(x) for x in ln.key])))
+
+
+def _int_sums(ids: np.ndarray, x: np.ndarray, n: int) -> list[int]:
+    """Exact integer sums of ``x`` per id (int64 throughout: no float in between)."""
+    out = np.zeros(n, dtype=np.int64)
+    np.add.at(out, ids, x)
+    return out.tolist()  # type: ignore[no-any-return]
 
 
 def cost_lines(cells: Cells, rates: Mapping[str | None, Rate], keys: Sequence[str]
@@ -261,8 +336,8 @@ def price_usage(
     ``rates`` maps each ``gpu_model`` value in the usage (None included) to a rate.
     ``counts`` (e.g. ``{"tokens": 1.2e9, "epochs": 3}``) gives unit costs.
     """
-    cell_lines = _priced_cells(usage.cells, rates, ("gpu_uuid", *usage.by))
-    total = _merge(("total",), [ln for _, ln in cell_lines])
+    priced = _priced_cells(usage.cells, rates, ("gpu_uuid", *usage.by))
+    total = (_rollup(priced, (), label=("total",)) or (CostLine.empty(("total",)),))[0]
     wall_hours = dec(usage.wall_s) / SECONDS_PER_HOUR
     if wall_hours > 0:
         hourly_cost = hourly(total.observed_cost / wall_hours)
@@ -277,8 +352,8 @@ def price_usage(
         currency="USD",
         rates=dict(rates),
         total=total,
-        per_gpu=_rollup(cell_lines, ("gpu_uuid",)),
-        per_group=_rollup(cell_lines, usage.by) if usage.by else (),
+        per_gpu=_rollup(priced, ("gpu_uuid",)),
+        per_group=_rollup(priced, usage.by) if usage.by else (),
         group_keys=usage.by,
         wall_hours=wall_hours,
         hourly_cost=hourly_cost,

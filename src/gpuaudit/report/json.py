@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gpuaudit import __version__
 from gpuaudit.classify.usage import CPU_FIELDS, PHASE_LOWER_PCT, PHASES, PhaseTime
@@ -20,7 +20,10 @@ from gpuaudit.price.cost import CostLine
 from gpuaudit.price.money import cents
 from gpuaudit.result import AuditResult
 
-__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "indented", "to_dict"]
+if TYPE_CHECKING:
+    from gpuaudit.recommend.plan import Plan
+
+__all__ = ["SCHEMA_ID", "SCHEMA_VERSION", "dumps", "indented", "plan_fields", "presented", "to_dict"]
 
 SCHEMA_ID = "gpuaudit.report"
 SCHEMA_VERSION = "1.3"
@@ -202,6 +205,17 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                     "evidence": h.evidence} for h in result.health],
         "findings": [{"signal": getattr(f, "signal", None), "value": getattr(f, "value", None),
                       "text": getattr(f, "text", str(f))} for f in u.findings],
+        **plan_fields(p),
+        "extra": {k: v for k, v in result.extra.items() if k != "demo"},
+    }
+    out: dict[str, Any] = presented(doc)
+    return out
+
+
+def plan_fields(p: Plan) -> dict[str, Any]:
+    """The report's ``recommendations`` and ``savings`` (what a capacity document's ``plan``
+    shows, without the rest of the report)."""
+    return {
         "recommendations": [
             {
                 "id": r.id, "title": r.remediation.title, "lever": r.remediation.lever,
@@ -234,10 +248,7 @@ def to_dict(result: AuditResult) -> dict[str, Any]:
                                "shown only for comparison",
             "notes": list(p.notes),
         },
-        "extra": {k: v for k, v in result.extra.items() if k != "demo"},
     }
-    out: dict[str, Any] = presented(doc)
-    return out
 
 
 def _demo(notice: Any) -> dict[str, str] | None:

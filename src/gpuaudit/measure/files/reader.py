@@ -163,6 +163,7 @@ class FileSource:
         batch_rows: int,
         row_groups: tuple[int, int] | None = None,
         shown: Path | None = None,
+        known: tuple[list[str] | None, frozenset[str]] | None = None,
     ) -> None:
         if batch_rows < 1:
             raise InputError(f"batch_rows must be positive, got {batch_rows}",
@@ -194,11 +195,17 @@ class FileSource:
         self._events: tuple[str, ...] = ()
         self._interval_fixed = False
         self._book = NoteBook()
+        #: for a range of a file already opened (FileSource.split): the columns holding data
+        #: and the range checks the footer proves, as the whole file's footer gave them
+        self._known = known
         self._setup()
         self._primed: tuple[Iterator[pa.RecordBatch], pa.RecordBatch] | None = None
-        it = self._stream()
-        first = next(it)
-        self._primed = (it, first)
+        #: set up and not read yet: the next batches() need not set up again
+        self._fresh = True
+        if known is None:  # (a range of an opened file need not prove it can be read)
+            it = self._stream()
+            first = next(it)
+            self._primed = (it, first)
 
     # -- protocol ---------------------------------------------------------------------
     @property
@@ -209,16 +216,34 @@ class FileSource:
     def events(self) -> tuple[str, ...]:
         return self._events
 
-    def batches(self) -> Iterator[pa.RecordBatch]:
-        """Validated :data:`~gpuaudit.schema.SAMPLE_SCHEMA` batches, each GPU in time order."""
-        if self._primed is not None:
+    #: ``batches(lean=True)`` is understood (see :meth:`batches`)
+    reads_lean = True
+
+    def batches(self, *, lean: bool = False) -> Iterator[pa.RecordBatch]:
+        """Validated :data:`~gpuaudit.schema.SAMPLE_SCHEMA` batches, each GPU in time order.
+
+        ``lean``: for classify's engine, which reads a GPU's host, model and MIG profile off
+        its first row only and the labels only to group by them. A gpuaudit Parquet
+        recording then decodes neither ``labels`` (null in every batch) nor ``host``,
+        ``gpu_model`` and ``mig_profile`` per row: those are given in the batches where a
+        GPU first appears in this stream (read from their row group then) and null in the
+        others, which saves about half the decoding. Other sources ignore it."""
+        fresh, self._fresh = self._fresh, False
+        if lean and self.fmt == "parquet" and self._own:
+            self._primed = None  # re-readable: the primed batch was read with every column
+            if not fresh:
+                self._book = NoteBook()
+                self._setup()
+            yield from self._stream(lean=True)
+        elif self._primed is not None:
             it, first = self._primed
             self._primed = None
             yield first
             yield from it
         else:
-            self._book = NoteBook()
-            self._setup()
+            if not fresh:
+                self._book = NoteBook()
+                self._setup()
             yield from self._stream()
 
     @property
@@ -257,9 +282,10 @@ class FileSource:
         it."""
         self.checks_order = False
 
-    def split(self, parts: int, *, min_rows_per_part: int = 1
+    def split(self, parts: int, *, min_rows_per_part: int = 1, pieces: int = 1
               ) -> list[Callable[[], FileSource]] | None:
-        """Recipes for ``parts`` sources over consecutive row-group ranges of this file.
+        """Recipes for ``parts`` sources over consecutive row-group ranges of this file
+        (``pieces``: each part cut into that many ranges, as far as the row groups allow).
 
         Each recipe is picklable (a worker process opens its own range); read one after the
         other, the ranges give exactly this source's stream. Offered only where a range
@@ -277,12 +303,14 @@ class FileSource:
         parts = min(parts, rows.shape[0], int(rows.sum()) // max(min_rows_per_part, 1))
         if parts < 2:
             return None
+        parts = min(parts * max(pieces, 1), rows.shape[0])
         # cut where the running row count crosses each 1/parts of the total
         cum = np.cumsum(rows)
         cuts = np.searchsorted(cum, cum[-1] * np.arange(1, parts) / parts, side="left") + 1
         bounds = sorted({0, *(int(c) for c in cuts if 0 < c < rows.shape[0]), rows.shape[0]})
+        known = (self._read_cols, self._proven)
         return [functools.partial(_open_part, self.path, self.gpu_model, self.batch_rows,
-                                  (a, b), self.checks_order)
+                                  (a, b), self.checks_order, known)
                 for a, b in itertools.pairwise(bounds)]
 
     def _groups(self) -> range:
@@ -302,6 +330,8 @@ class FileSource:
     def _setup(self) -> None:
         self._converter: BatchConverter | None = None
         self._read_cols: list[str] | None = None
+        self._proven: frozenset[str] = frozenset()
+        self._raw_lean: RawBatches | None = None
         if self.fmt == "parquet":
             self._setup_parquet()
         elif self.fmt == "jsonl":
@@ -431,7 +461,8 @@ class FileSource:
         # Columns that are null in every row group (per the footer's statistics) are not
         # read at all: a recording of an nvidia-smi log carries a handful of measured columns
         # among the table's 33, and decoding the rest costs as much as the data.
-        read_cols = _columns_with_data(pf) if own else None
+        known = self._known
+        read_cols = (known[0] if known is not None else _columns_with_data(pf)) if own else None
         self._read_cols = read_cols
         self._footer = pf.metadata
         names = pf.schema_arrow.names
@@ -444,6 +475,10 @@ class FileSource:
         # an older recording lacks the columns added since (host_cpu_util_pct, ...): null
         full = list(schema.SAMPLE_SCHEMA.names) if own else names
         fill = _NullFill(full)
+        # range checks the footer's statistics already prove for every row group read
+        self._proven = ((known[1] if known is not None
+                         else _proven_in_range(pf.metadata, self._groups()))
+                        if own else frozenset())
 
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = first_row
@@ -456,13 +491,35 @@ class FileSource:
                     batch = fill(batch)
                 yield batch, _at_row(shown, base)
 
+        def lean() -> Iterator[tuple[pa.RecordBatch, Locate]]:
+            cols = [c for c in (read_cols if read_cols is not None else names)
+                    if c not in _LEAN_SKIPPED]
+            first = _FirstRows(path, pf.metadata, self.gpu_model)
+            row = first_row
+            # a row-group range runs beside the others' processes, one per core: Arrow's
+            # decoding threads would only wake and wait on one another there
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk,
+                                                           columns=cols,
+                                                           row_groups=groups,
+                                                           use_threads=groups is None):
+                base = row
+                row += batch.num_rows
+                ident = first.identity(batch.column("gpu_uuid"), base)
+                if ident is not None:
+                    batch = pa.RecordBatch.from_arrays(
+                        [*batch.columns, *ident.columns],
+                        names=[*batch.schema.names, *ident.schema.names])
+                yield fill(batch), _at_row(shown, base)
+
         self._raw = raw
+        self._raw_lean = lean
 
     # -- the stream --------------------------------------------------------------------
-    def _stream(self) -> Iterator[pa.RecordBatch]:
+    def _stream(self, lean: bool = False) -> Iterator[pa.RecordBatch]:
         order = schema.OrderCheck()
         total = 0
-        for raw, locate in self._raw():
+        raws = self._raw_lean() if lean and self._raw_lean is not None else self._raw()
+        for raw, locate in raws:
             if raw.num_rows == 0:
                 continue
             if self.fmt == "jsonl" and self._converter is None:
@@ -470,7 +527,8 @@ class FileSource:
                 self.source = "nvidia-smi-jsonl" if self._nvidia_smi else "jsonl"
             if self._converter is None:  # a gpuaudit recording: already the table
                 table = pa.Table.from_batches([raw])
-                if self.gpu_model is not None:
+                # (a lean batch's identity got the model where it was read)
+                if self.gpu_model is not None and not lean:
                     model = table.column("gpu_model")
                     if model.null_count:
                         table = table.set_column(
@@ -479,7 +537,7 @@ class FileSource:
             else:
                 table = self._converter.convert(raw, locate)
             table = schema.validate(table, source=str(self.path), locate=locate,
-                                    check_order=False)
+                                    check_order=False, proven=self._proven)
             if self.checks_order:
                 order.check(table, locate)
             total += table.num_rows
@@ -544,6 +602,114 @@ def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
     return keep
 
 
+#: Columns a lean read (``FileSource.batches(lean=True)``) does not decode per row
+_IDENTITY = ("host", "gpu_model", "mig_profile")
+_LEAN_SKIPPED = frozenset((*_IDENTITY, "labels"))
+
+
+class _FirstRows:
+    """For a lean read: the identity columns (host, gpu_model, mig_profile) of the batches
+    where a GPU first appears in the stream, read from their row groups; None for the
+    others (no GPU new there).
+
+    Per batch the work is over the uuid dictionary (the entries already seen), and over the
+    rows only when the dictionary holds an entry not seen yet."""
+
+    def __init__(self, path: Path, footer: pq.FileMetaData, gpu_model: str | None) -> None:
+        self.path = path
+        #: the model for GPUs whose rows name none (``--gpu-model``)
+        self.gpu_model = gpu_model
+        self.seen: set[str] = set()
+        self._dictionary: pa.Array | None = None
+        self._known = np.zeros(0, dtype=bool)  # per dictionary entry: seen in this stream
+        self._starts = np.cumsum([0] + [footer.row_group(i).num_rows
+                                        for i in range(footer.num_row_groups)])
+        self._file: pq.ParquetFile | None = None
+
+    def identity(self, uuid: pa.Array, base: int) -> pa.RecordBatch | None:
+        """The identity columns of the rows ``base`` .. ``base + len(uuid)`` of the file, if
+        some row's GPU was not seen before in this stream (then every GPU in it is seen)."""
+        if not pa.types.is_dictionary(uuid.type):
+            uuid = pc.dictionary_encode(uuid)
+        if self._dictionary is None or not uuid.dictionary.equals(self._dictionary):
+            self._dictionary = uuid.dictionary
+            self._known = np.array([u in self.seen for u in uuid.dictionary.to_pylist()],
+                                   dtype=bool)
+        if self._known.all():
+            return None
+        idx = uuid.indices.to_numpy(zero_copy_only=False)
+        entries, first = np.unique(idx, return_index=True)
+        new = ~self._known[entries]
+        if not new.any():
+            return None
+        names = uuid.dictionary.to_pylist()
+        for j in entries[new].tolist():
+            self.seen.add(names[j])
+        self._known[entries] = True
+        # the identity up to the last new GPU's first row (a fleet's GPUs all appear in its
+        # first tick: a thousand rows, not the row group); null after it
+        upto = int(first[new].max()) + 1
+        ident = self._rows(base, upto)
+        if self.gpu_model is not None:  # as the full read fills it (FileSource._stream)
+            if "gpu_model" not in ident.schema.names:
+                ident = ident.append_column("gpu_model", pa.nulls(upto, pa.string()))
+            at = ident.schema.get_field_index("gpu_model")
+            model = ident.column(at)
+            if model.null_count:
+                ident = ident.set_column(at, "gpu_model", pc.dictionary_encode(
+                    pc.fill_null(model.cast(pa.string()), self.gpu_model)))
+        if upto == len(uuid):
+            return ident
+        return pa.RecordBatch.from_arrays(
+            [pa.concat_arrays([col, _nulls(name, len(uuid) - upto)])
+             for name, col in zip(ident.schema.names, ident.columns)],
+            names=ident.schema.names)
+
+    def _rows(self, base: int, n: int) -> pa.RecordBatch:
+        """The identity columns of file rows ``base`` .. ``base + n``, decoding each row
+        group they fall in only as far as needed."""
+        if self._file is None:
+            self._file = pq.ParquetFile(self.path)
+        have = set(self._file.schema_arrow.names)
+        cols = [c for c in _IDENTITY if c in have]
+        parts = []
+        row = base
+        while row < base + n:
+            rg = int(np.searchsorted(self._starts, row, side="right")) - 1
+            lo = row - int(self._starts[rg])
+            take = min(base + n - row, int(self._starts[rg + 1]) - row)
+            head = next(self._file.iter_batches(batch_size=lo + take, row_groups=[rg],
+                                                columns=cols, use_threads=False))
+            parts.append(pa.Table.from_batches([head.slice(lo, take)]))
+            row += take
+        return pa.concat_tables(parts).combine_chunks().to_batches()[0]
+
+
+def _proven_in_range(footer: pq.FileMetaData, groups: range) -> frozenset[str]:
+    """The columns with a valid range (:data:`gpuaudit.schema.COLUMNS`) whose footer
+    statistics show every value inside it in each of ``groups`` (NaN, which no range check
+    flags, is left out of Parquet's statistics): their per-batch range check is skipped."""
+    leaf = {footer.schema.column(i).path: i for i in range(footer.num_columns)}
+    out = set()
+    for col in schema.COLUMNS:
+        if (col.lo is None and col.hi is None) or col.name not in leaf:
+            continue
+        i = leaf[col.name]
+        for rg in groups:
+            st = footer.row_group(rg).column(i).statistics
+            if st is None or not st.has_min_max:
+                break
+            lo, hi = st.min, st.max
+            if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
+                break
+            if (col.lo is not None and not lo >= col.lo) or (
+                    col.hi is not None and not hi <= col.hi):
+                break
+        else:
+            out.add(col.name)
+    return frozenset(out)
+
+
 class _NullFill:
     """Puts back the all-null columns that were not read, as the table's full schema.
 
@@ -554,30 +720,37 @@ class _NullFill:
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = list(names)
-        self._nulls: dict[str, pa.Array] = {}
 
     def __call__(self, batch: pa.RecordBatch) -> pa.RecordBatch:
         n = batch.num_rows
         have = set(batch.schema.names)
-        arrays = []
-        for name in self.names:
-            if name in have:
-                arrays.append(batch.column(name))
-                continue
-            blank = self._nulls.get(name)
-            if blank is None or len(blank) < n:
-                blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
-                self._nulls[name] = blank
-            arrays.append(blank.slice(0, n) if len(blank) > n else blank)
+        arrays = [batch.column(name) if name in have else _nulls(name, n)
+                  for name in self.names]
         return pa.RecordBatch.from_arrays(arrays, schema=schema.SAMPLE_SCHEMA)
 
 
+#: per column: nulls of its type, as long as the longest batch asked for so far (each of a
+#: file's ranges, and every source this process opens, slices the same ones)
+_NULLS: dict[str, pa.Array] = {}
+
+
+def _nulls(name: str, n: int) -> pa.Array:
+    blank = _NULLS.get(name)
+    if blank is None or len(blank) < n:
+        blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
+        _NULLS[name] = blank
+    return blank.slice(0, n) if len(blank) > n else blank
+
+
 def _open_part(path: Path, gpu_model: str | None, batch_rows: int,
-               row_groups: tuple[int, int], checks_order: bool = True) -> FileSource:
-    """One row-group range of a gpuaudit Parquet recording (see :meth:`FileSource.split`)."""
+               row_groups: tuple[int, int], checks_order: bool = True,
+               known: tuple[list[str] | None, frozenset[str]] | None = None) -> FileSource:
+    """One row-group range of a gpuaudit Parquet recording (see :meth:`FileSource.split`):
+    ``known``, what the whole file's footer said (its columns with data, the range checks it
+    proves), is not worked out again."""
     src = FileSource(path, fmt="parquet", mapping=None, fields=None, host=None,
                      gpu_model=gpu_model, tz="UTC", batch_rows=batch_rows,
-                     row_groups=row_groups)
+                     row_groups=row_groups, known=known)
     src.checks_order = checks_order
     return src
 

@@ -266,6 +266,54 @@ class PromClient:
             where=where, fix="check the server is up and reachable; --timeout and --retries "
             "raise the patience")
 
+    def post_raw(self, path: str, *, content: bytes | None = None,
+                 data: Mapping[str, str] | None = None,
+                 headers: Mapping[str, str] | None = None) -> httpx.Response:
+        """POST to ``path`` with this client's auth, retries (connection errors, timeouts,
+        429, 5xx) and byte counts; the response of any other status is returned as it is
+        (the caller reads its body: remote read's protobuf frames, export's JSON lines)."""
+        assert self._client is not None
+        where = f"{self.url}{path}"
+        delay = self.backoff_s
+        last = ""
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.sleep(min(delay, self.max_backoff_s))
+                delay *= 2
+            try:
+                with self._slots:
+                    resp = self._client.post(where, content=content,
+                                             data=dict(data) if data is not None else None,
+                                             headers={**self._headers(), **(headers or {})})
+            except httpx.TimeoutException as exc:
+                last = f"timed out after {self.timeout_s:g} s ({exc.__class__.__name__})"
+                continue
+            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol,
+                    httpx.InvalidURL) as exc:
+                raise InputError(f"cannot send the request ({exc.__class__.__name__})",
+                                 where=where, fix="check the URL and the credentials' form "
+                                 "(one line, printable characters)") from None
+            except httpx.HTTPError as exc:
+                last = f"{exc.__class__.__name__}: {exc}"
+                continue
+            with self._lock:
+                self.requests += 1
+                self.wire_bytes += resp.num_bytes_downloaded
+                self.body_bytes += len(resp.content)
+            if resp.status_code == 429 or resp.status_code >= 500:
+                last = f"HTTP {resp.status_code}: {resp.text[:300]}"
+                continue
+            if resp.status_code in (401, 403):
+                raise SourceUnavailableError(
+                    f"the store refused the credentials (HTTP {resp.status_code})",
+                    where=where, fix="check --bearer-token-file / --bearer-token-env / "
+                    "--basic-auth")
+            return resp
+        raise SourceUnavailableError(
+            f"store unavailable after {self.retries + 1} attempt(s): {last}",
+            where=where, fix="check the server is up and reachable; --timeout and --retries "
+            "raise the patience")
+
     # -- API ------------------------------------------------------------------------------
     def query(self, expr: str, time_s: float) -> list[tuple[dict[str, str], float]]:
         """``/api/v1/query`` at ``time_s``: (labels, value) per series (vector results)."""

@@ -153,17 +153,6 @@ def bill_side(bill: Bill, *, cost: str = "billed",
     }))
     con.execute("CREATE OR REPLACE TEMP TABLE gpu_skus AS SELECT * FROM gpu_skus_arrow")
     con.unregister("gpu_skus_arrow")
-    totals = {str(r[0]): (r[1], int(r[2])) for r in con.execute(
-        "SELECT currency, sum(billed_cost), count(*) FROM bill_lines GROUP BY currency"
-    ).fetchall()}
-    currencies = tuple(totals)
-    non_gpu: dict[str, list[tuple[Any, ...]]] = {c: [] for c in currencies}
-    for r in con.execute(
-            "SELECT currency, COALESCE(service, '(no service)'), COALESCE(charge_category, ''), "
-            "sum(billed_cost), sum(effective_cost), sum(list_cost), count(*) "
-            f"FROM bill_lines b WHERE NOT {IS_GPU} AND NOT {ROLE_COMMIT} "
-            "GROUP BY ALL ORDER BY 1, 4 DESC").fetchall():
-        non_gpu[str(r[0])].append(tuple(r[1:]))
     col = COST_COLUMNS[cost]
     # FOCUS amortises a commitment's purchase into the usage it covers: the purchase's
     # EffectiveCost is 0. A purchase that keeps its cost there while the usage of the same
@@ -176,21 +165,51 @@ def bill_side(bill: Bill, *, cost: str = "billed",
                  "((u.commitment_id = b.commitment_id) OR COALESCE(list_contains("
                  "json_extract_string(u.contract_applied, '$.Elements[*].ContractCommitmentId'), "
                  "b.resource_id), false))))")
+    # one scan of the bill into ``bill_cube``: its lines counted and summed per currency,
+    # GPU or not, bucket (``kind``), service and category, and for the lines a GPU rate is
+    # read from, per SKU and pricing category. The totals, the non-GPU lines, the buckets and
+    # the model rates below are sums over that small table (sums of exact decimals: equal to
+    # the sums over the lines), not one scan of the bill each.
+    rate = f"s.sku_text IS NOT NULL AND {RATE_LINES}"
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE bill_cube AS "
+        f"SELECT b.currency, s.sku_text IS NOT NULL AND NOT {ROLE_COMMIT} AS gpu, "
+        f"{ROLE_COMMIT} AS commit_role, "
+        f"CASE WHEN b.{col} IS NULL THEN 'rejected' WHEN {twice} THEN 'rejected_twice' "
+        f"WHEN {ROLE_COMMIT} THEN 'commitment' "
+        "WHEN b.charge_category = 'Tax' THEN 'tax' "
+        "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END AS kind, "
+        "COALESCE(b.service, '(no service)') AS service, "
+        "COALESCE(b.charge_category, '') AS category, "
+        f"CASE WHEN {rate} THEN s.sku_text END AS rate_sku, "
+        f"CASE WHEN {rate} THEN COALESCE(b.pricing_category, 'Standard') END AS rate_pricing, "
+        "count(*) AS n, sum(b.billed_cost) AS billed_cost, "
+        "sum(b.effective_cost) AS effective_cost, sum(b.list_cost) AS list_cost, "
+        f"sum(CASE WHEN {rate} THEN ({_HOURS}) * (CASE WHEN s.per_gpu THEN 1 "
+        "ELSE s.gpus_per_instance END) END) AS rate_gpu_hours, "
+        "count(*) FILTER (WHERE b.charge_class = 'Correction') AS corrections "
+        "FROM bill_lines b LEFT JOIN gpu_skus s ON b.sku_text = s.sku_text GROUP BY ALL")
+    totals = {str(r[0]): (r[1], int(r[2])) for r in con.execute(
+        "SELECT currency, sum(billed_cost), sum(n) FROM bill_cube GROUP BY currency"
+    ).fetchall()}
+    currencies = tuple(totals)
+    non_gpu: dict[str, list[tuple[Any, ...]]] = {c: [] for c in currencies}
+    for r in con.execute(
+            "SELECT currency, service, category, sum(billed_cost), sum(effective_cost), "
+            "sum(list_cost), CAST(sum(n) AS BIGINT) FROM bill_cube "
+            "WHERE NOT gpu AND NOT commit_role GROUP BY ALL ORDER BY 1, 4 DESC").fetchall():
+        non_gpu[str(r[0])].append(tuple(r[1:]))
     kinds: dict[str, list[tuple[Any, ...]]] = {c: [] for c in currencies}
     for r in con.execute(
-            f"SELECT currency, CASE WHEN b.{col} IS NULL THEN 'rejected' "
-            f"WHEN {twice} THEN 'rejected_twice' "
-            f"WHEN {ROLE_COMMIT} THEN 'commitment' "
-            "WHEN b.charge_category = 'Tax' THEN 'tax' "
-            "WHEN b.charge_category = 'Credit' THEN 'credit' ELSE 'non_gpu' END, "
-            f"count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} AS HUGEINT) "
-            f"FROM bill_lines b WHERE NOT {IS_GPU} GROUP BY 1, 2").fetchall():
+            f"SELECT currency, kind, CAST(sum(n) AS BIGINT), CAST(COALESCE(sum({col}), 0) * "
+            f"{UNITS_PER_USD} AS HUGEINT) FROM bill_cube WHERE NOT gpu GROUP BY 1, 2"
+            ).fetchall():
         kinds[str(r[0])].append(tuple(r[1:]))
     gpu = {str(r[0]): (int(r[1]), int(r[2])) for r in con.execute(
-        f"SELECT b.currency, count(*), CAST(COALESCE(sum(b.{col}), 0) * {UNITS_PER_USD} "
-        f"AS HUGEINT) FROM bill_lines b WHERE {IS_GPU} GROUP BY b.currency").fetchall()}
+        f"SELECT currency, sum(n), CAST(COALESCE(sum({col}), 0) * {UNITS_PER_USD} "
+        "AS HUGEINT) FROM bill_cube WHERE gpu GROUP BY currency").fetchall()}
     return BillSide(cost=cost, currencies=currencies, totals=totals, non_gpu=non_gpu,
-                    model_rates={c: _model_rates(con, c) for c in currencies},
+                    model_rates={c: _model_rates(con, c, cube=True) for c in currencies},
                     bucket_kinds=kinds, bucket_gpu=gpu,
                     commitments={c: _commitments(con, c) for c in currencies},
                     overlaps=_overlaps(con), duplicates=_duplicates(con))
@@ -267,7 +286,9 @@ def allocate(
 ROLE_COMMIT = ("COALESCE(b.line_role IN (" + ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
                + "), false)")
 #: a GPU line: its SKU is a GPU instance of the catalog, and it is no commitment's line
-IS_GPU = ("(EXISTS (SELECT 1 FROM gpu_skus s WHERE s.sku_text = b.sku_text) AND NOT "
+#: (an uncorrelated IN: DuckDB plans the correlated EXISTS it replaces as a join that first
+#: materialises every line, ~1 s per query over 10M lines)
+IS_GPU = ("(COALESCE(b.sku_text IN (SELECT sku_text FROM gpu_skus), false) AND NOT "
           f"{ROLE_COMMIT})")
 PROVIDER_SPLIT = "provider split"
 PROVIDER_UNALLOCATED = "provider split: unallocated portion"
@@ -690,17 +711,25 @@ RATE_LINES = ("b.charge_category = 'Usage' AND (b.charge_class = 'Correction' OR
               "(b.billed_cost >= 0 AND b.effective_cost >= 0)) AND NOT " + ROLE_COMMIT)
 
 
-def _model_rates(con: Any, ccy: str) -> list[dict[str, Any]]:
+def _model_rates(con: Any, ccy: str, *, cube: bool = False) -> list[dict[str, Any]]:
     """Per catalog GPU model, instance and pricing category: the usage lines' GPU-hours and
-    costs net of their corrections (the one input of the rate rule, ``rates.py``)."""
-    rows = con.execute(
-        f"SELECT s.gpu_model, s.instance, COALESCE(b.pricing_category, 'Standard'), "
-        f"sum(({_HOURS}) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)), "
-        "sum(b.billed_cost), sum(b.effective_cost), sum(b.list_cost), count(*), "
-        "count(*) FILTER (WHERE b.charge_class = 'Correction') "
-        f"FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text "
-        f"WHERE b.currency = ? AND {RATE_LINES} GROUP BY ALL ORDER BY 1, 2, 3",
-        [ccy]).fetchall()
+    costs net of their corrections (the one input of the rate rule, ``rates.py``). ``cube``:
+    from ``bill_cube`` (:func:`bill_side`, the same sums per SKU) instead of the lines."""
+    if cube:
+        rows = con.execute(
+            "SELECT s.gpu_model, s.instance, c.rate_pricing, sum(c.rate_gpu_hours), "
+            "sum(c.billed_cost), sum(c.effective_cost), sum(c.list_cost), sum(c.n), "
+            "sum(c.corrections) FROM bill_cube c JOIN gpu_skus s ON c.rate_sku = s.sku_text "
+            "WHERE c.currency = ? GROUP BY ALL ORDER BY 1, 2, 3", [ccy]).fetchall()
+    else:
+        rows = con.execute(
+            f"SELECT s.gpu_model, s.instance, COALESCE(b.pricing_category, 'Standard'), "
+            f"sum(({_HOURS}) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END)), "
+            "sum(b.billed_cost), sum(b.effective_cost), sum(b.list_cost), count(*), "
+            "count(*) FILTER (WHERE b.charge_class = 'Correction') "
+            f"FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text "
+            f"WHERE b.currency = ? AND {RATE_LINES} GROUP BY ALL ORDER BY 1, 2, 3",
+            [ccy]).fetchall()
     return [{"gpu_model": r[0], "instance": r[1], "pricing_category": r[2],
              "gpu_hours": round(float(r[3] or 0), 6), "billed": str(r[4]),
              "effective": str(r[5]), "list": str(r[6]), "lines": int(r[7]),
@@ -734,17 +763,34 @@ def _commitments(con: Any, ccy: str) -> dict[str, Any]:
 def _overlaps(con: Any) -> dict[str, Any]:
     """GPU usage lines of one resource and SKU whose charge periods overlap without being
     equal (an hourly and a daily line for the same hours): over the distinct periods of each
-    resource, one starting before an earlier one ends."""
-    rows = con.execute(
-        "WITH p AS (SELECT DISTINCT b.currency, b.resource_id, b.sku_text, b.charge_start, "
-        f"b.charge_end FROM bill_lines b WHERE {IS_GPU} AND b.charge_category = 'Usage' AND "
-        "b.resource_id IS NOT NULL AND COALESCE(b.charge_class, '') <> 'Correction' AND "
-        "b.line_role IS NULL), w AS (SELECT *, max(charge_end) OVER (PARTITION BY currency, "
-        "resource_id, sku_text ORDER BY charge_start, charge_end ROWS BETWEEN UNBOUNDED "
-        "PRECEDING AND 1 PRECEDING) AS prev_end, lag(charge_start) OVER (PARTITION BY "
-        "currency, resource_id, sku_text ORDER BY charge_start, charge_end) AS prev_start "
-        "FROM p) SELECT resource_id, prev_start, prev_end, charge_start, charge_end FROM w "
-        "WHERE prev_end > charge_start ORDER BY resource_id, charge_start").fetchall()
+    resource, one starting before an earlier one ends.
+
+    Sorting every resource's periods costs seconds on a 10M-line bill, so a grouping first
+    finds the resources whose periods cannot overlap: all of one length ``d`` > 0 with starts
+    equal modulo ``d`` (hourly lines on the hour), where two distinct periods start at least
+    ``d`` apart. Only the other resources' periods are sorted."""
+    usage = (f"{IS_GPU} AND b.charge_category = 'Usage' AND b.resource_id IS NOT NULL AND "
+             "COALESCE(b.charge_class, '') <> 'Correction' AND b.line_role IS NULL")
+    d = "(epoch_us(b.charge_end) - epoch_us(b.charge_start))"
+    con.execute(
+        "CREATE OR REPLACE TEMP TABLE overlap_candidates AS SELECT b.currency, "
+        f"b.resource_id, b.sku_text FROM bill_lines b WHERE {usage} GROUP BY ALL HAVING NOT ("
+        f"min({d}) > 0 AND min({d}) = max({d}) AND "
+        f"min(epoch_us(b.charge_start) % NULLIF({d}, 0)) = "
+        f"max(epoch_us(b.charge_start) % NULLIF({d}, 0)))")
+    rows = []
+    if con.execute("SELECT count(*) FROM overlap_candidates").fetchone()[0]:
+        rows = con.execute(
+            "WITH p AS (SELECT DISTINCT b.currency, b.resource_id, b.sku_text, b.charge_start, "
+            f"b.charge_end FROM bill_lines b JOIN overlap_candidates c ON c.currency IS NOT "
+            "DISTINCT FROM b.currency AND c.resource_id = b.resource_id AND c.sku_text = "
+            f"b.sku_text WHERE {usage}), w AS (SELECT *, max(charge_end) OVER (PARTITION BY "
+            "currency, resource_id, sku_text ORDER BY charge_start, charge_end ROWS BETWEEN "
+            "UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end, lag(charge_start) OVER "
+            "(PARTITION BY currency, resource_id, sku_text ORDER BY charge_start, charge_end) "
+            "AS prev_start FROM p) SELECT resource_id, prev_start, prev_end, charge_start, "
+            "charge_end FROM w WHERE prev_end > charge_start ORDER BY resource_id, charge_start"
+        ).fetchall()
     res = sorted({r[0] for r in rows})
     ex = []
     for rid in res[:5]:
@@ -758,15 +804,25 @@ def _duplicates(con: Any) -> dict[str, Any]:
     """Lines repeating another exactly (every canonical column but the file and row)."""
     cols = [c for c, _t in CANONICAL if c not in ("src_file", "src_row")]
     # grouping 10M lines by every column costs seconds; a 64-bit hash of the columns that
-    # tell lines apart (equal lines hash equal; NULL hashes alike) finds the candidates, and
-    # the exact grouping then runs on those lines only (none, in a bill without duplicates)
+    # tell lines apart (equal lines hash equal; NULL hashes alike) finds the candidates (a
+    # sort of the hashes: ~0.1 s per 10M, where DuckDB's grouping of 10M distinct hashes
+    # takes seconds), and the exact grouping then runs on those lines only (none, in a bill
+    # without duplicates)
     h = "hash(resource_id, sku_text, charge_start, charge_end, charge_category, billed_cost)"
-    rows = con.execute(
-        f"WITH cand AS (SELECT {h} AS h FROM bill_lines GROUP BY 1 HAVING count(*) > 1) "
-        f"SELECT currency, sum(n - 1), sum((n - 1) * billed_cost), count(*) FROM ("
-        f"SELECT {', '.join(cols)}, count(*) AS n FROM bill_lines "
-        f"WHERE {h} IN (SELECT h FROM cand) GROUP BY ALL "
-        "HAVING count(*) > 1) GROUP BY currency ORDER BY currency").fetchall()
+    hashes = np.sort(con.execute(f"SELECT {h} AS h FROM bill_lines").fetchnumpy()["h"])
+    repeated = np.unique(hashes[1:][hashes[1:] == hashes[:-1]])
+    del hashes
+    rows = []
+    if repeated.size:
+        con.register("duplicate_hashes_arrow", pa.table({"h": pa.array(repeated, pa.uint64())}))
+        try:
+            rows = con.execute(
+                f"SELECT currency, sum(n - 1), sum((n - 1) * billed_cost), count(*) FROM ("
+                f"SELECT {', '.join(cols)}, count(*) AS n FROM bill_lines "
+                f"WHERE {h} IN (SELECT h FROM duplicate_hashes_arrow) GROUP BY ALL "
+                "HAVING count(*) > 1) GROUP BY currency ORDER BY currency").fetchall()
+        finally:
+            con.unregister("duplicate_hashes_arrow")
     return {"lines": int(sum(int(r[1]) for r in rows)), "groups": int(sum(r[3] for r in rows)),
             "amount": {str(r[0]): _dec_usd(r[2], str(r[0])) for r in rows}}
 

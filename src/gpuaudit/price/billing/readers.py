@@ -21,6 +21,7 @@ view can be written as SQL against Athena, Trino or BigQuery (docs/billing.md).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -356,7 +357,7 @@ def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None
                 columns=tuple(columns))
     spec = _FIELDS[dialect.split(" 1.")[0] if dialect.startswith("FOCUS") else dialect]
     _check_types(bill, spec, types)
-    _build_view(bill, spec, columns, kind)
+    _build_view(bill, spec, columns, kind, types)
     _check_lines(bill)
     return bill
 
@@ -453,7 +454,8 @@ def _typed(expr: str, kind: str) -> str:
     return f"NULLIF(TRIM(CAST({expr} AS VARCHAR)), '')"
 
 
-def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kind: str) -> None:
+def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kind: str,
+                types: Mapping[str, str] | None = None) -> None:
     con = bill.con
     exprs: dict[str, str] = {}
     checks: list[tuple[str, str, str]] = []  # (column name, raw expr, kind)
@@ -477,7 +479,7 @@ def _build_view(bill: Bill, spec: Sequence[_Field], columns: dict[str, str], kin
             continue
         use = present if fld.coalesce else present[:1]
         for s in use:
-            if fld.kind != "text":
+            if fld.kind != "text" and not _always_parses((types or {}).get(s), fld.kind):
                 checks.append((s, columns[s], fld.kind))
         typed = [_typed(columns[s], fld.kind) for s in use]
         exprs[fld.name] = typed[0] if len(typed) == 1 else "COALESCE(" + ", ".join(typed) + ")"
@@ -680,6 +682,27 @@ def _cur_pricing_category(term: str, lit: str, sku: str) -> str:
             f"WHEN lower({term}) = 'reserved' THEN 'Committed' "
             f"WHEN lower({term}) = 'ondemand' OR {term} = 'On Demand' THEN 'Standard' "
             "ELSE NULL END")
+
+
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "UTINYINT", "USMALLINT", "UINTEGER",
+             "UBIGINT")
+
+
+def _always_parses(typ: str | None, kind: str) -> bool:
+    """Whether every value of a column typed ``typ`` (a typed export: Parquet) reads as
+    ``kind``, so :func:`_check_values` need not look at its values: a timestamp or date as
+    a time, any number as a number, an integer or a decimal of at most 26 integer digits
+    as money (``DECIMAL(38,12)``). Text, and a float or 128-bit amount, are checked."""
+    if typ is None:
+        return False
+    if kind == "time":
+        return typ.startswith(("TIMESTAMP", "DATE"))
+    if kind == "number":
+        return typ.startswith(("DECIMAL", "DOUBLE", "FLOAT", "REAL", *_INTEGERS))
+    if kind == "money":
+        m = re.fullmatch(r"DECIMAL\((\d+),\s*(\d+)\)", typ)
+        return typ in _INTEGERS or (m is not None and int(m[1]) - int(m[2]) <= 26)
+    return False
 
 
 def _check_values(bill: Bill, checks: Sequence[tuple[str, str, str]], row: str) -> None:

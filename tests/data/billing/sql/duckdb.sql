@@ -67,7 +67,9 @@ FROM (
          CASE WHEN b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00'
               THEN NULL ELSE b.resource_id END AS resource_id,
          b.charge_start, b.charge_end, b.pricing_category,
-         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model,
+         CASE WHEN b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00'
+              THEN NULL ELSE h.host END AS host,
          CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS DECIMAL(12,0))) AS BIGINT) WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 AS DECIMAL(12,0))) AS BIGINT) ELSE (epoch_ms(b.charge_end) - epoch_ms(b.charge_start)) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END AS billed_gpu_ms,
          CASE WHEN b.line_role = 'provider split' THEN NULL
               WHEN b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00'

@@ -142,6 +142,9 @@ def relations(n_keys: int, method: str, cost: str = "billed",
     w_start, w_end = window or ("1970-01-01T00:00:00Z", "1970-01-01T00:00:00Z")
     units = d.units
 
+    # a line outside the telemetry's window keeps neither its resource nor its host: such
+    # lines are summed per charge period (a year's bill beside a month of telemetry: ~10x
+    # fewer groups than per node)
     gpu_lines_keys = ("currency, resource_id, host, charge_start, charge_end, "
                       "pricing_category, instance, gpu_model, no_data_reason, split_key")
     roles = ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
@@ -156,7 +159,9 @@ FROM (
          CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
               THEN NULL ELSE b.resource_id END AS resource_id,
          b.charge_start, b.charge_end, b.pricing_category,
-         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model,
+         CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
+              THEN NULL ELSE h.host END AS host,
          {_billed_gpu_ms(d)} AS billed_gpu_ms,
          CASE WHEN b.line_role = 'provider split' THEN NULL
               WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}

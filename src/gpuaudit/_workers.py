@@ -1,0 +1,92 @@
+"""classify's worker process, started ahead of its task where a command knows early that it
+will classify a large Parquet file on two cores.
+
+:mod:`gpuaudit.classify.parallel` starts a worker (a fresh interpreter that imports gpuaudit,
+NumPy, PyArrow and numba, then reads its task on stdin) once the file is open and split:
+about half a second into the command, while the second core sat idle. :func:`prestart` starts
+it first thing instead, so its imports and the loading of the compiled loop run beside this
+process's own imports; :func:`take` hands it to the first range that needs a worker. A worker
+no range took reads an empty stdin when this process exits (or is ended at exit) and stops
+without a word. This module imports nothing heavy: it runs before anything else is imported.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+__all__ = ["PRESTART_BYTES", "WORKER", "prestart", "spawn", "take"]
+
+#: The worker's program: -c, not -m (under -m runpy imports the package first, which imports
+#: the parallel module through classify.passes, and then runs the module again as __main__)
+WORKER = "import sys; from gpuaudit.classify.parallel import _main; sys.exit(_main())"
+#: ... and started ahead, loading the compiled loop while it waits for its task
+_WARM_WORKER = "import sys; from gpuaudit.classify.parallel import _main; sys.exit(_main(True))"
+#: A Parquet file from this size on is worth a worker started ahead (two processes share a
+#: file of 16M rows or more; a gpuaudit recording holds ~0.7 bytes a row at its smallest)
+PRESTART_BYTES = 12 << 20
+
+_ready: subprocess.Popen[bytes] | None = None
+
+
+def spawn(program: str = WORKER) -> subprocess.Popen[bytes] | None:
+    """A worker process running ``program`` with this copy of gpuaudit on its path (None
+    where it cannot start)."""
+    env = dict(os.environ)
+    here = str(Path(__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
+    try:
+        return subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, env=env)
+    except OSError:
+        return None
+
+
+def prestart(path: Path | str) -> None:
+    """Start a worker now if ``path`` is a Parquet file large enough to be classified on two
+    or more cores (a guess from its size: a worker that is not taken costs the idle core a
+    moment and is ended at exit)."""
+    global _ready
+    if _ready is not None or _cpus() < 2:
+        return
+    try:
+        p = Path(path)
+        if not p.is_file() or p.stat().st_size < PRESTART_BYTES:
+            return
+        with p.open("rb") as f:
+            if f.read(4) != b"PAR1":
+                return
+    except OSError:
+        return
+    _ready = spawn(_WARM_WORKER)
+    if _ready is not None:
+        atexit.register(_end)
+
+
+def take() -> subprocess.Popen[bytes] | None:
+    """The worker started ahead, if there is one still running (once)."""
+    global _ready
+    proc, _ready = _ready, None
+    if proc is not None and proc.poll() is not None:
+        return None
+    return proc
+
+
+def _end() -> None:
+    proc = take()
+    if proc is not None:
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1

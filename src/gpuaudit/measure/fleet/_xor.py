@@ -1,0 +1,375 @@
+"""The compiled loops of :mod:`gpuaudit.measure.fleet.native` (imported only there: it
+imports numba): CRC32-Castagnoli of a frame, the scan of a ``ChunkedReadResponse`` frame
+(protobuf) into its chunks, and Prometheus' XOR (Gorilla) chunk decoder
+(``tsdb/chunkenc/xor.go``). Errors come back as negative codes (see ``native``); the
+machine code is cached on disk."""
+
+# mypy: ignore-errors
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+
+
+def _crc_table() -> np.ndarray:
+    poly = 0x82F63B78  # Castagnoli, reflected
+    table = np.zeros(256, dtype=np.uint32)
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        table[i] = c
+    return table
+
+
+_CRC = _crc_table()
+
+
+@numba.njit(cache=True, nogil=True)
+def crc32c(buf, start, end):
+    """CRC32-C of ``buf[start:end]`` (as Go's ``crc32.MakeTable(crc32.Castagnoli)``)."""
+    c = np.uint32(0xFFFFFFFF)
+    for i in range(start, end):
+        c = _CRC[(c ^ np.uint32(buf[i])) & np.uint32(0xFF)] ^ (c >> np.uint32(8))
+    return c ^ np.uint32(0xFFFFFFFF)
+
+
+@numba.njit(cache=True, nogil=True)
+def _uvarint(buf, pos, end):
+    """(value, new position); new position -1: truncated or longer than 10 bytes."""
+    x = np.uint64(0)
+    shift = np.uint64(0)
+    for _k in range(10):
+        if pos >= end:
+            return np.uint64(0), -1
+        b = buf[pos]
+        pos += 1
+        x |= np.uint64(b & 0x7F) << shift
+        if b < 0x80:
+            return x, pos
+        shift += np.uint64(7)
+    return np.uint64(0), -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _skip(buf, pos, end, wire):
+    """Skip a field of wire type ``wire`` at ``pos``; -1 on a malformed field."""
+    if wire == 0:
+        _v, pos = _uvarint(buf, pos, end)
+        return pos
+    if wire == 1:
+        return pos + 8 if pos + 8 <= end else -1
+    if wire == 2:
+        n, pos = _uvarint(buf, pos, end)
+        if pos < 0 or pos + np.int64(n) > end:
+            return -1
+        return pos + np.int64(n)
+    if wire == 5:
+        return pos + 4 if pos + 4 <= end else -1
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def scan_frames(buf, series_lab, chunk_meta, out_counts):
+    """Frames ``uvarint length | CRC32-C (big-endian) | ChunkedReadResponse`` in ``buf``
+    (all of them, back to back) -> per ChunkedSeries message: (start, end) of its bytes'
+    labels part as offsets, query index (``series_lab[i] = [msg_start, msg_end, query]``);
+    per XOR chunk: (series message, min_t, max_t, data offset, data length, samples).
+    ``out_counts`` receives (series, chunks, frames). Returns 0, or -1 a truncated frame,
+    -2 a CRC mismatch, -3 malformed protobuf, -4 a chunk encoding other than XOR, -5 more
+    series or chunks than the arrays hold (grow them and call again). Position of the
+    error in ``out_counts[3]``."""
+    n = buf.shape[0]
+    pos = 0
+    ns = 0
+    nc = 0
+    nf = 0
+    while pos < n:
+        out_counts[3] = pos
+        length, p = _uvarint(buf, pos, n)
+        if p < 0 or p + 4 + np.int64(length) > n:
+            return -1
+        want = (np.uint32(buf[p]) << np.uint32(24)) | (np.uint32(buf[p + 1]) << np.uint32(16)) \
+            | (np.uint32(buf[p + 2]) << np.uint32(8)) | np.uint32(buf[p + 3])
+        s = p + 4
+        e = s + np.int64(length)
+        if crc32c(buf, s, e) != want:
+            return -2
+        nf += 1
+        # ChunkedReadResponse: 1 chunked_series (repeated, message), 2 query_index (int64)
+        query = 0
+        first_series = ns
+        q = s
+        while q < e:
+            key, q = _uvarint(buf, q, e)
+            if q < 0:
+                return -3
+            field = np.int64(key >> np.uint64(3))
+            wire = np.int64(key & np.uint64(7))
+            if field == 1 and wire == 2:
+                ln, q = _uvarint(buf, q, e)
+                if q < 0 or q + np.int64(ln) > e:
+                    return -3
+                ms = q
+                me = q + np.int64(ln)
+                if ns >= series_lab.shape[0]:
+                    return -5
+                series_lab[ns, 0] = ms
+                series_lab[ns, 1] = me
+                # ChunkedSeries: 1 labels (message), 2 chunks (message)
+                r = ms
+                while r < me:
+                    k2, r = _uvarint(buf, r, me)
+                    if r < 0:
+                        return -3
+                    f2 = np.int64(k2 >> np.uint64(3))
+                    w2 = np.int64(k2 & np.uint64(7))
+                    if f2 == 2 and w2 == 2:
+                        l2, r = _uvarint(buf, r, me)
+                        if r < 0 or r + np.int64(l2) > me:
+                            return -3
+                        cs = r
+                        ce = r + np.int64(l2)
+                        mint = np.int64(0)
+                        maxt = np.int64(0)
+                        enc = np.int64(0)
+                        doff = np.int64(-1)
+                        dlen = np.int64(0)
+                        # Chunk: 1 min_time_ms, 2 max_time_ms, 3 type, 4 data
+                        t = cs
+                        while t < ce:
+                            k3, t = _uvarint(buf, t, ce)
+                            if t < 0:
+                                return -3
+                            f3 = np.int64(k3 >> np.uint64(3))
+                            w3 = np.int64(k3 & np.uint64(7))
+                            if w3 == 0 and f3 <= 3:
+                                v, t = _uvarint(buf, t, ce)
+                                if t < 0:
+                                    return -3
+                                if f3 == 1:
+                                    mint = np.int64(v)
+                                elif f3 == 2:
+                                    maxt = np.int64(v)
+                                else:
+                                    enc = np.int64(v)
+                            elif f3 == 4 and w3 == 2:
+                                l3, t = _uvarint(buf, t, ce)
+                                if t < 0 or t + np.int64(l3) > ce:
+                                    return -3
+                                doff = t
+                                dlen = np.int64(l3)
+                                t += dlen
+                            else:
+                                t = _skip(buf, t, ce, w3)
+                                if t < 0:
+                                    return -3
+                        if enc != 1:
+                            return -4
+                        if doff < 0 or dlen < 2:
+                            return -3
+                        if nc >= chunk_meta.shape[0]:
+                            return -5
+                        chunk_meta[nc, 0] = ns
+                        chunk_meta[nc, 1] = mint
+                        chunk_meta[nc, 2] = maxt
+                        chunk_meta[nc, 3] = doff
+                        chunk_meta[nc, 4] = dlen
+                        chunk_meta[nc, 5] = (np.int64(buf[doff]) << 8) | np.int64(buf[doff + 1])
+                        nc += 1
+                        r = ce
+                    else:
+                        r = _skip(buf, r, me, w2)
+                        if r < 0:
+                            return -3
+                ns += 1
+                q = me
+            elif field == 2 and wire == 0:
+                v, q = _uvarint(buf, q, e)
+                if q < 0:
+                    return -3
+                query = np.int64(v)
+            else:
+                q = _skip(buf, q, e, wire)
+                if q < 0:
+                    return -3
+        for i in range(first_series, ns):
+            series_lab[i, 2] = query
+        pos = e
+    out_counts[0] = ns
+    out_counts[1] = nc
+    out_counts[2] = nf
+    return 0
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bits(buf, end, bitpos, n):
+    """``n`` (<= 64) bits at bit ``bitpos`` of ``buf`` (big-endian bit order), and the new
+    position; -1 when they run past byte ``end``."""
+    if bitpos + n > end * 8:
+        return np.uint64(0), -1
+    x = np.uint64(0)
+    while n > 0:
+        byte = bitpos >> 3
+        off = bitpos & 7
+        avail = 8 - off
+        take = avail if avail < n else n
+        b = (np.uint64(buf[byte]) >> np.uint64(avail - take)) & np.uint64((1 << take) - 1)
+        x = (x << np.uint64(take)) | b
+        bitpos += take
+        n -= take
+    return x, bitpos
+
+
+@numba.njit(cache=True, nogil=True)
+def decode_xor(buf, chunk_meta, n_chunks, out_off, ts, vals):
+    """Every XOR chunk ``chunk_meta[:n_chunks]`` (data offset col 3, length col 4, samples
+    col 5) into ``ts`` (ms) / ``vals`` from ``out_off[i]`` on. Returns -1, or the index of
+    the first chunk whose data ends before its samples do."""
+    for c in range(n_chunks):
+        doff = chunk_meta[c, 3]
+        end = doff + chunk_meta[c, 4]
+        num = chunk_meta[c, 5]
+        o = out_off[c]
+        if num == 0:
+            continue
+        pos = (doff + 2) * 8
+        # first sample: signed varint t, 64-bit value
+        ux = np.uint64(0)
+        shift = np.uint64(0)
+        ok = False
+        for _k in range(10):
+            b, pos = _bits(buf, end, pos, 8)
+            if pos < 0:
+                return c
+            ux |= (b & np.uint64(0x7F)) << shift
+            if b < np.uint64(0x80):
+                ok = True
+                break
+            shift += np.uint64(7)
+        if not ok:
+            return c
+        t = np.int64(ux >> np.uint64(1))
+        if ux & np.uint64(1):
+            t = ~t
+        vb, pos = _bits(buf, end, pos, 64)
+        if pos < 0:
+            return c
+        ts[o] = t
+        vals[o] = vb
+        if num == 1:
+            continue
+        # second sample: uvarint delta, then the value's xor
+        ux = np.uint64(0)
+        shift = np.uint64(0)
+        ok = False
+        for _k in range(10):
+            b, pos = _bits(buf, end, pos, 8)
+            if pos < 0:
+                return c
+            ux |= (b & np.uint64(0x7F)) << shift
+            if b < np.uint64(0x80):
+                ok = True
+                break
+            shift += np.uint64(7)
+        if not ok:
+            return c
+        delta = np.int64(ux)
+        t += delta
+        leading = 0xFF
+        trailing = 0
+        for i in range(1, num):
+            if i >= 2:
+                # delta of delta: 0 | 10+14 | 110+17 | 1110+20 | 1111+64
+                d = 0
+                for _k in range(4):
+                    bit, pos = _bits(buf, end, pos, 1)
+                    if pos < 0:
+                        return c
+                    d <<= 1
+                    if bit == np.uint64(0):
+                        break
+                    d |= 1
+                sz = 0
+                dod = np.int64(0)
+                if d == 0b10:
+                    sz = 14
+                elif d == 0b110:
+                    sz = 17
+                elif d == 0b1110:
+                    sz = 20
+                elif d == 0b1111:
+                    raw, pos = _bits(buf, end, pos, 64)
+                    if pos < 0:
+                        return c
+                    dod = np.int64(raw)
+                if sz:
+                    raw, pos = _bits(buf, end, pos, sz)
+                    if pos < 0:
+                        return c
+                    dod = np.int64(raw)
+                    if raw > np.uint64(1 << (sz - 1)):
+                        dod -= np.int64(1) << sz
+                delta += dod
+                t += delta
+            # value: 0 same | 10 + mbits (reuse) | 11 + 5 leading + 6 sig + sig bits
+            bit, pos = _bits(buf, end, pos, 1)
+            if pos < 0:
+                return c
+            if bit != np.uint64(0):
+                bit, pos = _bits(buf, end, pos, 1)
+                if pos < 0:
+                    return c
+                if bit != np.uint64(0):
+                    lb, pos = _bits(buf, end, pos, 5)
+                    if pos < 0:
+                        return c
+                    mb, pos = _bits(buf, end, pos, 6)
+                    if pos < 0:
+                        return c
+                    leading = np.int64(lb)
+                    mbits = np.int64(mb)
+                    if mbits == 0:
+                        mbits = 64
+                    trailing = 64 - leading - mbits
+                    if trailing < 0:
+                        return c
+                elif leading == 0xFF:
+                    return c
+                mbits = 64 - leading - trailing
+                x, pos = _bits(buf, end, pos, mbits)
+                if pos < 0:
+                    return c
+                vb ^= x << np.uint64(trailing)
+            ts[o + i] = t
+            vals[o + i] = vb
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def grid_last(ts_ms, vals, keep, start_ms, step_ms, n_steps, idx, last):
+    """Each sample at ``ts_ms`` (ascending within a run, a series' samples one run) onto
+    the step grid ``start_ms + k * step_ms``, k in [0, n_steps): sample t belongs to the
+    first step at or after it (PromQL ``last_over_time(x[step - 1ms])``), the last sample
+    of a step wins. Writes each kept sample's step into ``idx`` and whether it is the
+    step's last into ``last`` (False also outside the grid, or where ``keep`` is False)."""
+    n = ts_ms.shape[0]
+    for i in range(n):
+        if not keep[i]:
+            idx[i] = -1
+            last[i] = False
+            continue
+        k = (ts_ms[i] - start_ms + step_ms - 1) // step_ms
+        idx[i] = k
+        last[i] = 0 <= k < n_steps
+    # a later sample in the same step (same run) supersedes
+    prev = -1
+    for i in range(n - 1, -1, -1):
+        if not last[i]:
+            continue
+        if prev >= 0 and idx[prev] == idx[i] and ts_ms[prev] > ts_ms[i]:
+            last[i] = False
+        else:
+            prev = i
+    return 0

@@ -1,0 +1,521 @@
+"""Raw samples in a store's cheapest native form: Prometheus' remote-read API with streamed
+XOR chunks, VictoriaMetrics' ``/api/v1/export``.
+
+Prometheus (``POST /api/v1/read``): a snappy-compressed protobuf ``ReadRequest`` that
+accepts ``STREAMED_XOR_CHUNKS``; the server streams the stored chunks as they are, in
+frames of ``uvarint length | CRC32-C (big-endian) | ChunkedReadResponse``. The request's
+snappy block is written all-literal (a valid block: the length, then literal elements), the
+protobuf messages by hand (a few fields, ``prompb/remote.proto`` and ``types.proto``); the
+frames are checked (CRC32-C), scanned and their XOR chunks decoded by compiled loops
+(:mod:`gpuaudit.measure.fleet._xor`, ``tsdb/chunkenc/xor.go``'s format).
+
+VictoriaMetrics does not implement remote read: ``/api/v1/export`` streams each series'
+raw samples as a JSON line (``{"metric": {...}, "values": [...], "timestamps": [...]}``),
+decoded by pyarrow's JSON reader.
+
+Both give :class:`RawSeries`: a series' labels and its samples (ms, float64), whole chunks
+as stored (samples outside the asked range included: the caller trims).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from gpuaudit.errors import SourceUnavailableError
+
+if TYPE_CHECKING:
+    from gpuaudit.measure.fleet.prometheus import PromClient
+
+__all__ = [
+    "RawSeries",
+    "RemoteReadRefused",
+    "decode_chunked_frames",
+    "encode_read_request",
+    "export_series",
+    "remote_read",
+    "snappy_literal",
+]
+
+#: Prometheus' stale marker (a NaN with this bit pattern): not a sample
+STALE_NAN_BITS = 0x7FF0000000000002
+_MATCH = {"=": 0, "!=": 1, "=~": 2, "!~": 3}
+
+
+class RemoteReadRefused(SourceUnavailableError):
+    """The store does not answer remote read (VictoriaMetrics, a proxy, read disabled)."""
+
+
+@dataclass(frozen=True)
+class RawSeries:
+    """One series: labels (``__name__`` included), sample times (ms) and values."""
+
+    labels: dict[str, str]
+    ts_ms: np.ndarray
+    values: np.ndarray
+
+
+# -- request encoding ---------------------------------------------------------------------
+def _uvarint(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = x & 0x7F
+        x >>= 7
+        if x:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def _field_bytes(num: int, payload: bytes) -> bytes:
+    return _uvarint(num << 3 | 2) + _uvarint(len(payload)) + payload
+
+
+def _field_varint(num: int, value: int) -> bytes:
+    return _uvarint(num << 3) + _uvarint(value & 0xFFFFFFFFFFFFFFFF)
+
+
+def snappy_literal(data: bytes) -> bytes:
+    """``data`` as a snappy block of literal elements only (no compression: a valid block,
+    and no compression library needed)."""
+    out = bytearray(_uvarint(len(data)))
+    pos = 0
+    while pos < len(data):
+        n = min(len(data) - pos, 1 << 16)
+        if n <= 60:
+            out.append((n - 1) << 2)
+        else:
+            m = n - 1
+            nbytes = (m.bit_length() + 7) // 8
+            out.append((59 + nbytes) << 2)
+            out += m.to_bytes(nbytes, "little")
+        out += data[pos:pos + n]
+        pos += n
+    return bytes(out)
+
+
+def encode_read_request(queries: Sequence[tuple[int, int, Sequence[tuple[str, str, str]]]],
+                        ) -> bytes:
+    """A ``ReadRequest`` (protobuf, not yet snappy) of ``queries``: (start ms, end ms,
+    matchers as (name, op, value) with op one of ``= != =~ !~``), accepting streamed XOR
+    chunks only."""
+    body = bytearray()
+    for start_ms, end_ms, matchers in queries:
+        q = _field_varint(1, start_ms) + _field_varint(2, end_ms)
+        for name, op, value in matchers:
+            m = (_field_varint(1, _MATCH[op]) if _MATCH[op] else b"") \
+                + _field_bytes(2, name.encode()) + _field_bytes(3, value.encode())
+            q += _field_bytes(3, m)
+        body += _field_bytes(1, q)
+    body += _field_varint(2, 1)  # accepted_response_types: STREAMED_XOR_CHUNKS
+    return bytes(body)
+
+
+# -- response decoding --------------------------------------------------------------------
+def _kernel() -> Any:
+    from gpuaudit.measure.fleet import _xor
+
+    return _xor
+
+
+def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+    x = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        x |= (b & 0x7F) << shift
+        if b < 0x80:
+            return x, pos
+        shift += 7
+
+
+def _labels_of(buf: bytes, start: int, end: int) -> tuple[tuple[str, str], ...]:
+    """The ``Label`` fields (1) of one ChunkedSeries message ``buf[start:end]``."""
+    out = []
+    pos = start
+    while pos < end:
+        key, pos = _read_varint(buf, pos)
+        wire = key & 7
+        if wire == 2:
+            n, pos = _read_varint(buf, pos)
+            if key >> 3 == 1:
+                name = value = ""
+                p, e = pos, pos + n
+                while p < e:
+                    k2, p = _read_varint(buf, p)
+                    n2, p = _read_varint(buf, p)
+                    text = buf[p:p + n2].decode()
+                    if k2 >> 3 == 1:
+                        name = text
+                    elif k2 >> 3 == 2:
+                        value = text
+                    p += n2
+                out.append((name, value))
+            pos += n
+        elif wire == 0:
+            _v, pos = _read_varint(buf, pos)
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:
+            break
+    return tuple(out)
+
+
+_SCAN_ERRORS = {
+    -1: "the stream ends inside a frame (truncated answer)",
+    -2: "a frame's CRC32-C does not match its bytes (corrupt answer)",
+    -3: "a frame is not a ChunkedReadResponse (malformed protobuf)",
+    -4: "a chunk is not XOR-encoded (native histograms are not GPU telemetry)",
+}
+
+
+def decode_chunked_frames(buf: bytes, *, where: str) -> list[tuple[int, RawSeries]]:
+    """A whole streamed remote-read answer -> (query index, series) in the stream's order;
+    a series split over several frames is joined. Errors name ``where``."""
+    k = _kernel()
+    arr = np.frombuffer(buf, dtype=np.uint8)
+    counts = np.zeros(4, dtype=np.int64)
+    n_series = max(16, len(buf) // 2048)
+    n_chunks = max(64, len(buf) // 64)
+    while True:
+        series = np.zeros((n_series, 3), dtype=np.int64)
+        meta = np.zeros((n_chunks, 6), dtype=np.int64)
+        rc = k.scan_frames(arr, series, meta, counts)
+        if rc != -5:
+            break
+        n_series *= 4
+        n_chunks *= 4
+    if rc:
+        raise SourceUnavailableError(
+            f"remote read: {_SCAN_ERRORS[rc]} at byte {int(counts[3]):,} of {len(buf):,}",
+            where=where, fix="retry; if it persists, check a proxy between gpuaudit and the "
+            "store does not alter or cut the answer, or use --fetch pushdown")
+    ns, nc = int(counts[0]), int(counts[1])
+    meta = meta[:nc]
+    per = meta[:, 5]
+    off = np.zeros(nc + 1, dtype=np.int64)
+    np.cumsum(per, out=off[1:])
+    ts = np.empty(int(off[-1]), dtype=np.int64)
+    bits = np.empty(int(off[-1]), dtype=np.uint64)
+    bad = k.decode_xor(arr, meta, nc, off, ts, bits)
+    if bad >= 0:
+        raise SourceUnavailableError(
+            f"remote read: XOR chunk {bad} ends before its {int(per[bad])} samples do "
+            "(corrupt answer)", where=where, fix="retry; or use --fetch pushdown")
+    # group chunks by series message; consecutive messages with the same labels and query
+    # are one series (the server splits a long series over frames)
+    out: list[tuple[int, RawSeries]] = []
+    chunk_series = meta[:, 0]
+    bounds = np.searchsorted(chunk_series, np.arange(ns + 1))
+    prev: tuple[int, tuple[tuple[str, str], ...]] | None = None
+    parts: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def flush() -> None:
+        if prev is None:
+            return
+        t = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
+        v = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
+        keep = v != np.uint64(STALE_NAN_BITS)
+        if not keep.all():
+            t, v = t[keep], v[keep]
+        out.append((prev[0], RawSeries(dict(prev[1]), t, v.view(np.float64))))
+
+    for i in range(ns):
+        labels = _labels_of(buf, int(series[i, 0]), int(series[i, 1]))
+        key = (int(series[i, 2]), labels)
+        if key != prev:
+            flush()
+            prev = key
+            parts = []
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        if b > a:
+            lo, hi = int(off[a]), int(off[b])
+            parts.append((ts[lo:hi], bits[lo:hi]))
+    flush()
+    return out
+
+
+def remote_read(client: PromClient, queries: Sequence[
+        tuple[int, int, Sequence[tuple[str, str, str]]]]) -> list[tuple[int, RawSeries]]:
+    """One remote-read request of ``queries`` (see :func:`encode_read_request`) to the
+    store ``client`` reads: (query index, series). A store that does not answer remote
+    read with streamed chunks: :class:`RemoteReadRefused`; a corrupt or truncated answer:
+    :class:`~gpuaudit.errors.SourceUnavailableError`; both name the store's URL."""
+    where = f"{client.url}/api/v1/read"
+    body = snappy_literal(encode_read_request(queries))
+    resp = client.post_raw("/api/v1/read", content=body, headers={
+        "Content-Encoding": "snappy", "Content-Type": "application/x-protobuf",
+        "X-Prometheus-Remote-Read-Version": "0.1.0"})
+    ctype = resp.headers.get("content-type", "")
+    if resp.status_code != 200 or "x-streamed-protobuf" not in ctype:
+        text = " ".join(resp.text[:200].split()) if "protobuf" not in ctype else ""
+        raise RemoteReadRefused(
+            f"the store does not answer remote read with streamed XOR chunks (HTTP "
+            f"{resp.status_code}, {ctype or 'no content type'}{': ' + text if text else ''})",
+            where=where, fix="use --fetch pushdown, or --fetch auto (remote read where a "
+            "store answers it, VictoriaMetrics' export, else the pushdown)")
+    return decode_chunked_frames(resp.content, where=where)
+
+
+def export_series(client: PromClient, match: str, start_s: float, end_s: float,
+                  ) -> list[RawSeries]:
+    """VictoriaMetrics' ``/api/v1/export`` of the series ``match`` selects in [start, end]
+    (labels with ``__name__``, raw samples). A store without it: :class:`RemoteReadRefused`."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    where = f"{client.url}/api/v1/export"
+    resp = client.post_raw("/api/v1/export", data={
+        "match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"},
+        headers={"Accept-Encoding": "gzip"})
+    if resp.status_code != 200:
+        raise RemoteReadRefused(
+            f"the store does not answer /api/v1/export (HTTP {resp.status_code}: "
+            f"{' '.join(resp.text[:200].split())})", where=where,
+            fix="use --fetch pushdown (export is VictoriaMetrics' API)")
+    content = resp.content
+    if not content.strip():
+        return []
+    schema = pa.schema([("values", pa.list_(pa.float64())),
+                        ("timestamps", pa.list_(pa.int64()))])
+    try:
+        table = pj.read_json(io.BytesIO(content), parse_options=pj.ParseOptions(
+            explicit_schema=schema, unexpected_field_behavior="infer"),
+            read_options=pj.ReadOptions(block_size=8 << 20))
+    except pa.ArrowInvalid as exc:
+        raise SourceUnavailableError(
+            f"the export answer is not JSON lines of series: {str(exc)[:200]}", where=where,
+            fix="check the URL is VictoriaMetrics' (or use --fetch pushdown)") from exc
+    metric = table.column("metric").combine_chunks()
+    names = [f.name for f in metric.type]
+    cols = [metric.field(i).to_pylist() for i in range(len(names))]
+    values = table.column("values").combine_chunks()
+    stamps = table.column("timestamps").combine_chunks()
+    voff = values.offsets.to_numpy()
+    if values.null_count or stamps.null_count or \
+            not np.array_equal(voff, stamps.offsets.to_numpy()):
+        raise SourceUnavailableError(
+            "the export answer has a series whose values and timestamps differ in number",
+            where=where, fix="retry; if it persists, use --fetch pushdown")
+    vflat = values.values.to_numpy(zero_copy_only=False)
+    tflat = stamps.values.to_numpy(zero_copy_only=False)
+    out = []
+    for i in range(table.num_rows):
+        labels = {n: c[i] for n, c in zip(names, cols) if c[i] is not None}
+        a, b = int(voff[i]), int(voff[i + 1])
+        out.append(RawSeries(labels, tflat[a:b], vflat[a:b]))
+    return out
+
+
+#: the forms a store's raw samples are read in
+FORMS = ("remote-read", "export")
+
+
+def probe_form(client: PromClient) -> str | None:
+    """The native form the store ``client`` reads answers: ``remote-read`` (Prometheus,
+    Mimir), else ``export`` (VictoriaMetrics), else None. Asks for a 1 ms range (no
+    samples move)."""
+    try:
+        remote_read(client, [(0, 1, [("__name__", "=", "gpuaudit_probe")])])
+        return "remote-read"
+    except RemoteReadRefused:
+        pass
+    try:
+        export_series(client, '{__name__="gpuaudit_probe"}', 0.0, 0.001)
+        return "export"
+    except RemoteReadRefused:
+        return None
+
+
+def on_grid(series: Sequence[RawSeries], start_ms: int, step_ms: int, n_steps: int,
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every series' samples on the step grid ``start_ms + k * step_ms`` (k < ``n_steps``)
+    as a range query of ``last_over_time(x[step - 1ms])`` reads them: a sample at t belongs
+    to the first step at or after it, the latest sample of a step wins, samples outside
+    the grid are dropped. Returns (series index, step k, value) of each kept point, in
+    series then step order."""
+    if not series:
+        z = np.zeros(0, np.int64)
+        return z, z, np.zeros(0)
+    lens = np.array([s.ts_ms.shape[0] for s in series], dtype=np.int64)
+    sid = np.repeat(np.arange(len(series), dtype=np.int64), lens)
+    ts = np.concatenate([s.ts_ms for s in series]).astype(np.int64, copy=False)
+    val = np.concatenate([s.values for s in series]).astype(np.float64, copy=False)
+    if ts.shape[0] > 1:
+        back = (np.diff(ts) <= 0) & (sid[1:] == sid[:-1])
+        if back.any():  # not in time order within a series (several export lines): sort
+            order = np.lexsort((ts, sid))
+            sid, ts, val = sid[order], ts[order], val[order]
+    k = -((start_ms - ts) // step_ms)  # ceil((ts - start) / step)
+    inside = (k >= 0) & (k < n_steps)
+    sid, k, val = sid[inside], k[inside], val[inside]
+    last = np.ones(k.shape[0], dtype=bool)
+    if k.shape[0] > 1:
+        last[:-1] = (k[1:] != k[:-1]) | (sid[1:] != sid[:-1])
+    return sid[last], k[last], val[last]
+
+
+class NativeSource:
+    """dcgm-exporter series read raw in the store's native form (:func:`remote_read`,
+    :func:`export_series`), as a :class:`~gpuaudit.schema.SampleSource` whose rows are
+    those of :class:`~gpuaudit.measure.fleet.prometheus.PrometheusSource` (``query_range``
+    of ``last_over_time(<metric>[step - 1ms])``): the same chunks, the same steps (see
+    :func:`on_grid`), the same join. The store decodes nothing and evaluates no PromQL;
+    the next chunk is fetched while this one is joined."""
+
+    source = "prometheus"
+
+    def __init__(self, client: PromClient, form: str, *, start_s: float, end_s: float,
+                 step_s: float, matchers: Mapping[str, str] | None = None,
+                 metrics: Sequence[str] | None = None, chunk_points: int = 2880) -> None:
+        from gpuaudit.measure.fleet.prometheus import MAX_POINTS_PER_SERIES, RAW_METRICS
+        from gpuaudit.promql import selector
+
+        if form not in FORMS:
+            raise ValueError(f"form must be one of {FORMS}, got {form!r}")
+        self.client, self.form = client, form
+        self.start_s, self.end_s, self.step_s = start_s, end_s, step_s
+        self.matchers = dict(matchers or {})
+        selector(self.matchers)  # label names checked
+        self.metrics = tuple(metrics or RAW_METRICS)
+        self.chunk_points = min(chunk_points, MAX_POINTS_PER_SERIES)
+        self.interval_s: float | None = step_s
+        how = "remote read, XOR chunks" if form == "remote-read" else "export"
+        self.origin = f"Prometheus {client.url} (raw samples, {how}; step {step_s:g} s)"
+        self._notes: list[Any] = []
+
+    @property
+    def notes(self) -> tuple[Any, ...]:
+        return tuple(self._notes)
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        return ()
+
+    def fetch(self, a_s: float, b_s: float) -> list[RawSeries]:
+        """Raw samples of every metric in (a - step, b], asked with a step's margin on
+        either side (VictoriaMetrics' export leaves out a sample at exactly ``end``; whole
+        stored chunks reach past it anyway: :func:`on_grid` trims)."""
+        step_ms = round(self.step_s * 1000)
+        a_ms, b_ms = round(a_s * 1000) - 2 * step_ms, round(b_s * 1000) + step_ms
+        names = "|".join(self.metrics)
+        if self.form == "remote-read":
+            m = [("__name__", "=~", names), *((k, "=", v) for k, v in
+                                              sorted(self.matchers.items()))]
+            return [s for _q, s in remote_read(self.client, [(a_ms, b_ms, m)])]
+        from gpuaudit.promql import escape_label_value
+
+        sel = ",".join([f'__name__=~"{escape_label_value(names)}"',
+                        *(f'{k}="{escape_label_value(v)}"'
+                          for k, v in sorted(self.matchers.items()))])
+        return export_series(self.client, "{" + sel + "}", a_ms / 1000, b_ms / 1000)
+
+    def batches(self) -> Iterator[Any]:
+        import concurrent.futures as cf
+
+        from gpuaudit.measure.fleet.dcgm import SeriesId, series_id
+        from gpuaudit.measure.fleet.prometheus import attach_host_cpu, node_cpu_by_host
+        from gpuaudit.promql import NODE_CPU, time_chunks
+        from gpuaudit.schema import ImportNote
+
+        chunks = time_chunks(self.start_s, self.end_s, self.step_s, self.chunk_points)
+        has_cpu = bool(self.client.label_names(NODE_CPU, self.start_s, self.end_s))
+        unmatched: set[str] = set()
+        advance = self.client.progress("raw pull", len(chunks)) \
+            if self.client.progress else None
+        ids: list[SeriesId] = []
+        id_index: dict[SeriesId, int] = {}
+        step_ms = round(self.step_s * 1000)
+        where = f"{self.client.url}"
+        order = {m: i for i, m in enumerate(self.metrics)}
+        with cf.ThreadPoolExecutor(1) as pool:
+            ahead = pool.submit(self.fetch, *chunks[0]) if chunks else None
+            for i, (a, b) in enumerate(chunks):
+                assert ahead is not None
+                got = ahead.result()
+                ahead = pool.submit(self.fetch, *chunks[i + 1]) if i + 1 < len(chunks) \
+                    else None
+                n_steps = round((b - a) / self.step_s) + 1
+                # as the raw pull: per metric (in RAW_METRICS order), series by series
+                got = sorted((s for s in got if s.labels.get("__name__") in order),
+                             key=lambda s: order[s.labels["__name__"]])
+                sidx, k, val = on_grid(got, round(a * 1000), step_ms, n_steps)
+                # each series' code (its identity without __name__), then the rows of
+                # _join_chunk (steps carrying GPU_UTIL or GR_ENGINE_ACTIVE, every metric's
+                # value or NaN) from a dense (code, step) grid instead of a sort
+                code_of = np.empty(len(got), dtype=np.int64)
+                metric_of = np.empty(len(got), dtype=np.int64)
+                for j, s in enumerate(got):
+                    labels = {key: v for key, v in s.labels.items() if key != "__name__"}
+                    metric = s.labels["__name__"]
+                    sid = series_id(labels, default_host="unknown", where=f"{where}: {metric}")
+                    code = id_index.get(sid)
+                    if code is None:
+                        code = id_index[sid] = len(ids)
+                        ids.append(sid)
+                    code_of[j] = code
+                    metric_of[j] = order[metric]
+                table, notes = _dense_join(ids, code_of[sidx], metric_of[sidx], k, val,
+                                           self.metrics, round(a * 1e9),
+                                           round(self.step_s * 1e9), n_steps, where=where)
+                self._notes.extend(notes)
+                if has_cpu and table.num_rows:
+                    cpu = node_cpu_by_host(self.client, a, b, self.step_s)
+                    table = attach_host_cpu(table, cpu, unmatched)
+                if advance:
+                    advance(1)
+                if table.num_rows:
+                    yield from table.to_batches()
+        if unmatched:
+            self._notes.append(ImportNote(
+                f"host CPU: no node_exporter {NODE_CPU} series matches host(s) "
+                f"{', '.join(sorted(unmatched)[:5])}{' ...' if len(unmatched) > 5 else ''} "
+                "(by node_uname_info nodename or instance address); their CPU is null",
+                len(unmatched), where=f"{self.client.url}: {NODE_CPU}",
+                column="host_cpu_util_pct"))
+
+
+def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.ndarray,
+                val: np.ndarray, metrics: Sequence[str], start_ns: int, step_ns: int,
+                n_steps: int, *, where: str) -> tuple[Any, list[Any]]:
+    """The rows :func:`~gpuaudit.measure.fleet.prometheus._join_chunk` builds from the same
+    points (series ``code``, ``metric`` index, step ``k``, value): one row per (code, step)
+    where GPU_UTIL or GR_ENGINE_ACTIVE has a point, in (code, step) order, each metric's
+    value or NaN; put on a dense grid of the chunk's codes x steps (no sort)."""
+    from gpuaudit.measure.fleet.dcgm import series_table
+
+    if code.shape[0] == 0:
+        out: tuple[Any, list[Any]] = series_table(
+            [], np.zeros(0, np.int64), np.zeros(0, np.int64), {}, where=where)
+        return out
+    seen = np.bincount(code, minlength=len(ids)) > 0
+    present = np.flatnonzero(seen)
+    local_of = np.cumsum(seen) - 1
+    local = local_of[code]
+    cell = local * n_steps + k
+    size = present.shape[0] * n_steps
+    util = [i for i, m in enumerate(metrics)
+            if m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")]
+    has = np.zeros(size, dtype=bool)
+    for i in util:
+        has[cell[metric == i]] = True
+    rows = np.flatnonzero(has)
+    values: dict[str, np.ndarray] = {}
+    for i, m in enumerate(metrics):
+        mine = metric == i
+        if not mine.any():
+            continue
+        grid = np.full(size, np.nan)
+        grid[cell[mine]] = val[mine]
+        values[m] = grid[rows]
+    codes = present[rows // n_steps]
+    ts_ns = start_ns + (rows % n_steps) * step_ns
+    out = series_table(ids, codes, ts_ns.astype(np.int64), values, where=where)
+    return out

@@ -1,0 +1,426 @@
+"""``--fetch native``: raw samples in each store's native form (Prometheus' remote read of
+the stored XOR chunks, VictoriaMetrics' ``/api/v1/export``), classified here. The figures
+are the raw pull's and the pushdown's (real Prometheus and VictoriaMetrics on 127.0.0.1);
+the XOR decoder equals an encoder written from ``tsdb/chunkenc/xor.go``; a store that
+refuses remote read, a corrupt frame and a truncated stream are clear errors naming it."""
+
+from __future__ import annotations
+
+import math
+import struct
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+from fleetgen import Fleet, backfill, import_victoria_metrics, run_prometheus, run_victoria_metrics
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuaudit.api import audit_fleet
+from gpuaudit.cli import main
+from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.measure.fleet.native import (
+    decode_chunked_frames,
+    encode_read_request,
+    remote_read,
+    snappy_literal,
+)
+from gpuaudit.measure.fleet.prometheus import PromClient
+
+TEAMS = Path(__file__).parents[1] / "data" / "fleet" / "teams.toml"
+PHASE_FIELDS = ("idle_s", "underutilized_s", "productive_s", "compute_bound_s", "gap_s",
+                "samples")
+
+
+@pytest.fixture(scope="module")
+def split(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
+    """The fleet's first and last node in a Prometheus, the middle one (with the MIG GPU)
+    in VictoriaMetrics."""
+    hosts = fleet.hosts()
+    a = fleet.subset({hosts[0], hosts[2]})
+    b = fleet.subset({hosts[1]})
+    root = tmp_path_factory.mktemp("native")
+    backfill(a, root / "prom")
+    with run_prometheus(root / "prom") as prom_url, run_victoria_metrics(root / "vm") as vm_url:
+        import_victoria_metrics(b, vm_url, root / "import")
+        yield prom_url, vm_url
+
+
+def _audit(stores: object, fleet: Fleet, **kw: object):  # type: ignore[no-untyped-def]
+    return audit_fleet(prometheus=stores, start_s=fleet.start_s, end_s=fleet.end_s,  # type: ignore[arg-type]
+                       step_s=fleet.step_s, by=("team",), map_file=TEAMS,
+                       pricing={"price": "1.37"}, **kw)  # type: ignore[arg-type]
+
+
+def _cells(report) -> dict[tuple[str, str], dict[str, float]]:  # type: ignore[no-untyped-def]
+    return {(c["gpu_uuid"], c["label:team"]): c for c in report.usage.cells.to_pylist()}
+
+
+def _same(mine, theirs, fields=PHASE_FIELDS, per_team=True) -> None:  # type: ignore[no-untyped-def]
+    a, b = _cells(mine), _cells(theirs)
+    assert a.keys() == b.keys()
+    for key, cell in b.items():
+        for f in fields:  # sums of steps, added in another order: to 1e-9 s
+            assert a[key][f] == pytest.approx(cell[f], rel=1e-12, abs=1e-9), (key, f)
+        # readings kept as float32 in the sample table (MIG's 100 x ratio) vs float64 sums
+        assert a[key]["busy_s"] == pytest.approx(cell["busy_s"], rel=1e-6), key
+    if per_team:
+        sa = {e["group"]["team"]: e for e in mine.extra["fleet"]["showback"]}
+        sb = {e["group"]["team"]: e for e in theirs.extra["fleet"]["showback"]}
+        assert sa.keys() == sb.keys() and {"vision", "nlp", "recsys"} <= set(sa)
+        for team in sb:
+            assert sa[team]["cost_usd"] == sb[team]["cost_usd"], team
+            assert sa[team]["gpu_hours"] == sb[team]["gpu_hours"], team
+            assert sa[team]["phase_hours"] == sb[team]["phase_hours"], team
+    ta, tb = mine.extra["fleet"]["total"], theirs.extra["fleet"]["total"]
+    for f in ("cost_usd", "gpu_hours", "phase_hours"):
+        assert ta[f] == tb[f], f
+
+
+#: the pushdown puts a GPU's unobserved time (gap) into the cell its edge queries see, the
+#: raw pull into the cell of the row before the gap: where a pod switches at a gap the two
+#: split the same seconds (and their dollars) between two cells differently. Every cell's
+#: phases and samples, and the fleet's totals, are the same.
+VS_PUSHDOWN = {"fields": (*PHASE_FIELDS[:4], "samples"), "per_team": False}
+
+
+def test_native_fetch_gives_the_raw_pull_and_the_pushdown_figures(prom: str,
+                                                                  fleet: Fleet) -> None:
+    native = _audit(prom, fleet, fetch="native")
+    tr = native.extra["fleet"]["transfer"]
+    assert tr["mode"] == "native raw samples"
+    assert [s["form"] for s in tr["stores"]] == ["remote-read"]
+    _same(native, _audit(prom, fleet, raw=True))
+    _same(native, _audit(prom, fleet), **VS_PUSHDOWN)
+
+
+def test_native_fetch_over_prometheus_and_victoriametrics_audits_as_one_store(
+        prom: str, split: tuple[str, str], fleet: Fleet) -> None:
+    two = _audit([f"eu={split[0]}", f"us={split[1]}"], fleet, fetch="auto")
+    tr = two.extra["fleet"]["transfer"]
+    assert [(s["name"], s["form"]) for s in tr["stores"]] == [("eu", "remote-read"),
+                                                              ("us", "export")]
+    assert all(s["wire_bytes"] > 0 for s in tr["stores"])
+    _same(two, _audit(prom, fleet, fetch="native"))
+    _same(two, _audit(prom, fleet), **VS_PUSHDOWN)
+
+
+def test_cli_fetch_flag(prom: str, fleet: Fleet, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    args = ["fleet", "--prometheus", prom, "--start", str(fleet.start_s), "--end",
+            str(fleet.end_s), "--step", "15s", "--format", "json", "-o", str(out), "--no-progress"]
+    assert main([*args, "--fetch", "native"]) == 0
+    import json
+
+    doc = json.loads(out.read_text())
+    assert doc["extra"]["fleet"]["transfer"]["mode"] == "native raw samples"
+    assert main([*args, "--fetch", "native", "--raw"]) == 2
+
+
+# -- the XOR chunk format, from tsdb/chunkenc/xor.go --------------------------------------
+class _Bits:
+    def __init__(self) -> None:
+        self.bits: list[int] = []
+
+    def write(self, value: int, n: int) -> None:
+        self.bits += [(value >> (n - 1 - i)) & 1 for i in range(n)]
+
+    def write_bytes(self, data: bytes) -> None:
+        for b in data:
+            self.write(b, 8)
+
+    def tobytes(self) -> bytes:
+        bits = self.bits + [0] * (-len(self.bits) % 8)
+        return bytes(int("".join(map(str, bits[i:i + 8])), 2) for i in range(0, len(bits), 8))
+
+
+def _uvarint(x: int) -> bytes:
+    out = bytearray()
+    while True:
+        if x < 0x80:
+            out.append(x)
+            return bytes(out)
+        out.append(x & 0x7F | 0x80)
+        x >>= 7
+
+
+def _bit_range(x: int, n: int) -> bool:
+    return -((1 << (n - 1)) - 1) <= x <= 1 << (n - 1)
+
+
+def xor_chunk(ts: list[int], vals: list[float]) -> bytes:
+    """Prometheus' xorAppender.Append, sample by sample."""
+    b = _Bits()
+    t_prev = t_delta = 0
+    v_prev = 0.0
+    leading, trailing = 0xFF, 0
+    for i, (t, v) in enumerate(zip(ts, vals)):
+        if i == 0:
+            zz = (t << 1) & (2**64 - 1)
+            b.write_bytes(_uvarint(zz if t >= 0 else ~zz & (2**64 - 1)))
+            b.write(struct.unpack(">Q", struct.pack(">d", v))[0], 64)
+        else:
+            d = t - t_prev
+            if i == 1:
+                b.write_bytes(_uvarint(d))
+            else:
+                dod = d - t_delta
+                if dod == 0:
+                    b.write(0, 1)
+                elif _bit_range(dod, 14):
+                    b.write(0b10, 2)
+                    b.write(dod & (2**14 - 1), 14)
+                elif _bit_range(dod, 17):
+                    b.write(0b110, 3)
+                    b.write(dod & (2**17 - 1), 17)
+                elif _bit_range(dod, 20):
+                    b.write(0b1110, 4)
+                    b.write(dod & (2**20 - 1), 20)
+                else:
+                    b.write(0b1111, 4)
+                    b.write(dod & (2**64 - 1), 64)
+            t_delta = d
+            delta = struct.unpack(">Q", struct.pack(">d", v))[0] ^ \
+                struct.unpack(">Q", struct.pack(">d", v_prev))[0]
+            if delta == 0:
+                b.write(0, 1)
+            else:
+                b.write(1, 1)
+                lead = 64 - delta.bit_length()
+                trail = (delta & -delta).bit_length() - 1
+                lead = min(lead, 31)
+                if leading != 0xFF and lead >= leading and trail >= trailing:
+                    b.write(0, 1)
+                    b.write(delta >> trailing, 64 - leading - trailing)
+                else:
+                    leading, trailing = lead, trail
+                    b.write(1, 1)
+                    b.write(lead, 5)
+                    sig = 64 - lead - trail
+                    b.write(sig & 63, 6)
+                    b.write(delta >> trail, sig)
+        t_prev, v_prev = t, v
+    return struct.pack(">H", len(ts)) + b.tobytes()
+
+
+def _msg(num: int, payload: bytes) -> bytes:
+    return _uvarint(num << 3 | 2) + _uvarint(len(payload)) + payload
+
+
+def _varint_field(num: int, x: int) -> bytes:
+    return _uvarint(num << 3) + _uvarint(x & (2**64 - 1))
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C bit by bit (Castagnoli, reflected 0x82F63B78)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def frames(series: list[tuple[dict[str, str], list[tuple[list[int], list[float]]]]],
+           per_frame: int = 2) -> bytes:
+    """A streamed remote-read answer: ``per_frame`` ChunkedSeries messages a frame."""
+    msgs = []
+    for labels, chunks in series:
+        m = b"".join(_msg(1, _msg(1, k.encode()) + _msg(2, v.encode()))
+                     for k, v in sorted(labels.items()))
+        for ts, vals in chunks:
+            m += _msg(2, _varint_field(1, ts[0]) + _varint_field(2, ts[-1])
+                      + _varint_field(3, 1) + _msg(4, xor_chunk(ts, vals)))
+        msgs.append(_msg(1, m))
+    out = b""
+    for i in range(0, len(msgs), per_frame):
+        body = b"".join(msgs[i:i + per_frame]) + _varint_field(2, 0)
+        out += _uvarint(len(body)) + struct.pack(">I", _crc32c(body)) + body
+    return out
+
+
+_floats = st.one_of(
+    st.floats(allow_nan=False, width=64),
+    st.integers(0, 100).map(float),
+    st.sampled_from([0.0, -0.0, 1.5, 1e300, -2.5e-300, math.inf, -math.inf]))
+
+
+@st.composite
+def _series(draw: st.DrawFn) -> tuple[list[int], list[float]]:
+    n = draw(st.integers(1, 150))
+    t0 = draw(st.integers(-(2**40), 2**42))
+    gaps = draw(st.lists(st.one_of(st.just(15_000), st.integers(1, 15_000 + 9000),
+                                   st.integers(1, 2**36)), min_size=n - 1, max_size=n - 1))
+    ts = [t0]
+    for g in gaps:
+        ts.append(ts[-1] + g)
+    vals = draw(st.lists(_floats, min_size=n, max_size=n))
+    return ts, vals
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_series(), min_size=1, max_size=6), st.integers(1, 3))
+def test_xor_decoder_equals_the_encoder(series: list[tuple[list[int], list[float]]],
+                                        per_frame: int) -> None:
+    data = [({"__name__": "m", "i": str(i)}, [s]) for i, s in enumerate(series)]
+    got = decode_chunked_frames(frames(data, per_frame), where="test")
+    assert len(got) == len(series)
+    for i, ((_q, s), (ts, vals)) in enumerate(zip(got, series)):
+        assert s.labels == {"__name__": "m", "i": str(i)}
+        assert s.ts_ms.tolist() == ts
+        assert np.array_equal(s.values.view(np.uint64),
+                              np.array(vals, dtype=np.float64).view(np.uint64))
+
+
+def test_a_series_split_over_frames_is_one_series() -> None:
+    a = ([0, 15_000, 30_000], [1.0, 2.0, 2.0])
+    b = ([45_000, 60_000], [3.0, 0.5])
+    body = frames([({"__name__": "m", "x": "1"}, [a]), ({"__name__": "m", "x": "1"}, [b]),
+                   ({"__name__": "m", "x": "2"}, [b])], per_frame=1)
+    got = decode_chunked_frames(body, where="test")
+    assert [s.labels["x"] for _q, s in got] == ["1", "2"]
+    assert got[0][1].ts_ms.tolist() == a[0] + b[0]
+    assert got[0][1].values.tolist() == a[1] + b[1]
+
+
+def test_decoder_against_the_samples_prometheus_serves(prom: str, fleet: Fleet) -> None:
+    """Remote read's decoded chunks equal the raw samples the query API returns."""
+    c = PromClient(prom)
+    got = remote_read(c, [(fleet.start_s * 1000, fleet.end_s * 1000,
+                           [("__name__", "=", "DCGM_FI_DEV_GPU_UTIL")])])
+    hours = (fleet.end_s - fleet.start_s) // 3600 + 1
+    r = httpx.post(f"{prom}/api/v1/query", data={
+        "query": f"DCGM_FI_DEV_GPU_UTIL[{hours}h]", "time": str(fleet.end_s)}).json()
+    ref = {tuple(sorted(x["metric"].items())): x["values"] for x in r["data"]["result"]}
+    assert len(got) == len(ref) > 10
+    for _q, s in got:
+        vals = ref[tuple(sorted(s.labels.items()))]
+        keep = (s.ts_ms >= (fleet.end_s - hours * 3600) * 1000) & (s.ts_ms <= fleet.end_s * 1000)
+        assert s.ts_ms[keep].tolist() == [round(float(t) * 1000) for t, _v in vals]
+        assert s.values[keep].tolist() == [float(v) for _t, v in vals]
+    c.close()
+
+
+def test_request_encoding_is_a_valid_snappy_block() -> None:
+    data = bytes(range(256)) * 700  # past one literal element
+    block = snappy_literal(data)
+    # decode the literal-only block by the format's rules
+    n, pos, shift = 0, 0, 0
+    while True:
+        b = block[pos]
+        pos += 1
+        n |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            break
+    out = bytearray()
+    while pos < len(block):
+        tag = block[pos]
+        pos += 1
+        assert tag & 3 == 0  # literal
+        size = tag >> 2
+        if size >= 60:
+            nb = size - 59
+            size = int.from_bytes(block[pos:pos + nb], "little")
+            pos += nb
+        size += 1
+        out += block[pos:pos + size]
+        pos += size
+    assert n == len(data) and bytes(out) == data
+    req = encode_read_request([(1, 2, [("__name__", "=~", "a|b"), ("x", "=", "y")])])
+    assert req.endswith(b"\x10\x01")  # accepted_response_types: STREAMED_XOR_CHUNKS
+
+
+# -- errors -----------------------------------------------------------------------------
+class _Canned:
+    """A fake store on 127.0.0.1 answering every remote read with ``body``."""
+
+    def __init__(self, body: bytes, status: int = 200,
+                 ctype: str = "application/x-streamed-protobuf; "
+                 "proto=prometheus.ChunkedReadResponse") -> None:
+        canned = (status, ctype, body)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                status, ctype, payload = canned
+                if self.path != "/api/v1/read":
+                    status, ctype, payload = 404, "text/plain", b"404 page not found"
+                self.send_response(status)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> _Canned:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+_GOOD = frames([({"__name__": "DCGM_FI_DEV_GPU_UTIL", "UUID": f"GPU-{i}"},
+                 [([0, 15_000, 30_000], [1.0, 2.0, 3.0 + i])]) for i in range(3)],
+               per_frame=1)
+_Q = [(0, 60_000, [("__name__", "=", "DCGM_FI_DEV_GPU_UTIL")])]
+
+
+def test_a_corrupt_frame_is_an_error_naming_the_store() -> None:
+    bad = bytearray(_GOOD)
+    bad[-3] ^= 0x40
+    with _Canned(bytes(bad)) as s, pytest.raises(SourceUnavailableError) as e:
+        remote_read(PromClient(s.url, retries=0), _Q)
+    assert "CRC32-C" in e.value.what and s.url in str(e.value.where)
+
+
+def test_a_truncated_stream_is_an_error_naming_the_store() -> None:
+    with _Canned(_GOOD[:-7]) as s, pytest.raises(SourceUnavailableError) as e:
+        remote_read(PromClient(s.url, retries=0), _Q)
+    assert "truncated" in e.value.what and s.url in str(e.value.where)
+
+
+def test_the_canned_answer_itself_decodes() -> None:
+    with _Canned(_GOOD) as s:
+        got = remote_read(PromClient(s.url, retries=0), _Q)
+    assert [x.values.tolist() for _q, x in got] == [[1.0, 2.0, 3.0 + i] for i in range(3)]
+
+
+def test_a_store_refusing_remote_read_is_an_error_naming_it(fleet: Fleet) -> None:
+    with _Canned(b"remote read is disabled", status=400, ctype="text/plain") as s:
+        with pytest.raises(InputError) as e:
+            _audit(s.url, fleet, fetch="native")
+        assert s.url in str(e.value.where)
+        assert "neither remote read" in e.value.what
+        assert "--fetch pushdown" in (e.value.fix or "")
+
+
+def test_native_rows_are_the_raw_pulls_rows(prom: str, fleet: Fleet) -> None:
+    """The sample table from the stored chunks equals the one from query_range, row for row
+    (every column), over chunk edges, the MIG GPU, the time-sliced one and the missed scrapes."""
+    import pyarrow as pa
+
+    from gpuaudit.measure.fleet.native import NativeSource
+    from gpuaudit.measure.fleet.prometheus import PrometheusSource
+    from gpuaudit.schema import SAMPLE_SCHEMA
+
+    c = PromClient(prom)
+    kw = {"start_s": float(fleet.start_s + 15), "end_s": float(fleet.end_s), "step_s": 15.0}
+    raw = pa.Table.from_batches(list(PrometheusSource(c, **kw).batches()), schema=SAMPLE_SCHEMA)
+    native = pa.Table.from_batches(list(NativeSource(c, "remote-read", **kw).batches()),
+                                   schema=SAMPLE_SCHEMA)
+    c.close()
+    assert raw.num_rows > 10_000
+    assert native.equals(raw)
