@@ -56,6 +56,7 @@ def bill(
     sql_dialect: str = "duckdb",
     engine: str = "duckdb",
     spark: Any = None,
+    memory_limit: int | str | None = None,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -69,7 +70,9 @@ def bill(
     utilization timeline of the core report (telemetry files only). ``sql_dialect``: the
     dialect of that SQL (duckdb, spark, trino, bigquery). ``engine``: where the join runs,
     ``duckdb`` or ``spark`` (on the session ``spark``, else the active or a local one; the
-    report is the same). Every charge period's
+    report is the same). ``memory_limit``: the most memory DuckDB holds (bytes or ``"4GB"``; default
+    80 % of the memory available when the bill is opened); past it, it spills to disk. Every
+    charge period's
     lines sum to its billed cost to the cent; see
     ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
@@ -95,7 +98,7 @@ def bill(
     fine = tuple(dict.fromkeys([*keys, "pod"]))
     # the bill is read, checked and summed (what needs no telemetry) in a second thread
     # while the telemetry is classified: DuckDB works outside the interpreter lock
-    bill_f = _in_thread(lambda: _open(open_bill(bill_path, fmt=fmt), cost))
+    bill_f = _in_thread(lambda: _open(open_bill(bill_path, fmt=fmt, memory_limit=memory_limit), cost))
     if telemetry is not None:
         try:
             source = open_source(telemetry)
