@@ -37,6 +37,7 @@ __all__ = [
     "inflate_gzip",
     "max_input_bytes",
     "parse_bytes",
+    "parse_memory_limit",
 ]
 
 DEFAULT_MAX_INPUT_BYTES = 2 * 1024**3  # 2 GiB decompressed per input file
@@ -60,6 +61,15 @@ def parse_bytes(text: str, what: str = "--max-input-bytes") -> int:
     value = int(float(m.group(1)) * _UNITS[unit])
     if value < 1:
         raise InputError(f"{what} {text!r} is below one byte", fix="give a positive size")
+    return value
+
+
+def parse_memory_limit(text: str) -> int:
+    """``--memory-limit``'s size (the bill's DuckDB): bytes, at least 1 MiB."""
+    value = parse_bytes(text, "--memory-limit")
+    if value < 1 << 20:
+        raise InputError(f"--memory-limit {text!r} is below 1 MiB",
+                         fix="give DuckDB room to work: e.g. 4GB (it spills to disk past it)")
     return value
 
 

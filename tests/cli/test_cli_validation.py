@@ -97,6 +97,7 @@ CHECKED_IN_BODY: dict[tuple[str, str], list[str]] = {
 PARSED_HOSTILE: dict[str, list[str]] = {
     "--throughput": ["nan", "inf/s", "-5/s", "0", "abc", "", "5/fortnight", "1e999/h", "inf"],
     "--max-input-bytes": ["nan", "-1", "0", "abc", "", "10XB", "1e999", "inf"],
+    "--memory-limit": ["nan", "-1", "0", "abc", "", "10XB", "1e999", "inf", "1KB", "1048575"],
 }
 ARGUMENTS = {"path", "paths", "urls", "command", "bill_path"}  # (simulate's path is optional)  # positional: input paths, URLs, a command
 VALIDATED = (Number, Money, Duration, PromDuration, Time, TimeZone, OutputFile, OutputDir,

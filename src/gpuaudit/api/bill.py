@@ -58,6 +58,7 @@ def bill(
     spark: Any = None,
     spark_master: str | None = None,
     spark_conf: Mapping[str, str] | None = None,
+    memory_limit: int | str | None = None,
 ) -> BillReport:
     """Read a cloud bill and split it over the GPU time measured in ``telemetry`` (a file,
     table or sample source) or in the fleet at ``prometheus``, by the ``by`` keys.
@@ -73,8 +74,10 @@ def bill(
     ``duckdb`` or ``spark`` (on the session ``spark``, else the active or a local one; the
     report is the same). ``spark_master`` and ``spark_conf``: with no ``spark``, the master
     URL (``yarn``, ``spark://host:7077``, ``local[4]``, ..) and settings of the session made
-    for the join (when no session is active). Every charge period's
-    lines sum to its billed cost to the cent; see
+    for the join (when no session is active). ``memory_limit``: the most memory DuckDB
+    holds (bytes or ``"4GB"``; default 80 % of the memory available when the bill is
+    opened); past it, it spills to disk. Every charge period's lines sum to its billed cost
+    to the cent; see
     ``extra["bill"]["currencies"][ccy]["reconciliation"]``.
     """
     from datetime import datetime, timezone
@@ -106,7 +109,8 @@ def bill(
     fine = tuple(dict.fromkeys([*keys, "pod"]))
     # the bill is read, checked and summed (what needs no telemetry) in a second thread
     # while the telemetry is classified: DuckDB works outside the interpreter lock
-    bill_f = _in_thread(lambda: _open(open_bill(bill_path, fmt=fmt), cost))
+    bill_f = _in_thread(lambda: _open(
+        open_bill(bill_path, fmt=fmt, memory_limit=memory_limit), cost))
     if telemetry is not None:
         try:
             source = open_source(telemetry)

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from gpuaudit.cli.output import write_output
-from gpuaudit.cli.params import Duration, Number, OutputDir, OutputFile, one_value
+from gpuaudit.cli.params import Duration, Number, OutputDir, OutputFile, Parsed, one_value
 from gpuaudit.errors import InputError
 from gpuaudit.validate import FLEET_STEP_S, WORKERS
 
@@ -131,13 +131,17 @@ def compare_cmd(last: Path, this: Path, telemetry: tuple[Path, ...], by: tuple[s
 @click.option("--timeline/--no-timeline", default=None,
               help="Fold the per-GPU utilization timeline into the report (default: for "
               "terminal, markdown and html; json, csv and parquet skip it).")
+@click.option("--memory-limit", "memory_limit", default=None,
+              type=Parsed("gpuaudit.limits:parse_memory_limit", "SIZE"),
+              help="Most memory DuckDB holds for the bill (e.g. 4GB; default 80% of the "
+              "memory available); past it, it spills to disk.")
 def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
              by: tuple[str, ...], method: str, formats: tuple[str, ...], output: Path | None,
              cost: str, budgets: Path | None, map_file: Path | None, match: tuple[str, ...],
              step_s: float | None, host_alias: tuple[str, ...], catalog: Path | None,
              workers: int | None, sql_out: Path | None, dialect: str, engine: str,
              spark_master: str | None, spark_conf: tuple[str, ...],
-             timeline: bool | None) -> None:
+             timeline: bool | None, memory_limit: int | None) -> None:
     """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
     from gpuaudit.api import bill
     from gpuaudit.cli.fleet import _matchers
@@ -179,7 +183,7 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
                       step_s=step_s, host_aliases=aliases,
                       catalog=catalog, workers=workers, sql_dir=sql_out,
                       sql_dialect=dialect, engine=engine, spark_master=spark_master,
-                      spark_conf=settings or None,
+                      spark_conf=settings or None, memory_limit=memory_limit,
                       timeline=timeline if timeline is not None
                       else out_fmt in ("terminal", "markdown", "html"))
     emit_bill(result, out_fmt, output)

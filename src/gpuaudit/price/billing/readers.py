@@ -29,7 +29,8 @@ from typing import Any
 
 from gpuaudit.errors import InputError
 
-__all__ = ["BILL_FORMATS", "CANONICAL", "Bill", "detect_format", "open_bill"]
+__all__ = ["BILL_FORMATS", "CANONICAL", "Bill", "connect_duckdb", "detect_format",
+           "duckdb_memory_limit", "open_bill"]
 
 #: Input formats of ``gpuaudit bill --format``: disjoint from the output formats.
 BILL_FORMATS: tuple[str, ...] = ("focus", "cur", "gcp")
@@ -302,13 +303,47 @@ def _focus_version(cols: set[str]) -> str:
     return "1.0"
 
 
+def duckdb_memory_limit(meminfo: str | Path = "/proc/meminfo") -> int | None:
+    """The bytes DuckDB may hold for a bill: 80 % of what the machine has available now
+    (``MemAvailable``), at least 1 GiB; None where the system does not say (DuckDB's own
+    default then: 80 % of the RAM installed, whatever other processes hold; beside other
+    work a 100M-line bill's join was killed by the OOM killer that way, docs/benchmarks.md).
+    Past the limit DuckDB spills to its temporary directory instead of failing."""
+    try:
+        with open(meminfo, encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return max(1 << 30, int(line.split()[1]) * 1024 * 8 // 10)
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def connect_duckdb(memory_limit: int | str | None = None) -> Any:
+    """A DuckDB connection for the bill holding at most ``memory_limit`` (bytes, or a size
+    such as ``"4GB"``), else :func:`duckdb_memory_limit`."""
+    import duckdb
+
+    from gpuaudit.limits import parse_bytes
+
+    limit = parse_bytes(memory_limit, "memory limit") if isinstance(memory_limit, str) \
+        else memory_limit if memory_limit is not None else duckdb_memory_limit()
+    if limit is None:
+        return duckdb.connect()
+    if limit < 1 << 20:
+        raise InputError(f"memory limit of {limit:,} bytes is below 1 MiB",
+                         fix="give DuckDB room to work: e.g. 4GB (it spills to disk past it)")
+    return duckdb.connect(config={"memory_limit": f"{limit // 1024}KiB"})
+
+
 def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None,
-              con: Any = None) -> Bill:
+              con: Any = None, memory_limit: int | str | None = None) -> Bill:
     """Open a bill (a file or a folder) and create the ``bill_lines`` view on ``con``.
 
     ``fmt`` forces ``focus``, ``cur`` or ``gcp``; otherwise the columns decide. Every money,
     number and time value is checked before the view is used: the first bad one raises
-    :class:`InputError` naming file, column and row.
+    :class:`InputError` naming file, column and row. Without ``con``, a new DuckDB
+    connection holds at most ``memory_limit`` (default: :func:`duckdb_memory_limit`).
     """
     import duckdb
 
@@ -321,7 +356,7 @@ def open_bill(path: str | Path | Sequence[str | Path], *, fmt: str | None = None
         raise InputError("the folder mixes CSV and Parquet bill files",
                          where=str(files[0].parent), fix="give one format per run")
     kind = kinds.pop() or "csv"
-    con = con if con is not None else duckdb.connect()
+    con = con if con is not None else connect_duckdb(memory_limit)
     con.execute("SET TimeZone='UTC'")
     con.execute("SET enable_progress_bar = false")  # DuckDB would draw it on stdout
     scan = _raw_scan(files, kind)
