@@ -306,7 +306,7 @@ def _native_usage(
     import time
 
     from gpuaudit.measure.fleet.native import NativeSource, probe_form
-    from gpuaudit.measure.fleet.prometheus import PromClient, detect_interval_s, pod_labels
+    from gpuaudit.measure.fleet.prometheus import PromClient
     from gpuaudit.measure.fleet.shards import Store, fan_out, parse_stores
     from gpuaudit.price.attribution import Attributor, attribute_table
     from gpuaudit.schema import SAMPLE_SCHEMA, ImportNote, Recording
@@ -342,37 +342,9 @@ def _native_usage(
             raise InputError("the range is empty (--end is not after --start)",
                              fix="give --since, or --start before --end")
 
-        def preamble(st: Store) -> tuple[float | None, dict[tuple[str, str], dict[str, str]]]:
-            c = clients[st.name]
-            found = step_s or detect_interval_s(c, end_s=end, start_s=start, matchers=matchers)
-            return found, pod_labels(c, start_s=start, end_s=end)
-
-        got, failed = fan_out(stores, preamble, describe=lambda st: st,
-                              label=lambda st: f"{st.name} (scrape interval, kube_pod_labels)",
-                              workers=len(stores), allow_partial=allow_partial)
-        for st, text in failed:
-            missing.append({"store": st.name, "url": st.url, "start": _iso(start),
-                            "end": _iso(end), "error": text})
-        steps = {st.name: found for st, (found, _k) in got if found is not None}
-        if not steps:
-            raise InputError(
-                "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
-                f"{_iso(end)}", where=", ".join(st.url for st, _ in got),
-                fix="check --start/--end/--since and --match")
-        if len(set(steps.values())) > 1:
-            raise InputError(
-                "the stores scrape at different intervals: " + ", ".join(
-                    f"{n} {x:g} s" for n, x in steps.items()),
-                fix=f"give --step {max(steps.values()):g}s (the longest) so every store is "
-                "read on one grid")
-        step = float(next(iter(steps.values())))
-        start = (start // step + 1) * step
-        end = (end // step) * step
-        kube: dict[tuple[str, str], dict[str, str]] = {}
-        for _st, (_found, k) in got:
-            for key, labels in k.items():
-                kube.setdefault(key, {}).update(labels)
+        got, step, start, end, kube = _survey(stores, clients, start, end, step_s=step_s,
+                                              matchers=matchers, allow_partial=allow_partial,
+                                              missing=missing)
         attributor = Attributor(mapping, kube)
         live = [st for st, (found, _k) in got if found is not None]
         sources = {st.name: NativeSource(clients[st.name], forms[st.name], start_s=start,
@@ -461,8 +433,8 @@ def _sharded_usage(
         usage_from_pushdown,
     )
     from gpuaudit.measure.fleet.dcgm import series_id
-    from gpuaudit.measure.fleet.prometheus import PromClient, detect_interval_s, pod_labels
-    from gpuaudit.measure.fleet.shards import Shard, Store, fan_out, parse_stores, plan_shards
+    from gpuaudit.measure.fleet.prometheus import PromClient
+    from gpuaudit.measure.fleet.shards import Shard, fan_out, parse_stores, plan_shards
     from gpuaudit.price.attribution import Attributor
     from gpuaudit.schema import ImportNote
     from gpuaudit.validate import (
@@ -492,49 +464,13 @@ def _sharded_usage(
     try:
         end = end_s if end_s is not None else time.time()
         start = start_s if start_s is not None else end - since_s
-
-        def where(st: Store) -> Store:
-            return st
-
-        def name(st: Store) -> str:
-            return f"{st.name} (scrape interval, kube_pod_labels)"
-
         if end <= start:
             raise InputError("the range is empty (--end is not after --start)",
                              fix="give --since, or --start before --end")
-        # each store's scrape interval and kube-state-metrics pod labels (one store down:
-        # an error naming it, or with allow_partial the store left out and listed)
-        def preamble(st: Store) -> tuple[float | None, dict[tuple[str, str], dict[str, str]]]:
-            c = clients[st.name]
-            found = step_s or detect_interval_s(c, end_s=end, start_s=start, matchers=matchers)
-            return found, pod_labels(c, start_s=start, end_s=end)
-
-        got, failed = fan_out(stores, preamble, describe=where, label=name,
-                              workers=len(stores), allow_partial=allow_partial)
-        for st, text in failed:
-            missing.append({"store": st.name, "url": st.url, "start": _iso(start),
-                            "end": _iso(end), "error": text})
+        got, step, start, end, kube = _survey(stores, clients, start, end, step_s=step_s,
+                                              matchers=matchers, allow_partial=allow_partial,
+                                              missing=missing)
         live = [st for st, _ in got]
-        steps = {st.name: found for st, (found, _k) in got if found is not None}
-        if not steps:
-            raise InputError(
-                "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
-                f"{_iso(end)}", where=", ".join(st.url for st in live),
-                fix="check --start/--end/--since and --match")
-        if len(set(steps.values())) > 1:
-            raise InputError(
-                "the stores scrape at different intervals: " + ", ".join(
-                    f"{n} {x:g} s" for n, x in steps.items()),
-                fix=f"give --step {max(steps.values()):g}s (the longest) so every store is "
-                "read on one grid")
-        step = float(next(iter(steps.values())))
-        start = (start // step + 1) * step
-        end = (end // step) * step
-        kube: dict[tuple[str, str], dict[str, str]] = {}
-        for _st, (_found, k) in got:
-            for key, labels in k.items():
-                kube.setdefault(key, {}).update(labels)
         attributor = Attributor(mapping, kube)
         chunks = chunk_grid(start, end, step, chunk_s)
         shards = plan_shards(live, chunks, max(1, round(shard_s / chunk_s)))
@@ -584,6 +520,51 @@ def _sharded_usage(
         for c in clients.values():
             c.close()
     return usage_fine, daily, util_window, transfer
+
+
+def _survey(stores: Sequence[Any], clients: Mapping[str, Any], start: float, end: float, *,
+            step_s: float | None, matchers: Mapping[str, str] | None, allow_partial: bool,
+            missing: list[dict[str, str]],
+            ) -> tuple[list[tuple[Any, tuple[float | None, dict[tuple[str, str], dict[str, str]]]]],
+                       float, float, float, dict[tuple[str, str], dict[str, str]]]:
+    """Each store's scrape interval and kube-state-metrics pod labels, fetched concurrently
+    (a store down: an error naming it, or with ``allow_partial`` the store left out and listed
+    in ``missing``); the one step every store is read on, the range snapped to it, and the pod
+    labels of all stores merged. Returns (store, (interval, labels)) per store that answered,
+    the step, start, end and the labels."""
+    from gpuaudit.measure.fleet.prometheus import detect_interval_s, pod_labels
+    from gpuaudit.measure.fleet.shards import fan_out
+
+    def preamble(st: Any) -> tuple[float | None, dict[tuple[str, str], dict[str, str]]]:
+        c = clients[st.name]
+        found = step_s or detect_interval_s(c, end_s=end, start_s=start, matchers=matchers)
+        return found, pod_labels(c, start_s=start, end_s=end)
+
+    got, failed = fan_out(stores, preamble, describe=lambda st: st,
+                          label=lambda st: f"{st.name} (scrape interval, kube_pod_labels)",
+                          workers=len(stores), allow_partial=allow_partial)
+    for st, text in failed:
+        missing.append({"store": st.name, "url": st.url, "start": _iso(start),
+                        "end": _iso(end), "error": text})
+    steps = {st.name: found for st, (found, _k) in got if found is not None}
+    if not steps:
+        raise InputError(
+            "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
+            f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
+            f"{_iso(end)}", where=", ".join(st.url for st, _ in got),
+            fix="check --start/--end/--since and --match")
+    if len(set(steps.values())) > 1:
+        raise InputError(
+            "the stores scrape at different intervals: " + ", ".join(
+                f"{n} {x:g} s" for n, x in steps.items()),
+            fix=f"give --step {max(steps.values()):g}s (the longest) so every store is "
+            "read on one grid")
+    step = float(next(iter(steps.values())))
+    kube: dict[tuple[str, str], dict[str, str]] = {}
+    for _st, (_found, k) in got:
+        for key, labels in k.items():
+            kube.setdefault(key, {}).update(labels)
+    return got, step, (start // step + 1) * step, (end // step) * step, kube
 
 
 def _iso(t: float) -> str:
