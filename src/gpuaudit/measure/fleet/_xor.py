@@ -222,6 +222,24 @@ def _bits(buf, end, bitpos, n):
     return x, bitpos
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _bit_uvarint(buf, end, bitpos):
+    """An unsigned varint (at most 10 bytes) read byte by byte from bit ``bitpos`` (the XOR
+    chunk's first two samples are not byte-aligned past the header), and the new position;
+    -1 when it runs past byte ``end`` or past 10 bytes."""
+    ux = np.uint64(0)
+    shift = np.uint64(0)
+    for _k in range(10):
+        b, bitpos = _bits(buf, end, bitpos, 8)
+        if bitpos < 0:
+            return np.uint64(0), -1
+        ux |= (b & np.uint64(0x7F)) << shift
+        if b < np.uint64(0x80):
+            return ux, bitpos
+        shift += np.uint64(7)
+    return np.uint64(0), -1
+
+
 @numba.njit(cache=True, nogil=True)
 def decode_xor(buf, chunk_meta, n_chunks, out_off, ts, vals):
     """Every XOR chunk ``chunk_meta[:n_chunks]`` (data offset col 3, length col 4, samples
@@ -236,19 +254,8 @@ def decode_xor(buf, chunk_meta, n_chunks, out_off, ts, vals):
             continue
         pos = (doff + 2) * 8
         # first sample: signed varint t, 64-bit value
-        ux = np.uint64(0)
-        shift = np.uint64(0)
-        ok = False
-        for _k in range(10):
-            b, pos = _bits(buf, end, pos, 8)
-            if pos < 0:
-                return c
-            ux |= (b & np.uint64(0x7F)) << shift
-            if b < np.uint64(0x80):
-                ok = True
-                break
-            shift += np.uint64(7)
-        if not ok:
+        ux, pos = _bit_uvarint(buf, end, pos)
+        if pos < 0:
             return c
         t = np.int64(ux >> np.uint64(1))
         if ux & np.uint64(1):
@@ -261,19 +268,8 @@ def decode_xor(buf, chunk_meta, n_chunks, out_off, ts, vals):
         if num == 1:
             continue
         # second sample: uvarint delta, then the value's xor
-        ux = np.uint64(0)
-        shift = np.uint64(0)
-        ok = False
-        for _k in range(10):
-            b, pos = _bits(buf, end, pos, 8)
-            if pos < 0:
-                return c
-            ux |= (b & np.uint64(0x7F)) << shift
-            if b < np.uint64(0x80):
-                ok = True
-                break
-            shift += np.uint64(7)
-        if not ok:
+        ux, pos = _bit_uvarint(buf, end, pos)
+        if pos < 0:
             return c
         delta = np.int64(ux)
         t += delta
