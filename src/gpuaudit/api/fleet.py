@@ -309,7 +309,7 @@ def _native_usage(
     from gpuaudit.measure.fleet.prometheus import PromClient
     from gpuaudit.measure.fleet.shards import Store, fan_out, parse_stores
     from gpuaudit.price.attribution import Attributor, attribute_table
-    from gpuaudit.schema import SAMPLE_SCHEMA, ImportNote, Recording
+    from gpuaudit.schema import SAMPLE_SCHEMA, Recording
     from gpuaudit.validate import EPOCH_S, FLEET_CHUNK_S, FLEET_SINCE_S, FLEET_STEP_S
 
     if dedupe:
@@ -366,31 +366,15 @@ def _native_usage(
             SAMPLE_SCHEMA.empty_table()
         table = attribute_table(table, attributor)
         notes = [n for st, _t in tables for n in sources[st.name].notes]
-        for m in missing:
-            notes.append(ImportNote(
-                reason=f"shard missing (--allow-partial): store {m['store']} from {m['start']} "
-                f"to {m['end']} is not in this audit: {m['error']}", count=1,
-                where=m["url"]))
+        notes += _missing_notes(missing)
         origin = "; ".join(sources[st.name].origin for st, _t in tables)
         rec = Recording(table=table, source="prometheus", origin=origin, interval_s=step,
                         notes=tuple(notes))
         usage_fine = classify(rec, by=tuple(by), interval_s=step, cap_intervals=1.0)
         daily, util_window = local_kpis(table, tuple(by), step, start_s=start,
                                         chunk_s=chunk_s)
-        per_store: list[dict[str, Any]] = [{
-            "name": st.name, "url": clients[st.name].url, "form": forms[st.name],
-            "requests": clients[st.name].requests,
-            "wire_bytes": clients[st.name].wire_bytes,
-            "body_bytes": clients[st.name].body_bytes} for st in stores]
-        transfer: dict[str, Any] = {
-            "mode": "native raw samples",
-            "url": ", ".join(x["url"] for x in per_store),
-            "requests": sum(int(x["requests"]) for x in per_store),
-            "wire_bytes": sum(int(x["wire_bytes"]) for x in per_store),
-            "body_bytes": sum(int(x["body_bytes"]) for x in per_store),
-            "step_s": step, "start": _iso(start), "end": _iso(end),
-            "kube_pod_labels": len(kube), "stores": per_store, "time_shards": 1,
-            "missing_shards": missing}
+        transfer = _transfer("native raw samples", stores, clients, forms=forms, step=step,
+                             start=start, end=end, kube=kube, time_shards=1, missing=missing)
     finally:
         for c in clients.values():
             c.close()
@@ -436,7 +420,6 @@ def _sharded_usage(
     from gpuaudit.measure.fleet.prometheus import PromClient
     from gpuaudit.measure.fleet.shards import Shard, fan_out, parse_stores, plan_shards
     from gpuaudit.price.attribution import Attributor
-    from gpuaudit.schema import ImportNote
     from gpuaudit.validate import (
         CONCURRENCY,
         EPOCH_S,
@@ -492,30 +475,15 @@ def _sharded_usage(
                             "start": _iso(sh.start_s), "end": _iso(sh.end_s + step),
                             "error": text})
         data = merge_pushdown([(sh.store.name, d) for sh, d in answers], dedupe=dedupe)
-        for m in missing:
-            data.notes.append(ImportNote(
-                reason=f"shard missing (--allow-partial): store {m['store']} from {m['start']} "
-                f"to {m['end']} is not in this audit: {m['error']}", count=1,
-                where=m["url"]))
+        data.notes.extend(_missing_notes(missing))
         usage_fine, daily = usage_from_pushdown(
             data, by=tuple(by),
             labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
                                                       dict(sid.labels)))
         util_window = dict(data.fleet_util_pct)
-        per_store: list[dict[str, Any]] = [{"name": st.name, "url": clients[st.name].url,
-                      "requests": clients[st.name].requests,
-                      "wire_bytes": clients[st.name].wire_bytes,
-                      "body_bytes": clients[st.name].body_bytes} for st in stores]
-        transfer: dict[str, Any] = {
-            "mode": "PromQL pushdown",
-            "url": ", ".join(x["url"] for x in per_store),
-            "requests": sum(int(x["requests"]) for x in per_store),
-            "wire_bytes": sum(int(x["wire_bytes"]) for x in per_store),
-            "body_bytes": sum(int(x["body_bytes"]) for x in per_store),
-            "step_s": step, "start": _iso(start), "end": _iso(end),
-            "kube_pod_labels": len(kube), "stores": per_store,
-            "time_shards": len({sh.index for sh in shards}),
-            "missing_shards": missing}
+        transfer = _transfer("PromQL pushdown", stores, clients, forms=None, step=step,
+                             start=start, end=end, kube=kube,
+                             time_shards=len({sh.index for sh in shards}), missing=missing)
     finally:
         for c in clients.values():
             c.close()
@@ -565,6 +533,39 @@ def _survey(stores: Sequence[Any], clients: Mapping[str, Any], start: float, end
         for key, labels in k.items():
             kube.setdefault(key, {}).update(labels)
     return got, step, (start // step + 1) * step, (end // step) * step, kube
+
+
+def _missing_notes(missing: Sequence[Mapping[str, str]]) -> list[Any]:
+    """An import note per shard left out under ``allow_partial``."""
+    from gpuaudit.schema import ImportNote
+
+    return [ImportNote(
+        reason=f"shard missing (--allow-partial): store {m['store']} from {m['start']} "
+        f"to {m['end']} is not in this audit: {m['error']}", count=1, where=m["url"])
+        for m in missing]
+
+
+def _transfer(mode: str, stores: Sequence[Any], clients: Mapping[str, Any], *,
+              forms: Mapping[str, str] | None, step: float, start: float, end: float,
+              kube: Mapping[Any, Any], time_shards: int,
+              missing: list[dict[str, str]]) -> dict[str, Any]:
+    """What the fleet audit read and how (the report's ``transfer``): per store and in all,
+    requests and bytes on the wire and decoded; ``forms``: each store's native form."""
+    per_store: list[dict[str, Any]] = [{
+        "name": st.name, "url": clients[st.name].url,
+        **({"form": forms[st.name]} if forms is not None else {}),
+        "requests": clients[st.name].requests,
+        "wire_bytes": clients[st.name].wire_bytes,
+        "body_bytes": clients[st.name].body_bytes} for st in stores]
+    return {
+        "mode": mode,
+        "url": ", ".join(x["url"] for x in per_store),
+        "requests": sum(int(x["requests"]) for x in per_store),
+        "wire_bytes": sum(int(x["wire_bytes"]) for x in per_store),
+        "body_bytes": sum(int(x["body_bytes"]) for x in per_store),
+        "step_s": step, "start": _iso(start), "end": _iso(end),
+        "kube_pod_labels": len(kube), "stores": per_store, "time_shards": time_shards,
+        "missing_shards": missing}
 
 
 def _iso(t: float) -> str:

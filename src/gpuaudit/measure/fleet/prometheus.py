@@ -210,8 +210,48 @@ class PromClient:
                  decode: Callable[[bytes], Any]) -> Any:
         """POST ``data`` to ``path`` (retries, errors, byte counts); ``decode`` turns the
         body into what the caller wants (``ValueError``: not the Prometheus API)."""
-        assert self._client is not None
         where = f"{self.url}{path}"
+
+        def busy(resp: httpx.Response) -> str:
+            text = _error_text(resp)
+            if any(m in text for m in _TOO_LARGE):
+                raise QueryTooLarge(text, where=where, fix="use a smaller chunk")
+            return f"HTTP {resp.status_code}: {text}"
+
+        resp = self._send(where, busy, "Prometheus", data=dict(data))
+        text = _error_text(resp)
+        if resp.status_code != 200:
+            if any(m in text for m in _TOO_LARGE):
+                raise QueryTooLarge(text, where=where, fix="use a smaller chunk or step")
+            raise InputError(f"Prometheus rejected the query (HTTP {resp.status_code}): "
+                             f"{text}", where=f"{where} query={data.get('query', '')!r}",
+                             fix="check the selector and the time range")
+        try:  # msgspec: ~3x faster than json on the large pushdown answers
+            return decode(resp.content)
+        except ValueError as exc:  # msgspec.DecodeError too
+            raise SourceUnavailableError(
+                "answer is not JSON: is this the Prometheus API?", where=where,
+                fix="give the server's base URL (without /api/v1)") from exc
+
+    def post_raw(self, path: str, *, content: bytes | None = None,
+                 data: Mapping[str, str] | None = None,
+                 headers: Mapping[str, str] | None = None) -> httpx.Response:
+        """POST to ``path`` with this client's auth, retries (connection errors, timeouts,
+        429, 5xx) and byte counts; the response of any other status is returned as it is
+        (the caller reads its body: remote read's protobuf frames, export's JSON lines)."""
+        return self._send(f"{self.url}{path}",
+                          lambda resp: f"HTTP {resp.status_code}: {resp.text[:300]}",
+                          "the store", content=content,
+                          data=dict(data) if data is not None else None, headers=headers)
+
+    def _send(self, where: str, busy: Callable[[httpx.Response], str], who: str, *,
+              content: bytes | None = None, data: dict[str, str] | None = None,
+              headers: Mapping[str, str] | None = None) -> httpx.Response:
+        """The one POST loop: auth headers per attempt, retries with exponential backoff on
+        connection errors, timeouts, 429 and 5xx (``busy`` says what such an answer was, or
+        raises), byte counts, refused credentials an error naming ``who``; any other answer
+        is returned."""
+        assert self._client is not None
         delay = self.backoff_s
         last = ""
         for attempt in range(self.retries + 1):
@@ -220,7 +260,8 @@ class PromClient:
                 delay *= 2
             try:
                 with self._slots:
-                    resp = self._client.post(where, data=dict(data), headers=self._headers())
+                    resp = self._client.post(where, content=content, data=data,
+                                             headers={**self._headers(), **(headers or {})})
             except httpx.TimeoutException as exc:
                 last = f"timed out after {self.timeout_s:g} s ({exc.__class__.__name__})"
                 continue
@@ -238,79 +279,17 @@ class PromClient:
                 self.wire_bytes += resp.num_bytes_downloaded
                 self.body_bytes += len(resp.content)
             if resp.status_code == 429 or resp.status_code >= 500:
-                text = _error_text(resp)
-                if any(m in text for m in _TOO_LARGE):
-                    raise QueryTooLarge(text, where=where, fix="use a smaller chunk")
-                last = f"HTTP {resp.status_code}: {text}"
+                last = busy(resp)
                 continue
             if resp.status_code in (401, 403):
                 raise SourceUnavailableError(
-                    f"Prometheus refused the credentials (HTTP {resp.status_code})",
-                    where=where, fix="check --bearer-token-file / --bearer-token-env / "
-                    "--basic-auth")
-            text = _error_text(resp)
-            if resp.status_code != 200:
-                if any(m in text for m in _TOO_LARGE):
-                    raise QueryTooLarge(text, where=where, fix="use a smaller chunk or step")
-                raise InputError(f"Prometheus rejected the query (HTTP {resp.status_code}): "
-                                 f"{text}", where=f"{where} query={data.get('query', '')!r}",
-                                 fix="check the selector and the time range")
-            try:  # msgspec: ~3x faster than json on the large pushdown answers
-                return decode(resp.content)
-            except ValueError as exc:  # msgspec.DecodeError too
-                raise SourceUnavailableError(
-                    "answer is not JSON: is this the Prometheus API?", where=where,
-                    fix="give the server's base URL (without /api/v1)") from exc
-        raise SourceUnavailableError(
-            f"Prometheus unavailable after {self.retries + 1} attempt(s): {last}",
-            where=where, fix="check the server is up and reachable; --timeout and --retries "
-            "raise the patience")
-
-    def post_raw(self, path: str, *, content: bytes | None = None,
-                 data: Mapping[str, str] | None = None,
-                 headers: Mapping[str, str] | None = None) -> httpx.Response:
-        """POST to ``path`` with this client's auth, retries (connection errors, timeouts,
-        429, 5xx) and byte counts; the response of any other status is returned as it is
-        (the caller reads its body: remote read's protobuf frames, export's JSON lines)."""
-        assert self._client is not None
-        where = f"{self.url}{path}"
-        delay = self.backoff_s
-        last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.sleep(min(delay, self.max_backoff_s))
-                delay *= 2
-            try:
-                with self._slots:
-                    resp = self._client.post(where, content=content,
-                                             data=dict(data) if data is not None else None,
-                                             headers={**self._headers(), **(headers or {})})
-            except httpx.TimeoutException as exc:
-                last = f"timed out after {self.timeout_s:g} s ({exc.__class__.__name__})"
-                continue
-            except (httpx.LocalProtocolError, httpx.UnsupportedProtocol,
-                    httpx.InvalidURL) as exc:
-                raise InputError(f"cannot send the request ({exc.__class__.__name__})",
-                                 where=where, fix="check the URL and the credentials' form "
-                                 "(one line, printable characters)") from None
-            except httpx.HTTPError as exc:
-                last = f"{exc.__class__.__name__}: {exc}"
-                continue
-            with self._lock:
-                self.requests += 1
-                self.wire_bytes += resp.num_bytes_downloaded
-                self.body_bytes += len(resp.content)
-            if resp.status_code == 429 or resp.status_code >= 500:
-                last = f"HTTP {resp.status_code}: {resp.text[:300]}"
-                continue
-            if resp.status_code in (401, 403):
-                raise SourceUnavailableError(
-                    f"the store refused the credentials (HTTP {resp.status_code})",
+                    f"{who} refused the credentials (HTTP {resp.status_code})",
                     where=where, fix="check --bearer-token-file / --bearer-token-env / "
                     "--basic-auth")
             return resp
         raise SourceUnavailableError(
-            f"store unavailable after {self.retries + 1} attempt(s): {last}",
+            f"{who.removeprefix('the ')} unavailable after {self.retries + 1} attempt(s): "
+            f"{last}",
             where=where, fix="check the server is up and reachable; --timeout and --retries "
             "raise the patience")
 
