@@ -64,11 +64,12 @@ def parse_bytes(text: str, what: str = "--max-input-bytes") -> int:
     return value
 
 
-def parse_memory_limit(text: str) -> int:
-    """``--memory-limit``'s size (the bill's DuckDB): bytes, at least 1 MiB."""
-    value = parse_bytes(text, "--memory-limit")
+def parse_memory_limit(text: int | str, what: str = "--memory-limit") -> int:
+    """A memory limit (the bill's DuckDB): bytes, or a size such as ``"4GB"``; at least
+    1 MiB."""
+    value = parse_bytes(text, what) if isinstance(text, str) else int(text)
     if value < 1 << 20:
-        raise InputError(f"--memory-limit {text!r} is below 1 MiB",
+        raise InputError(f"{what} {text!r} is below 1 MiB",
                          fix="give DuckDB room to work: e.g. 4GB (it spills to disk past it)")
     return value
 

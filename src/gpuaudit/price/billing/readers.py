@@ -324,15 +324,12 @@ def connect_duckdb(memory_limit: int | str | None = None) -> Any:
     such as ``"4GB"``), else :func:`duckdb_memory_limit`."""
     import duckdb
 
-    from gpuaudit.limits import parse_bytes
+    from gpuaudit.limits import parse_memory_limit
 
-    limit = parse_bytes(memory_limit, "memory limit") if isinstance(memory_limit, str) \
-        else memory_limit if memory_limit is not None else duckdb_memory_limit()
+    limit = duckdb_memory_limit() if memory_limit is None \
+        else parse_memory_limit(memory_limit, "memory limit")
     if limit is None:
         return duckdb.connect()
-    if limit < 1 << 20:
-        raise InputError(f"memory limit of {limit:,} bytes is below 1 MiB",
-                         fix="give DuckDB room to work: e.g. 4GB (it spills to disk past it)")
     return duckdb.connect(config={"memory_limit": f"{limit // 1024}KiB"})
 
 
