@@ -40,11 +40,9 @@ _QUEUE_BATCHES = 4
 class _Handover:
     """The source as classify sees it: the first ``batches()`` yields what the reader hands
     over; every other attribute, and a later ``batches()``, is the source's own. No ``split``:
-    the batches are already being read, in one pass; not lean (``reads_lean``): the reader
-    hands over whole batches, as the profiles read them."""
+    the batches are already being read, in one pass."""
 
     split = None
-    reads_lean = False
 
     def __init__(self, inner: SampleSource | Recording) -> None:
         self._inner = inner
