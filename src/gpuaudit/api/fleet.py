@@ -305,11 +305,11 @@ def _native_usage(
     native form (the caller runs the pushdown)."""
     import time
 
-    from gpuaudit.measure.fleet.native import NativeSource, probe_form
+    from gpuaudit.classify.phases import group_key_names
+    from gpuaudit.measure.fleet.native import LeanSamples, NativeSource, probe_form
     from gpuaudit.measure.fleet.prometheus import PromClient
     from gpuaudit.measure.fleet.shards import Store, fan_out, parse_stores
-    from gpuaudit.price.attribution import Attributor, attribute_table
-    from gpuaudit.schema import SAMPLE_SCHEMA, Recording
+    from gpuaudit.price.attribution import Attributor
     from gpuaudit.validate import EPOCH_S, FLEET_CHUNK_S, FLEET_SINCE_S, FLEET_STEP_S
 
     if dedupe:
@@ -350,28 +350,29 @@ def _native_usage(
         sources = {st.name: NativeSource(clients[st.name], forms[st.name], start_s=start,
                                          end_s=end, step_s=step, matchers=matchers)
                    for st in live}
+        # identities per series, attributed once per series; the rows carry codes only
+        label_keys = [k[6:] for k in group_key_names(by) if k.startswith("label:")]
 
-        def pull(st: Store) -> pa.Table:
-            return pa.Table.from_batches(list(sources[st.name].batches()),
-                                         schema=SAMPLE_SCHEMA)
+        def resolve(sid: Any) -> dict[str, str]:
+            return attributor.resolve(sid.namespace, sid.pod, dict(sid.labels))
 
-        tables, lost = fan_out(live, pull, describe=lambda st: st,
-                               label=lambda st: f"{st.name} (raw samples)",
-                               workers=len(live), allow_partial=allow_partial)
+        def pull(st: Store) -> list[pa.RecordBatch]:
+            return list(sources[st.name].lean_batches(resolve, label_keys))
+
+        parts, lost = fan_out(live, pull, describe=lambda st: st,
+                              label=lambda st: f"{st.name} (raw samples)",
+                              workers=len(live), allow_partial=allow_partial)
         for st, text in lost:
             missing.append({"store": st.name, "url": st.url, "start": _iso(start),
                             "end": _iso(end + step), "error": text})
-        _one_store_per_gpu([(st.name, t) for st, t in tables])
-        table = pa.concat_tables([t for _st, t in tables]) if tables else \
-            SAMPLE_SCHEMA.empty_table()
-        table = attribute_table(table, attributor)
-        notes = [n for st, _t in tables for n in sources[st.name].notes]
+        _one_store_per_gpu([(st.name, _gpus_of(bs)) for st, bs in parts])
+        notes = [n for st, _b in parts for n in sources[st.name].notes]
         notes += _missing_notes(missing)
-        origin = "; ".join(sources[st.name].origin for st, _t in tables)
-        rec = Recording(table=table, source="prometheus", origin=origin, interval_s=step,
-                        notes=tuple(notes))
-        usage_fine = classify(rec, by=tuple(by), interval_s=step, cap_intervals=1.0)
-        daily, util_window = local_kpis(table, tuple(by), step, start_s=start,
+        origin = "; ".join(sources[st.name].origin for st, _b in parts)
+        samples = LeanSamples([b for _st, bs in parts for b in bs], origin=origin,
+                              interval_s=step, notes=notes)
+        usage_fine = classify(samples, by=tuple(by), interval_s=step, cap_intervals=1.0)
+        daily, util_window = local_kpis(samples, tuple(by), step, start_s=start,
                                         chunk_s=chunk_s)
         transfer = _transfer("native raw samples", stores, clients, forms=forms, step=step,
                              start=start, end=end, kube=kube, time_shards=1, missing=missing)
@@ -381,11 +382,22 @@ def _native_usage(
     return usage_fine, daily, util_window, transfer
 
 
-def _one_store_per_gpu(tables: Sequence[tuple[str, pa.Table]]) -> None:
+def _gpus_of(batches: Sequence[pa.RecordBatch]) -> list[str]:
+    """The GPUs some row of ``batches`` holds (their uuid column a dictionary)."""
+    out: dict[str, None] = {}
+    for b in batches:
+        col = b.column("gpu_uuid")
+        used = np.flatnonzero(np.bincount(col.indices.to_numpy(zero_copy_only=False),
+                                          minlength=len(col.dictionary)))
+        out.update(dict.fromkeys(col.dictionary.take(pa.array(used)).to_pylist()))
+    return list(out)
+
+
+def _one_store_per_gpu(gpus: Sequence[tuple[str, Sequence[str]]]) -> None:
     """A GPU in two stores' answers would be counted twice: an error naming both."""
     seen: dict[str, str] = {}
-    for name, t in tables:
-        for gpu in t.column("gpu_uuid").unique().to_pylist():
+    for name, held in gpus:
+        for gpu in held:
             other = seen.setdefault(gpu, name)
             if other != name:
                 raise InputError(
@@ -578,13 +590,17 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
                 start_s: float | None = None, chunk_s: float = 86400.0,
                 ) -> tuple[Any, dict[str, float | None]]:
     """Per-day cells (classify over each day's rows) and mean utilization over the last 1 h
-    and 24 h, from a sample table already attributed."""
+    and 24 h, from a sample table already attributed (or the native fetch's lean batches,
+    :class:`~gpuaudit.measure.fleet.native.LeanSamples`: the same rows, the same figures).
+    Only cells and the mean are read: the classifies build no timeline."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
     from gpuaudit.classify import classify
 
+    if not isinstance(table, pa.Table):
+        return _lean_kpis(table, keys, interval_s, start_s=start_s, chunk_s=chunk_s)
     if table.num_rows == 0:
         return None, {}
     ts = table.column("ts").cast(pa.int64()).to_numpy()
@@ -593,19 +609,57 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     parts = []
     for d in np.unique(day):
         sub = table.filter(pa.array(day == d))
-        u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0)
-        cells = arrow_cells(u.cells)
-        start_ns = int((t0 + d * chunk_s) * 1e9)
-        parts.append(cells.add_column(0, "day_start", pa.array(
-            [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC"))))
+        u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0, timeline=False)
+        parts.append(_day_cells(u, t0, d, chunk_s))
     daily = pa.concat_tables(parts, promote_options="permissive")
     end_ns = int(ts.max())
     out: dict[str, float | None] = {}
     for label, secs in (("1h", 3600), ("24h", 86400)):
         sub = table.filter(pc.greater(table.column("ts").cast(pa.int64()),
                                       end_ns - secs * 1_000_000_000))
-        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0).overall() \
-            .mean_util_pct if sub.num_rows else None
+        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0,
+                              timeline=False).overall().mean_util_pct if sub.num_rows else None
+    return daily, out
+
+
+def _day_cells(u: Usage, t0: float, d: int, chunk_s: float) -> pa.Table:
+    cells = arrow_cells(u.cells)
+    start_ns = int((t0 + d * chunk_s) * 1e9)
+    return cells.add_column(0, "day_start", pa.array(
+        [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC")))
+
+
+def _lean_kpis(samples: Any, keys: Sequence[str], interval_s: float | None, *,
+               start_s: float | None, chunk_s: float,
+               ) -> tuple[Any, dict[str, float | None]]:
+    """:func:`local_kpis` of lean batches: each day's rows (and the last 1 h and 24 h) taken
+    batch by batch, in the same order as from the table."""
+    from gpuaudit.classify import classify
+    from gpuaudit.measure.fleet.native import LeanSamples
+
+    batches = list(samples.batches())
+    if not batches:
+        return None, {}
+    ts = [b.column("ts").cast(pa.int64()).to_numpy() for b in batches]
+    t0 = float(start_s) if start_s is not None else float(min(t.min() for t in ts)) / 1e9
+    days = [((t / 1e9 - t0) // chunk_s).astype(np.int64) for t in ts]
+
+    def part(keep: list[np.ndarray]) -> LeanSamples:
+        return LeanSamples([b.filter(pa.array(k)) for b, k in zip(batches, keep) if k.any()],
+                           origin=samples.origin, interval_s=interval_s)
+
+    parts = []
+    for d in np.unique(np.concatenate(days)):
+        u = classify(part([x == d for x in days]), by=keys, interval_s=interval_s,
+                     cap_intervals=1.0, timeline=False)
+        parts.append(_day_cells(u, t0, int(d), chunk_s))
+    daily = pa.concat_tables(parts, promote_options="permissive")
+    end_ns = max(int(t.max()) for t in ts)
+    out: dict[str, float | None] = {}
+    for label, secs in (("1h", 3600), ("24h", 86400)):
+        sub = part([t > end_ns - secs * 1_000_000_000 for t in ts])
+        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0,
+                              timeline=False).overall().mean_util_pct if sub.num_rows else None
     return daily, out
 
 

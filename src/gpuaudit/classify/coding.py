@@ -24,10 +24,16 @@ from gpuaudit.classify.rows import NS
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CellKey", "Coding"]
+__all__ = ["LEAN_LABEL_KEYS", "CellKey", "Coding"]
 
 #: A cell: (series code, the row's value of each ``--by`` key, None where it has none).
 CellKey = tuple[int, tuple[str | None, ...]]
+
+#: A lean batch (a source that keeps identities per series, not per row: the native fleet
+#: fetch) carries each ``--by`` label's value as a dictionary column ``label:<key>`` and
+#: its ``labels`` null; this schema metadata key lists the label keys its series carry
+#: (joined by U+001F), which the per-row maps would otherwise tell.
+LEAN_LABEL_KEYS = b"gpuaudit.label_keys"
 
 
 def _first_seen(ind: np.ndarray, size: int, last: int | None = None
@@ -271,13 +277,19 @@ class Coding:
         import pyarrow.compute as pc
 
         values: list[pa.Array] = []
+        names = batch.schema.names
         if any(not k.startswith("period:") for k in self.by):
             labels = batch.column("labels")
             if isinstance(labels, pa.ChunkedArray):
                 labels = labels.combine_chunks()
             self.label_keys.update(k for k in pc.unique(labels.keys).to_pylist() if k)
+            keys = (batch.schema.metadata or {}).get(LEAN_LABEL_KEYS)
+            if keys:  # a lean batch: its series' label keys, said once
+                self.label_keys.update(keys.decode().split("\x1f"))
         for key in self.by:
-            if key.startswith("label:"):
+            if key.startswith("label:") and key in names:
+                arr = batch.column(key)  # a lean batch: the label's value per row, coded
+            elif key.startswith("label:"):
                 arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
             elif key.startswith("period:"):
                 if not text:

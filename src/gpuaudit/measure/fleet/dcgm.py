@@ -38,6 +38,8 @@ from gpuaudit.errors import InputError
 from gpuaudit.schema import ImportNote, SeriesId, build_table, null_sentinels
 
 __all__ = [
+    "LEAN_IDENTITY",
+    "lean_columns",
     "DCGM_COLUMNS",
     "IDENTITY_LABELS",
     "KNOWN_UNUSED",
@@ -162,6 +164,7 @@ def series_table(
     values: Mapping[str, np.ndarray],
     *,
     where: str,
+    lean: tuple[Sequence[Mapping[str, str]], Sequence[str]] | None = None,
 ) -> tuple[pa.Table, list[ImportNote]]:
     """The sample table for rows given columnar: row i is series ``ids[codes[i]]`` at
     ``ts_ns[i]``; ``values`` maps dcgm-exporter metric names to float64 arrays (NaN: absent).
@@ -169,33 +172,66 @@ def series_table(
     Converts units once, nulls sentinels and NaN (counted in notes), derives mem_total_mib
     from free + used + reserved, and sets ``gpu_share`` on rows of one GPU at one time held by
     several pods. Rows come out sorted by (gpu_uuid, ts, pod).
+
+    ``lean`` (each series' labels, as the rows' ``labels`` map would hold them, and the
+    label keys to read from them): the lean layout classify's engine reads
+    (:func:`lean_columns`): the same rows, but every identity column a dictionary over the
+    series' values (no text per row), ``labels`` null, a ``label:<key>`` column per key,
+    and the label keys the rows' series carry in the schema metadata
+    (:data:`~gpuaudit.classify.coding.LEAN_LABEL_KEYS`); not a
+    :data:`~gpuaudit.schema.SAMPLE_SCHEMA` table.
     """
     n = int(codes.shape[0])
     notes: list[ImportNote] = []
     host = np.array([s.host for s in ids], dtype=object)
     uuid = np.array([s.gpu_uuid for s in ids], dtype=object)
     # order rows by GPU then time, so each GPU's series is in time order
-    gpu_codes = pc.dictionary_encode(pa.array(uuid[codes] if n else [], type=pa.string()))
-    g = np.asarray(gpu_codes.indices.to_numpy(zero_copy_only=False), dtype=np.int64) \
-        if n else np.zeros(0, dtype=np.int64)
+    if lean is not None and n:
+        # the GPUs numbered in order of first appearance in the rows (as the dictionary
+        # encoding of the text per row below numbers them), from the series' uuids
+        gpu_ids: dict[str, int] = {}
+        of_series = np.array([gpu_ids.setdefault(u, len(gpu_ids)) for u in uuid],
+                             dtype=np.int64)
+        rows_gpu = of_series[codes]
+        first = np.full(len(gpu_ids), n, dtype=np.int64)
+        first[rows_gpu[::-1]] = np.arange(n - 1, -1, -1)
+        rank = np.empty(len(gpu_ids), dtype=np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(len(gpu_ids))
+        g = rank[rows_gpu]
+    elif lean is not None:
+        g = np.zeros(0, dtype=np.int64)
+    else:
+        gpu_codes = pc.dictionary_encode(pa.array(uuid[codes] if n else [], type=pa.string()))
+        g = np.asarray(gpu_codes.indices.to_numpy(zero_copy_only=False), dtype=np.int64) \
+            if n else np.zeros(0, dtype=np.int64)
     order = np.lexsort((codes, ts_ns, g)) if n else np.zeros(0, dtype=np.int64)
     codes, ts_ns, g = codes[order], ts_ns[order], g[order]
-    cols: dict[str, object] = {
-        "ts": pa.array(ts_ns, type=pa.int64()),
-        "host": pa.array(host[codes] if n else [], type=pa.string()),
-        "gpu_uuid": pa.array(uuid[codes] if n else [], type=pa.string()),
-    }
+    coded: dict[str, pa.Array] = {}
+    if lean is not None:
+        maps, keys = lean
+        coded = lean_columns(ids, codes, {k: [m.get(k) for m in maps] for k in keys})
+        cols: dict[str, object] = {"ts": pa.array(ts_ns, type=pa.int64()),
+                                   "host": pa.nulls(n, pa.string()),
+                                   "gpu_uuid": pa.nulls(n, pa.string())}
+    else:
+        cols = {
+            "ts": pa.array(ts_ns, type=pa.int64()),
+            "host": pa.array(host[codes] if n else [], type=pa.string()),
+            "gpu_uuid": pa.array(uuid[codes] if n else [], type=pa.string()),
+        }
 
     def attr(name: str) -> pa.Array:
         return pa.array([getattr(ids[c], name) for c in range(len(ids))])
 
-    for name in ("gpu_model", "mig_profile", "namespace", "pod", "container"):
-        per_series = attr(name).cast(pa.string()) if ids else pa.array([], pa.string())
-        cols[name] = per_series.take(pa.array(codes, type=pa.int64()))
+    if lean is None:
+        for name in ("gpu_model", "mig_profile", "namespace", "pod", "container"):
+            per_series = attr(name).cast(pa.string()) if ids else pa.array([], pa.string())
+            cols[name] = per_series.take(pa.array(codes, type=pa.int64()))
     idx = attr("gpu_index").cast(pa.int16()) if ids else pa.array([], pa.int16())
     cols["gpu_index"] = idx.take(pa.array(codes, type=pa.int64()))
     label_items = pa.array([list(s.labels) for s in ids],
-                           type=pa.map_(pa.string(), pa.string())) if ids else None
+                           type=pa.map_(pa.string(), pa.string())) \
+        if ids and lean is None else None
     if label_items is not None:
         cols["labels"] = label_items.take(pa.array(codes, type=pa.int64()))
     merged: dict[str, np.ndarray] = {}
@@ -252,7 +288,42 @@ def series_table(
             cols["gpu_share"] = pa.array(share, mask=size <= 1, type=pa.float64())
     ts = pa.array(cols.pop("ts"), type=pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
     table = build_table({"ts": ts, **cols}, length=n)  # type: ignore[arg-type]
+    for name, arr in coded.items():
+        i = table.schema.get_field_index(name)
+        field = pa.field(name, arr.type)
+        table = table.set_column(i, field, arr) if i >= 0 else table.append_column(field, arr)
+    if lean is not None:
+        from gpuaudit.classify.coding import LEAN_LABEL_KEYS
+
+        seen = sorted({k for c in np.unique(codes).tolist() for k in lean[0][c] if k})
+        table = table.replace_schema_metadata({LEAN_LABEL_KEYS: "\x1f".join(seen).encode()})
     return table, notes
+
+
+#: the identity columns a lean table holds as dictionaries over the series' values
+LEAN_IDENTITY = ("host", "gpu_uuid", "gpu_model", "mig_profile", "namespace", "pod",
+                 "container")
+
+
+def lean_columns(ids: Sequence[SeriesId], codes: np.ndarray,
+                 labels: Mapping[str, Sequence[str | None]]) -> dict[str, pa.Array]:
+    """The identity columns of rows of series ``codes`` as dictionary arrays (indices per
+    row, each distinct value once in the dictionary, in the series' order; null where the
+    series has none): :data:`LEAN_IDENTITY`, and ``label:<key>`` per key of ``labels``
+    (each series' value). The text is the series', never built per row."""
+    per_series: dict[str, Sequence[str | None]] = {
+        name: [getattr(s, name) for s in ids] for name in LEAN_IDENTITY}
+    per_series.update({f"label:{k}": v for k, v in labels.items()})
+    out: dict[str, pa.Array] = {}
+    for name, vals in per_series.items():
+        table: dict[str, int] = {}
+        ind = np.array([-1 if v is None else table.setdefault(v, len(table)) for v in vals],
+                       dtype=np.int32)
+        rows = ind[codes] if codes.shape[0] else np.zeros(0, dtype=np.int32)
+        out[name] = pa.DictionaryArray.from_arrays(
+            pa.array(rows, type=pa.int32(), mask=rows < 0),
+            pa.array(list(table), type=pa.string()))
+    return out
 
 
 def parse_metrics_text(

@@ -20,7 +20,7 @@ as stored (samples outside the asked range included: the caller trims).
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from gpuaudit.measure.fleet.prometheus import PromClient
 
 __all__ = [
+    "LeanSamples",
+    "NativeSource",
     "RawSeries",
     "RemoteReadRefused",
     "decode_chunked_frames",
@@ -418,6 +420,23 @@ class NativeSource:
         return export_series(self.client, "{" + sel + "}", a_ms / 1000, b_ms / 1000)
 
     def batches(self) -> Iterator[Any]:
+        for table in self._tables(None, ()):
+            yield from table.to_batches()
+
+    def lean_batches(self, resolve: Callable[[Any], Mapping[str, str]],
+                     label_keys: Sequence[str]) -> Iterator[Any]:
+        """The rows of :meth:`batches` in the lean layout classify's engine reads
+        (:func:`~gpuaudit.measure.fleet.dcgm.lean_columns`): identities per series, not per
+        row. ``resolve``: a series' (:class:`~gpuaudit.schema.SeriesId`) labels with its
+        attribution (what :func:`~gpuaudit.price.attribution.attribute_table` puts in each
+        row's map); ``label_keys``: the keys read from them (``--by team``: ``team``), a
+        ``label:<key>`` column each. The batch's schema metadata lists the label keys its
+        series carry (:data:`~gpuaudit.classify.coding.LEAN_LABEL_KEYS`)."""
+        for table in self._tables(resolve, tuple(label_keys)):
+            yield from table.to_batches()
+
+    def _tables(self, resolve: Callable[[Any], Mapping[str, str]] | None,
+                label_keys: tuple[str, ...]) -> Iterator[Any]:
         import concurrent.futures as cf
 
         from gpuaudit.measure.fleet.dcgm import SeriesId, series_id
@@ -432,6 +451,7 @@ class NativeSource:
             if self.client.progress else None
         ids: list[SeriesId] = []
         id_index: dict[SeriesId, int] = {}
+        resolved: list[Mapping[str, str]] = []  # per series, when lean
         step_ms = round(self.step_s * 1000)
         where = f"{self.client.url}"
         order = {m: i for i, m in enumerate(self.metrics)}
@@ -460,11 +480,15 @@ class NativeSource:
                     if code is None:
                         code = id_index[sid] = len(ids)
                         ids.append(sid)
+                        if resolve is not None:
+                            resolved.append(resolve(sid))
                     code_of[j] = code
                     metric_of[j] = order[metric]
+                lean = None if resolve is None else (resolved, label_keys)
                 table, notes = _dense_join(ids, code_of[sidx], metric_of[sidx], k, val,
                                            self.metrics, round(a * 1e9),
-                                           round(self.step_s * 1e9), n_steps, where=where)
+                                           round(self.step_s * 1e9), n_steps, where=where,
+                                           lean=lean)
                 self._notes.extend(notes)
                 if has_cpu and table.num_rows:
                     cpu = node_cpu_by_host(self.client, a, b, self.step_s)
@@ -472,7 +496,7 @@ class NativeSource:
                 if advance:
                     advance(1)
                 if table.num_rows:
-                    yield from table.to_batches()
+                    yield table
         if unmatched:
             self._notes.append(ImportNote(
                 f"host CPU: no node_exporter {NODE_CPU} series matches host(s) "
@@ -482,9 +506,40 @@ class NativeSource:
                 column="host_cpu_util_pct"))
 
 
+class LeanSamples:
+    """Lean batches held in memory (:meth:`NativeSource.lean_batches`, several stores'
+    one after another) as the source classify reads: re-readable, its time span known up
+    front (so the timeline is folded into the one pass, as for a sample table)."""
+
+    rereadable = True
+
+    def __init__(self, batches: Sequence[Any], *, origin: str, interval_s: float | None,
+                 notes: Sequence[Any] = (), source: str = "prometheus") -> None:
+        self._batches = [b for b in batches if b.num_rows]
+        self.source, self.origin, self.interval_s = source, origin, interval_s
+        self._notes = tuple(notes)
+        self.num_rows = sum(b.num_rows for b in self._batches)
+        lo = [int(b.column("ts").cast("int64").to_numpy().min()) for b in self._batches]
+        hi = [int(b.column("ts").cast("int64").to_numpy().max()) for b in self._batches]
+        self.ts_range_ns = (min(lo), max(hi)) if lo else None
+
+    @property
+    def notes(self) -> tuple[Any, ...]:
+        return self._notes
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        return ()
+
+    def batches(self) -> Iterator[Any]:
+        return iter(self._batches)
+
+
 def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.ndarray,
                 val: np.ndarray, metrics: Sequence[str], start_ns: int, step_ns: int,
-                n_steps: int, *, where: str) -> tuple[Any, list[Any]]:
+                n_steps: int, *, where: str,
+                lean: tuple[Sequence[Mapping[str, str]], Sequence[str]] | None = None,
+                ) -> tuple[Any, list[Any]]:
     """The rows :func:`~gpuaudit.measure.fleet.prometheus._join_chunk` builds from the same
     points (series ``code``, ``metric`` index, step ``k``, value): one row per (code, step)
     where GPU_UTIL or GR_ENGINE_ACTIVE has a point, in (code, step) order, each metric's
@@ -493,7 +548,7 @@ def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.
 
     if code.shape[0] == 0:
         out: tuple[Any, list[Any]] = series_table(
-            [], np.zeros(0, np.int64), np.zeros(0, np.int64), {}, where=where)
+            [], np.zeros(0, np.int64), np.zeros(0, np.int64), {}, where=where, lean=lean)
         return out
     seen = np.bincount(code, minlength=len(ids)) > 0
     present = np.flatnonzero(seen)
@@ -517,5 +572,5 @@ def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.
         values[m] = grid[rows]
     codes = present[rows // n_steps]
     ts_ns = start_ns + (rows % n_steps) * step_ns
-    out = series_table(ids, codes, ts_ns.astype(np.int64), values, where=where)
+    out = series_table(ids, codes, ts_ns.astype(np.int64), values, where=where, lean=lean)
     return out
