@@ -424,3 +424,80 @@ def test_native_rows_are_the_raw_pulls_rows(prom: str, fleet: Fleet) -> None:
     c.close()
     assert raw.num_rows > 10_000
     assert native.equals(raw)
+
+
+def test_lean_batches_are_the_native_rows(prom: str, fleet: Fleet) -> None:
+    """The lean layout (identities per series: dictionary columns, the --by label resolved
+    once per series, no per-row label maps) holds the rows of the sample table, and each
+    row's label value is the one the attributed table's map gives it."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from gpuaudit.classify.coding import LEAN_LABEL_KEYS
+    from gpuaudit.measure.fleet.dcgm import LEAN_IDENTITY
+    from gpuaudit.measure.fleet.native import NativeSource
+    from gpuaudit.price.attribution import Attributor, attribute_table, load_mapping
+    from gpuaudit.schema import SAMPLE_SCHEMA
+
+    c = PromClient(prom)
+    kw = {"start_s": float(fleet.start_s + 15), "end_s": float(fleet.end_s), "step_s": 15.0}
+    attributor = Attributor(load_mapping(TEAMS), {})
+    table = attribute_table(pa.Table.from_batches(
+        list(NativeSource(c, "remote-read", **kw).batches()), schema=SAMPLE_SCHEMA), attributor)
+    lean = list(NativeSource(c, "remote-read", **kw).lean_batches(
+        lambda sid: attributor.resolve(sid.namespace, sid.pod, dict(sid.labels)),
+        ["team", "nosuchlabel"]))
+    c.close()
+    assert len(lean) > 1 and sum(b.num_rows for b in lean) == table.num_rows > 10_000
+    got = pa.Table.from_batches(lean)
+    assert pa.types.is_dictionary(got.schema.field("pod").type)
+    assert got.column("labels").null_count == got.num_rows
+    for name in table.column_names:
+        if name == "labels":
+            continue
+        want, have = table.column(name), got.column(name)
+        if name in LEAN_IDENTITY:  # the values, whatever the dictionaries' order
+            want, have = want.cast(pa.string()), have.cast(pa.string())
+        assert have.equals(want), name
+    team = pc.map_lookup(table.column("labels"), "team", "first")
+    assert got.column("label:team").cast(pa.string()).equals(team)
+    assert got.column("label:nosuchlabel").null_count == got.num_rows
+    keys = set(pc.unique(table.column("labels").combine_chunks().keys).to_pylist())
+    for b in lean:
+        assert set(b.schema.metadata[LEAN_LABEL_KEYS].decode().split("\x1f")) <= keys
+    assert {"team", "project", "user"} <= set(lean[0].schema.metadata[LEAN_LABEL_KEYS]
+                                              .decode().split("\x1f"))
+
+
+def _fleet_view(report) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    """What the fleet section says in figures: the totals, the showback per team (hours,
+    phases, dollars), the per-day KPIs and the 1 h / 24 h utilization."""
+    f = report.extra["fleet"]
+    keep = ("gpu_hours", "effective_gpu_hours", "phase_hours", "cost_usd", "waste_usd",
+            "unobserved_hours")
+    return {"total": {k: f["total"][k] for k in keep},
+            "showback": sorted((e["group"]["team"], {k: e[k] for k in keep})
+                               for e in f["showback"]),
+            "days": f["kpis"]["days"], "util_window_pct": f["kpis"]["util_window_pct"]}
+
+
+@pytest.mark.parametrize("where", ["one", "split"])
+def test_whole_audit_native_equals_raw_and_pushdown(prom: str, split: tuple[str, str],
+                                                    fleet: Fleet, where: str) -> None:
+    """The whole audit, phase seconds to dollars, per-day KPIs and the 1 h / 24 h windows:
+    ``--fetch native`` (one Prometheus, or Prometheus + VictoriaMetrics) is the raw pull of
+    the same fleet; against the pushdown every cell's phases and samples and the fleet's
+    totals are equal (see VS_PUSHDOWN for the unobserved seconds at a pod switch)."""
+    stores = prom if where == "one" else [f"eu={split[0]}", f"us={split[1]}"]
+    native = _audit(stores, fleet, fetch="native")
+    raw = _audit(prom, fleet, raw=True)
+    _same(native, raw)
+    assert _fleet_view(native) == _fleet_view(raw)
+    assert len(_fleet_view(native)["days"]) == 2  # type: ignore[arg-type]
+    pushdown = _audit(stores, fleet)
+    _same(native, pushdown, **VS_PUSHDOWN)
+    a, b = _fleet_view(native), _fleet_view(pushdown)
+    assert a["total"] == b["total"]
+    assert [(d["day_start"], d["gpu_hours"], d["idle_gpu_hours"], d["cost_usd"])
+            for d in a["days"]] == [(d["day_start"], d["gpu_hours"], d["idle_gpu_hours"],
+                                     d["cost_usd"]) for d in b["days"]]  # type: ignore[union-attr]

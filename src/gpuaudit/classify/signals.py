@@ -194,7 +194,15 @@ class Signals:
             for c, x in zip(codes[mask].tolist(), xid.filter(pa.array(mask)).to_pylist()):
                 self.xids.setdefault(c, set()).add(int(x))
         pod = batch.column("pod")
-        if pod.null_count < len(pod):
+        if pod.null_count < len(pod) and pa.types.is_dictionary(pod.type):
+            # (a lean batch: the pods coded) the distinct (series, pod) pairs by their codes
+            ind = pod.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
+            ok = ind >= 0
+            k = max(len(pod.dictionary), 1)
+            names = pod.dictionary.to_pylist()
+            for x in np.unique(codes[ok].astype(np.int64) * k + ind[ok]).tolist():
+                self.pods.setdefault(x // k, set()).add(names[x % k])
+        elif pod.null_count < len(pod):
             combo = pa.table({"c": codes, "p": pod}).group_by(["c", "p"]).aggregate([])
             for c, p in zip(combo.column("c").to_pylist(), combo.column("p").to_pylist()):
                 if p is not None:
