@@ -38,12 +38,12 @@ from gpuaudit.errors import InputError
 from gpuaudit.schema import ImportNote, SeriesId, build_table, null_sentinels
 
 __all__ = [
-    "LEAN_IDENTITY",
-    "lean_columns",
     "DCGM_COLUMNS",
     "IDENTITY_LABELS",
     "KNOWN_UNUSED",
+    "LEAN_IDENTITY",
     "SeriesId",
+    "lean_columns",
     "parse_metrics_text",
     "series_id",
     "series_table",
