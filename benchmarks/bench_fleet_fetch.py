@@ -1,7 +1,7 @@
 """What one store-week costs the store and the client, per way of reading it: the PromQL
 pushdown (a one-store ``audit_fleet`` in a fresh process: all its queries, client CPU
 included), Prometheus' remote read (streamed XOR chunks), VictoriaMetrics' ``/api/v1/export``
-(JSON lines) and ``/api/v1/export/csv``. Server CPU from /proc, bytes as received, the
+(JSON lines, gzip and not) and ``/api/v1/export/csv``. Server CPU from /proc, bytes as received, the
 client's decode time.
 
     .venv/bin/python benchmarks/bench_fleet_fetch.py --keep benchmarks/_work/shards_250x7d
@@ -81,6 +81,17 @@ def one_store(i: int, kind: str, url: str, pid: int, start: int, end: int, match
         return (f"export JSON: {len(series)} series, {n:,} samples, wire {wire:,} B, "
                 f"decoded {body:,} B")
 
+    def plain() -> str:  # the same export, asked without gzip (what a local store saves)
+        import io
+
+        import pyarrow.json as pj
+        r = client.post_raw("/api/v1/export", data={
+            "match[]": f'{{__name__=~"{match}"}}', "start": str(start - 15),
+            "end": str(end)}, headers={"Accept-Encoding": "identity"})
+        t = pj.read_json(io.BytesIO(r.content), read_options=pj.ReadOptions(block_size=8 << 20))
+        return (f"export JSON, no gzip: {t.num_rows:,} series, wire "
+                f"{r.num_bytes_downloaded:,} B")
+
     def csv() -> str:
         import io
 
@@ -99,6 +110,7 @@ def one_store(i: int, kind: str, url: str, pid: int, start: int, end: int, match
     measure("native", native)
     measure("native again", native)
     if kind != "prometheus":
+        measure("export without gzip", plain)
         measure("csv", csv)
     measure("pushdown (one-store audit, fresh process)", pushdown)
     client.close()

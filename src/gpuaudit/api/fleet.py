@@ -13,7 +13,6 @@ import pyarrow as pa
 
 from gpuaudit.api.compose import Report, assemble, group_keys, rates_for
 from gpuaudit.classify import Usage, classify
-from gpuaudit.classify.usage import arrow_cells
 from gpuaudit.errors import InputError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding
@@ -592,12 +591,13 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     """Per-day cells (classify over each day's rows) and mean utilization over the last 1 h
     and 24 h, from a sample table already attributed (or the native fetch's lean batches,
     :class:`~gpuaudit.measure.fleet.native.LeanSamples`: the same rows, the same figures).
-    Only cells and the mean are read: the classifies build no timeline."""
+    Only the cells are read (:func:`~gpuaudit.classify.passes.classify_cells`)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from gpuaudit.classify import classify
+    from gpuaudit.classify.passes import classify_cells
+    from gpuaudit.classify.usage import cells_total
 
     if not isinstance(table, pa.Table):
         return _lean_kpis(table, keys, interval_s, start_s=start_s, chunk_s=chunk_s)
@@ -609,21 +609,20 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     parts = []
     for d in np.unique(day):
         sub = table.filter(pa.array(day == d))
-        u = classify(sub, by=keys, interval_s=interval_s, cap_intervals=1.0, timeline=False)
-        parts.append(_day_cells(u, t0, d, chunk_s))
+        parts.append(_day_cells(classify_cells(sub, by=keys, interval_s=interval_s,
+                                               cap_intervals=1.0), t0, d, chunk_s))
     daily = pa.concat_tables(parts, promote_options="permissive")
     end_ns = int(ts.max())
     out: dict[str, float | None] = {}
     for label, secs in (("1h", 3600), ("24h", 86400)):
         sub = table.filter(pc.greater(table.column("ts").cast(pa.int64()),
                                       end_ns - secs * 1_000_000_000))
-        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0,
-                              timeline=False).overall().mean_util_pct if sub.num_rows else None
+        out[label] = cells_total(classify_cells(sub, interval_s=interval_s, cap_intervals=1.0)
+                                 ).mean_util_pct if sub.num_rows else None
     return daily, out
 
 
-def _day_cells(u: Usage, t0: float, d: int, chunk_s: float) -> pa.Table:
-    cells = arrow_cells(u.cells)
+def _day_cells(cells: pa.Table, t0: float, d: int, chunk_s: float) -> pa.Table:
     start_ns = int((t0 + d * chunk_s) * 1e9)
     return cells.add_column(0, "day_start", pa.array(
         [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC")))
@@ -634,7 +633,8 @@ def _lean_kpis(samples: Any, keys: Sequence[str], interval_s: float | None, *,
                ) -> tuple[Any, dict[str, float | None]]:
     """:func:`local_kpis` of lean batches: each day's rows (and the last 1 h and 24 h) taken
     batch by batch, in the same order as from the table."""
-    from gpuaudit.classify import classify
+    from gpuaudit.classify.passes import classify_cells
+    from gpuaudit.classify.usage import cells_total
     from gpuaudit.measure.fleet.native import LeanSamples
 
     batches = list(samples.batches())
@@ -650,16 +650,16 @@ def _lean_kpis(samples: Any, keys: Sequence[str], interval_s: float | None, *,
 
     parts = []
     for d in np.unique(np.concatenate(days)):
-        u = classify(part([x == d for x in days]), by=keys, interval_s=interval_s,
-                     cap_intervals=1.0, timeline=False)
-        parts.append(_day_cells(u, t0, int(d), chunk_s))
+        cells = classify_cells(part([x == d for x in days]), by=keys, interval_s=interval_s,
+                               cap_intervals=1.0)
+        parts.append(_day_cells(cells, t0, int(d), chunk_s))
     daily = pa.concat_tables(parts, promote_options="permissive")
     end_ns = max(int(t.max()) for t in ts)
     out: dict[str, float | None] = {}
     for label, secs in (("1h", 3600), ("24h", 86400)):
         sub = part([t > end_ns - secs * 1_000_000_000 for t in ts])
-        out[label] = classify(sub, interval_s=interval_s, cap_intervals=1.0,
-                              timeline=False).overall().mean_util_pct if sub.num_rows else None
+        out[label] = cells_total(classify_cells(sub, interval_s=interval_s, cap_intervals=1.0)
+                                 ).mean_util_pct if sub.num_rows else None
     return daily, out
 
 

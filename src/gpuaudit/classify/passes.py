@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
     from gpuaudit.schema import Recording, SampleSource
 
-__all__ = ["classify"]
+__all__ = ["classify", "classify_cells"]
 
 
 def classify(
@@ -170,6 +170,31 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     if timeline and (isinstance(samples, Recording) or getattr(samples, "rereadable", False)):
         usage = replace(usage, onset_lags=_lags(samples, series, engine))
     return usage
+
+
+def classify_cells(samples: SampleSource | Recording | pa.Table, *, by: Sequence[str] = (),
+                   interval_s: float | None = None,
+                   cap_intervals: float = DEFAULT_CAP_INTERVALS,
+                   ) -> pa.Table:
+    """The cells :func:`classify` gives (``Usage.cells``: the same rows, in the same order,
+    the same sums) and nothing else: no series statistics, signals, patterns, timeline or
+    lags. For callers that read only the phase seconds (the fleet audit's per-day cells and
+    its 1 h / 24 h utilization); one pass in this process."""
+    import pyarrow as pa
+
+    from gpuaudit.schema import Recording
+
+    if isinstance(samples, pa.Table):
+        samples = Recording(table=samples, source="table", origin="an in-memory sample table")
+    keys = group_key_names(by)
+    interval = (INTERVAL_S.check(interval_s, "interval_s") if interval_s is not None
+                else samples.interval_s)
+    engine = _Engine(keys, interval, CAP_INTERVALS.check(cap_intervals, "cap_intervals"),
+                     cells_only=True)
+    for i, batch in enumerate(engine_batches(samples, keys)):
+        engine.feed(batch, position=f"{samples.origin} (batch {i})")
+    engine.finish(getattr(samples, "series_end_ns", None))
+    return engine.cells_table()
 
 
 def _lags(samples: SampleSource | Recording, series: Sequence[SeriesSignals],

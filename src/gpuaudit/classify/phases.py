@@ -156,8 +156,12 @@ class _Engine:
     """
 
     def __init__(self, by: tuple[str, ...], interval_s: float | None, cap_intervals: float,
-                 grid: Grid | None = None, onsets: bool = False):
+                 grid: Grid | None = None, onsets: bool = False, cells_only: bool = False):
         self.by = by
+        #: only the cells are wanted (classify.passes.classify_cells): the NumPy path gathers
+        #: no series statistics or signals (the rows and the path taken stay classify's, so
+        #: the cells' sums are its own, to the bit)
+        self.cells_only = cells_only
         self.interval_s = interval_s
         self.cap_intervals = cap_intervals
         self.coding = Coding(by)
@@ -303,8 +307,9 @@ class _Engine:
         cells = self.coding.cell_ids(codes, batch)
         self.cells.ensure(self.coding.n_cells)
         rows = read_rows(batch, ts, codes, cells)
-        rows.update(signal_columns(batch, rows["u"]))
-        self.signals.add_points(batch, codes)
+        rows.update(signal_columns(batch, rows["u"]))  # (they choose the path: _stream)
+        if not self.cells_only:
+            self.signals.add_points(batch, codes)
         return rows
 
     def _grow_series(self, n: int) -> None:
@@ -381,8 +386,9 @@ class _Engine:
         if self.timeline is not None:
             self.timeline.add(r["code"], r["ts"], w.u_ok, w.read_w, self.coding.n_series,
                               _timeline_signals(r))
-        self.stats.add(r["code"], r["u"], w)
-        self.signals.add(r, w.obs)
+        if not self.cells_only:
+            self.stats.add(r["code"], r["u"], w)
+            self.signals.add(r, w.obs)
 
     # -- stitching ranges (the merge protocol) --------------------------------------------
     def absorb(self, other: _Engine, position: str) -> None:

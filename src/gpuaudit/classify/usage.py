@@ -37,6 +37,7 @@ __all__ = [
     "Usage",
     "add_phase_index",
     "arrow_cells",
+    "cells_total",
     "largest_remainder",
 ]
 
@@ -488,6 +489,11 @@ class Usage:
 
     def series_by_uuid(self) -> dict[str, SeriesSignals]:
         return {s.gpu_uuid: s for s in self.series}
+
+
+def cells_total(cells: Cells) -> PhaseTime:
+    """The field-wise sum of every cell (``Usage.overall()`` of a usage with these cells)."""
+    return _sum_rows(cells)
 
 
 def _sum_rows(cells: Cells) -> PhaseTime:
