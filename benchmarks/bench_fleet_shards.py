@@ -160,6 +160,8 @@ def main() -> None:
     ap.add_argument("--fetch", default=None,
                     help="this tree's fetch modes, comma-separated (e.g. native,pushdown: "
                     "each run audits once per mode); default: the tree's default")
+    ap.add_argument("--base-fetch", default=None,
+                    help="--base's fetch modes, comma-separated (default: its default)")
     ap.add_argument("--build-only", action="store_true")
     ap.add_argument("--only-stores", default=None, metavar="I,J",
                     help="audit only these stores of --keep, as built so far (no build, no "
@@ -212,7 +214,9 @@ def main() -> None:
         modes = args.fetch.split(",") if args.fetch else [None]
         trees: list[tuple[str, Path | None, str | None]] = [
             (f"this tree{f' --fetch {m}' if m else ''}", None, m) for m in modes]
-        trees += [("base", args.base, None)] if args.base else []
+        base_modes = args.base_fetch.split(",") if args.base_fetch else [None]
+        trees += [(f"base{f' --fetch {m}' if m else ''}", args.base, m)
+                  for m in base_modes] if args.base else []
         results: dict[str, list[dict[str, object]]] = {}
         for _run in range(args.runs):
             for name, src, mode in trees:

@@ -282,13 +282,16 @@ class Coding:
             labels = batch.column("labels")
             if isinstance(labels, pa.ChunkedArray):
                 labels = labels.combine_chunks()
-            self.label_keys.update(k for k in pc.unique(labels.keys).to_pylist() if k)
+            if not pa.types.is_null(labels.type):  # (a lean batch holds no maps)
+                self.label_keys.update(k for k in pc.unique(labels.keys).to_pylist() if k)
             keys = (batch.schema.metadata or {}).get(LEAN_LABEL_KEYS)
             if keys:  # a lean batch: its series' label keys, said once
                 self.label_keys.update(keys.decode().split("\x1f"))
         for key in self.by:
             if key.startswith("label:") and key in names:
                 arr = batch.column(key)  # a lean batch: the label's value per row, coded
+            elif key.startswith("label:") and pa.types.is_null(batch.schema.field("labels").type):
+                arr = pa.nulls(batch.num_rows, pa.string())
             elif key.startswith("label:"):
                 arr = pc.map_lookup(batch.column("labels"), key[6:], "first")
             elif key.startswith("period:"):

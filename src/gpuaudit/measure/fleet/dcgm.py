@@ -176,7 +176,8 @@ def series_table(
     ``lean`` (each series' labels, as the rows' ``labels`` map would hold them, and the
     label keys to read from them): the lean layout classify's engine reads
     (:func:`lean_columns`): the same rows, but every identity column a dictionary over the
-    series' values (no text per row), ``labels`` null, a ``label:<key>`` column per key,
+    series' values (no text per row), ``labels`` null, a column without values of type
+    null (no buffers), a ``label:<key>`` column per key,
     and the label keys the rows' series carry in the schema metadata
     (:data:`~gpuaudit.classify.coding.LEAN_LABEL_KEYS`); not a
     :data:`~gpuaudit.schema.SAMPLE_SCHEMA` table.
@@ -288,6 +289,11 @@ def series_table(
             cols["gpu_share"] = pa.array(share, mask=size <= 1, type=pa.float64())
     ts = pa.array(cols.pop("ts"), type=pa.int64()).cast(pa.timestamp("ns", tz="UTC"))
     table = build_table({"ts": ts, **cols}, length=n)  # type: ignore[arg-type]
+    if lean is not None:  # a column no row has a value in holds nothing (type null)
+        for i, col in enumerate(table.columns):
+            name = table.schema.field(i).name
+            if name not in coded and name != "ts" and col.null_count == n:
+                table = table.set_column(i, pa.field(name, pa.null()), pa.nulls(n))
     for name, arr in coded.items():
         i = table.schema.get_field_index(name)
         field = pa.field(name, arr.type)

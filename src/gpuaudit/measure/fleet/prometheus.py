@@ -556,7 +556,8 @@ def attach_host_cpu(table: pa.Table, cpu: HostCpu, unmatched: set[str]) -> pa.Ta
             same = t[i] == ts[rows]
             out[rows[same]] = np.clip(v[i[same]], 0.0, 100.0)  # float error past the bounds
     idx = table.schema.get_field_index("host_cpu_util_pct")
-    return table.set_column(idx, table.schema.field(idx),
+    # (the sample table's field; a lean table's had no values yet: type null)
+    return table.set_column(idx, pa.field("host_cpu_util_pct", pa.float32()),
                             pa.array(out, type=pa.float32(), mask=np.isnan(out)))
 
 
