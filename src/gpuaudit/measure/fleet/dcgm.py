@@ -301,7 +301,8 @@ def series_table(
     if lean is not None:
         from gpuaudit.classify.coding import LEAN_LABEL_KEYS
 
-        seen = sorted({k for c in np.unique(codes).tolist() for k in lean[0][c] if k})
+        present = np.flatnonzero(np.bincount(codes, minlength=len(ids))).tolist() if n else []
+        seen = sorted({k for c in present for k in lean[0][c] if k})
         table = table.replace_schema_metadata({LEAN_LABEL_KEYS: "\x1f".join(seen).encode()})
     return table, notes
 

@@ -452,6 +452,7 @@ class NativeSource:
         ids: list[SeriesId] = []
         id_index: dict[SeriesId, int] = {}
         resolved: list[Mapping[str, str]] = []  # per series, when lean
+        known: dict[tuple[tuple[str, str], ...], tuple[int, int]] = {}  # labels -> codes
         step_ms = round(self.step_s * 1000)
         where = f"{self.client.url}"
         order = {m: i for i, m in enumerate(self.metrics)}
@@ -473,17 +474,21 @@ class NativeSource:
                 code_of = np.empty(len(got), dtype=np.int64)
                 metric_of = np.empty(len(got), dtype=np.int64)
                 for j, s in enumerate(got):
-                    labels = {key: v for key, v in s.labels.items() if key != "__name__"}
-                    metric = s.labels["__name__"]
-                    sid = series_id(labels, default_host="unknown", where=f"{where}: {metric}")
-                    code = id_index.get(sid)
-                    if code is None:
-                        code = id_index[sid] = len(ids)
-                        ids.append(sid)
-                        if resolve is not None:
-                            resolved.append(resolve(sid))
-                    code_of[j] = code
-                    metric_of[j] = order[metric]
+                    # a series' labels are decoded once (later chunks: a dictionary hit)
+                    hit = known.get(key := tuple(s.labels.items()))
+                    if hit is None:
+                        labels = {k2: v for k2, v in s.labels.items() if k2 != "__name__"}
+                        metric = s.labels["__name__"]
+                        sid = series_id(labels, default_host="unknown",
+                                        where=f"{where}: {metric}")
+                        code = id_index.get(sid)
+                        if code is None:
+                            code = id_index[sid] = len(ids)
+                            ids.append(sid)
+                            if resolve is not None:
+                                resolved.append(resolve(sid))
+                        hit = known[key] = (code, order[metric])
+                    code_of[j], metric_of[j] = hit
                 lean = None if resolve is None else (resolved, label_keys)
                 table, notes = _dense_join(ids, code_of[sidx], metric_of[sidx], k, val,
                                            self.metrics, round(a * 1e9),

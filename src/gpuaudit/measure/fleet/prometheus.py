@@ -37,6 +37,7 @@ import httpx
 import msgspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from gpuaudit.errors import InputError, SourceUnavailableError
 from gpuaudit.promql import (
@@ -541,14 +542,25 @@ def attach_host_cpu(table: pa.Table, cpu: HostCpu, unmatched: set[str]) -> pa.Ta
     to is added to ``unmatched``)."""
     n = table.num_rows
     out = np.full(n, np.nan)
-    hosts = table.column("host").cast(pa.string()).to_numpy(zero_copy_only=False)
+    # the rows of each host, by the host's code (one sort, not a text compare per host)
+    col = table.column("host")
+    col = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(col.type):
+        col = pc.dictionary_encode(col)
+    names = col.dictionary.cast(pa.string()).to_pylist()
+    code = col.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    by_code = np.argsort(code, kind="stable")
+    ends = np.cumsum(np.bincount(code, minlength=len(names)))
     ts = table.column("ts").cast(pa.int64()).to_numpy()
-    for h in np.unique(hosts.astype(str)):
+    for j in sorted(range(len(names)), key=names.__getitem__):
+        rows = by_code[(ends[j - 1] if j else 0):ends[j]]
+        if rows.shape[0] == 0:
+            continue
+        h = names[j]
         got = cpu.get(h) or cpu.get(h.split(".")[0])
         if got is None:
             unmatched.add(h)
             continue
-        rows = np.flatnonzero(hosts == h)
         t, v = got
         i = np.clip(np.searchsorted(t, ts[rows]), 0, max(t.shape[0] - 1, 0))
         hit = t.shape[0] > 0
