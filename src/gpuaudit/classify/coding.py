@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from gpuaudit.classify.rows import NS
+from gpuaudit.schema import LEAN_LABEL_KEYS
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -29,11 +30,6 @@ __all__ = ["LEAN_LABEL_KEYS", "CellKey", "Coding"]
 #: A cell: (series code, the row's value of each ``--by`` key, None where it has none).
 CellKey = tuple[int, tuple[str | None, ...]]
 
-#: A lean batch (a source that keeps identities per series, not per row: the native fleet
-#: fetch) carries each ``--by`` label's value as a dictionary column ``label:<key>`` and
-#: its ``labels`` null; this schema metadata key lists the label keys its series carry
-#: (joined by U+001F), which the per-row maps would otherwise tell.
-LEAN_LABEL_KEYS = b"gpuaudit.label_keys"
 
 
 def _first_seen(ind: np.ndarray, size: int, last: int | None = None

@@ -35,7 +35,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit.errors import InputError
-from gpuaudit.schema import ImportNote, SeriesId, build_table, null_sentinels
+from gpuaudit.schema import (
+    LEAN_LABEL_KEYS,
+    ImportNote,
+    SeriesId,
+    build_table,
+    null_sentinels,
+)
 
 __all__ = [
     "DCGM_COLUMNS",
@@ -299,8 +305,6 @@ def series_table(
         field = pa.field(name, arr.type)
         table = table.set_column(i, field, arr) if i >= 0 else table.append_column(field, arr)
     if lean is not None:
-        from gpuaudit.classify.coding import LEAN_LABEL_KEYS
-
         present = np.flatnonzero(np.bincount(codes, minlength=len(ids))).tolist() if n else []
         seen = sorted({k for c in present for k in lean[0][c] if k})
         table = table.replace_schema_metadata({LEAN_LABEL_KEYS: "\x1f".join(seen).encode()})
