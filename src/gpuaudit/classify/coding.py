@@ -31,7 +31,6 @@ __all__ = ["LEAN_LABEL_KEYS", "CellKey", "Coding"]
 CellKey = tuple[int, tuple[str | None, ...]]
 
 
-
 def _first_seen(ind: np.ndarray, size: int, last: int | None = None
                 ) -> tuple[list[int], np.ndarray]:
     """Indices in ``[0, size)`` renumbered in the order the rows first use them (the order
