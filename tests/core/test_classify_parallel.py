@@ -397,3 +397,33 @@ def test_two_processes_claim_the_ranges_and_give_the_same_usage(tmp_path, monkey
     assert recipes is not None and len(recipes) == 8
     whole = classify(open_samples(path), workers=1)
     assert_same_usage(whole, classify(open_samples(path), workers=2))
+
+
+def test_arrow_allocates_from_the_tuned_malloc_unless_told_otherwise():
+    """Where glibc is tuned, Arrow's default pool is the system allocator (its mimalloc pages
+    are faulted in afresh per batch): before pyarrow is imported (through the variable, which
+    worker processes inherit) and after; a pool the user names, or GPUAUDIT_NO_MALLOPT,
+    leaves Arrow alone."""
+    import platform
+
+    if not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"):
+        pytest.skip("glibc only")
+    before = ("from gpuaudit._heap import keep_freed_memory as k; k(); import pyarrow as pa, os; "
+              "print(pa.default_memory_pool().backend_name, "
+              "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
+    after = ("import pyarrow as pa; from gpuaudit._heap import keep_freed_memory as k; k(); "
+             "print(pa.default_memory_pool().backend_name)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GPUAUDIT_NO_MALLOPT", "ARROW_DEFAULT_MEMORY_POOL")}
+
+    def run(code: str, **extra: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code], env={**env, **extra},
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    assert run(before) == ["system", "system"]
+    assert run(after) == ["system"]
+    if "mimalloc" in pa.supported_memory_backends():
+        assert run(before, ARROW_DEFAULT_MEMORY_POOL="mimalloc")[0] == "mimalloc"
+        assert run(after, ARROW_DEFAULT_MEMORY_POOL="mimalloc") == ["mimalloc"]
+    default = run("import pyarrow as pa; print(pa.default_memory_pool().backend_name)")
+    assert run(after, GPUAUDIT_NO_MALLOPT="1") == default
