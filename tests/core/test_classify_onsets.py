@@ -265,3 +265,31 @@ def test_property_onsets_grouped_by_series_keep_each_series_order(pairs):
     one = acc.onsets(uuids)
     for k, u in enumerate(uuids):
         assert many[u].tolist() == one[u].tolist() == t[c == k].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), max_size=30), max_size=4), st.booleans())
+def test_property_onsets_pickle_back_the_same(parts, compact):
+    """A range's onsets travel back from its worker as per-series counts where a part is
+    grouped by series: unpickled, the very same parts (codes, times, dtypes, order)."""
+    import pickle
+
+    acc = passes_onset_acc()
+    acc.grow(8)
+    for k, codes in enumerate(parts):
+        c = np.array(codes, dtype=np.int64)
+        acc.parts.append((c, np.arange(c.size, dtype=np.int64) + 100 * k))
+    if compact:
+        acc.compact()
+    back = pickle.loads(pickle.dumps(acc, pickle.HIGHEST_PROTOCOL))
+    assert len(back.parts) == len(acc.parts)
+    for (c0, t0), (c1, t1) in zip(acc.parts, back.parts):
+        assert c0.dtype == c1.dtype and t0.dtype == t1.dtype
+        assert c0.tolist() == c1.tolist() and t0.tolist() == t1.tolist()
+    assert (back.kept == acc.kept).all() and back.size == acc.size
+
+
+def passes_onset_acc():
+    from gpuaudit.classify.lag import OnsetAcc
+
+    return OnsetAcc()

@@ -427,3 +427,23 @@ def test_arrow_allocates_from_the_tuned_malloc_unless_told_otherwise():
         assert run(after, ARROW_DEFAULT_MEMORY_POOL="mimalloc") == ["mimalloc"]
     default = run("import pyarrow as pa; print(pa.default_memory_pool().backend_name)")
     assert run(after, GPUAUDIT_NO_MALLOPT="1") == default
+
+
+def test_a_worker_answers_through_a_wide_pipe():
+    """A range's engine (~30 MB at 100M rows) comes back through a pipe widened from the
+    default 64 KiB (Linux, where /proc/sys/fs/pipe-max-size allows it)."""
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("no F_GETPIPE_SZ here")
+    from gpuaudit import _workers
+
+    proc = _workers.spawn("import sys; sys.stdin.read()")
+    assert proc is not None and proc.stdout is not None and proc.stdin is not None
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        size = fcntl.fcntl(proc.stdout.fileno(), fcntl.F_GETPIPE_SZ)
+        assert size >= min(_workers.PIPE_BYTES, limit)
+    finally:
+        proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()
