@@ -293,3 +293,32 @@ def passes_onset_acc():
     from gpuaudit.classify.lag import OnsetAcc
 
     return OnsetAcc()
+
+
+def test_the_lags_run_beside_the_patterns_and_their_errors_reach_the_caller(monkeypatch):
+    """The lags from the gathered onsets run in a thread of their own while the patterns are
+    found (both mostly compiled loops that release the interpreter); the result is the one
+    computed in line, and an exception in that thread is raised by classify."""
+    import threading
+
+    pattern = ([0.0] * 3 + [100.0] * 3) * 20
+    table = series_table({"GPU-a": pattern, "GPU-b": [0.0, *pattern[:-1]]})
+    rec = recording(table)
+    in_line = passes.onset_lags(busy_onsets(rec, ["GPU-a", "GPU-b"]), {"h1": ["GPU-a", "GPU-b"]})
+    names: list[str] = []
+    real = passes._lags
+
+    def spy(*a: object) -> object:
+        names.append(threading.current_thread().name)
+        return real(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(passes, "_lags", spy)
+    usage = classify(rec)
+    assert names == ["gpuaudit-lags"] and usage.onset_lags == in_line and in_line
+
+    def broken(*a: object) -> object:
+        raise RuntimeError("lags failed")
+
+    monkeypatch.setattr(passes, "_lags", broken)
+    with pytest.raises(RuntimeError, match="lags failed"):
+        classify(rec)
