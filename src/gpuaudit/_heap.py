@@ -11,9 +11,9 @@ process (the CLI, classify's worker processes) or is about to classify a large f
 
 Arrow's buffers (the decoded Parquet columns, ~1 MiB each per batch) come from Arrow's own
 allocator (mimalloc), which hands freed pages back and faults fresh ones in for the next batch:
-~0.3 s of kernel time per process on 100M rows. Where glibc is tuned so, Arrow is pointed at
-the system allocator too (its ``system`` pool: malloc, tuned above), unless the user chose a
-pool with ``ARROW_DEFAULT_MEMORY_POOL``.
+~0.3 s of kernel time per process on 100M rows. :func:`arrow_on_heap` points Arrow at the
+system allocator (its ``system`` pool: malloc, tuned so) where classify reads a large file,
+unless the user chose a pool with ``ARROW_DEFAULT_MEMORY_POOL``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import platform
 import sys
 from typing import Any
 
-__all__ = ["cap_arenas", "keep_freed_memory"]
+__all__ = ["arrow_on_heap", "cap_arenas", "keep_freed_memory"]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -62,27 +62,25 @@ def keep_freed_memory() -> bool:
         return False
     _applied = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
         mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES))
-    if _applied:
-        _arrow_from_malloc()
     return _applied
 
 
-#: Arrow reads its default allocator's name from this variable when it first allocates
+#: Arrow's variable naming its default pool: where the user set it, Arrow is left alone
 ARROW_POOL_VAR = "ARROW_DEFAULT_MEMORY_POOL"
 
 
-def _arrow_from_malloc() -> None:
-    """Arrow's default pool = the system allocator (glibc's malloc, tuned): through the
-    variable Arrow reads at its first allocation where pyarrow is not imported yet (which
-    classify's worker processes inherit), else set in the running pyarrow. Nothing where
-    the user named a pool."""
-    if os.environ.get(ARROW_POOL_VAR):
-        return
-    pa = sys.modules.get("pyarrow")
-    if pa is None:
-        os.environ[ARROW_POOL_VAR] = "system"
-    else:
+def arrow_on_heap() -> bool:
+    """Arrow's default pool = the system allocator, where glibc is tuned
+    (:func:`keep_freed_memory`) and the user named no pool; True when it is. Called where
+    classify reads a large file (this process and each worker); buffers already allocated
+    go back to the pool they came from."""
+    if os.environ.get(ARROW_POOL_VAR) or not keep_freed_memory():
+        return False
+    import pyarrow as pa
+
+    if pa.default_memory_pool().backend_name != "system":
         pa.set_memory_pool(pa.system_memory_pool())
+    return True
 
 
 _arenas_capped: bool | None = None

@@ -400,33 +400,48 @@ def test_two_processes_claim_the_ranges_and_give_the_same_usage(tmp_path, monkey
 
 
 def test_arrow_allocates_from_the_tuned_malloc_unless_told_otherwise():
-    """Where glibc is tuned, Arrow's default pool is the system allocator (its mimalloc pages
-    are faulted in afresh per batch): before pyarrow is imported (through the variable, which
-    worker processes inherit) and after; a pool the user names, or GPUAUDIT_NO_MALLOPT,
-    leaves Arrow alone."""
+    """Where classify reads a large file and glibc is tuned, Arrow's default pool is the
+    system allocator (its mimalloc pages are faulted in afresh per batch); a pool the user
+    names, or GPUAUDIT_NO_MALLOPT, leaves Arrow alone, and so does the tuning alone."""
     import platform
 
     if not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"):
         pytest.skip("glibc only")
-    before = ("from gpuaudit._heap import keep_freed_memory as k; k(); import pyarrow as pa, os; "
-              "print(pa.default_memory_pool().backend_name, "
-              "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
-    after = ("import pyarrow as pa; from gpuaudit._heap import keep_freed_memory as k; k(); "
-             "print(pa.default_memory_pool().backend_name)")
+    code = ("import pyarrow as pa; from gpuaudit._heap import arrow_on_heap as a, "
+            "keep_freed_memory as k; k(); before = pa.default_memory_pool().backend_name; "
+            "print(before, a(), pa.default_memory_pool().backend_name)")
     env = {k: v for k, v in os.environ.items()
            if k not in ("GPUAUDIT_NO_MALLOPT", "ARROW_DEFAULT_MEMORY_POOL")}
 
-    def run(code: str, **extra: str) -> list[str]:
+    def run(**extra: str) -> list[str]:
         return subprocess.run([sys.executable, "-c", code], env={**env, **extra},
                               capture_output=True, text=True, check=True).stdout.split()
 
-    assert run(before) == ["system", "system"]
-    assert run(after) == ["system"]
+    default = run(GPUAUDIT_NO_MALLOPT="1")
+    assert default[1:] == ["False", default[0]] and default[0] != "system"
+    assert run() == [default[0], "True", "system"]
     if "mimalloc" in pa.supported_memory_backends():
-        assert run(before, ARROW_DEFAULT_MEMORY_POOL="mimalloc")[0] == "mimalloc"
-        assert run(after, ARROW_DEFAULT_MEMORY_POOL="mimalloc") == ["mimalloc"]
-    default = run("import pyarrow as pa; print(pa.default_memory_pool().backend_name)")
-    assert run(after, GPUAUDIT_NO_MALLOPT="1") == default
+        assert run(ARROW_DEFAULT_MEMORY_POOL="mimalloc") == ["mimalloc", "False", "mimalloc"]
+
+
+def test_a_large_classify_decodes_onto_the_system_pool(tmp_path):
+    """The whole path: classify of a file past the size where the allocator is tuned leaves
+    Arrow on the system pool (a worker's range, parallel.run_range, sets its own so)."""
+    code = ("import sys, pyarrow as pa; from gpuaudit.classify import passes; "
+            "passes._LARGE_ROWS = 1; from gpuaudit.classify import classify; "
+            "from gpuaudit.measure.files import open_samples; "
+            "classify(open_samples(sys.argv[1])); print(pa.default_memory_pool().backend_name)")
+    table = series_table({f"GPU-{g}": [float(g * 10)] * 50 for g in range(3)})
+    path = tmp_path / "r.parquet"
+    write_recording(recording(table), path, row_group_rows=30)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GPUAUDIT_NO_MALLOPT", "ARROW_DEFAULT_MEMORY_POOL")}
+    import platform
+
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == (["system"] if glibc else out)
 
 
 def test_a_worker_answers_through_a_wide_pipe():

@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, TypeVar
 
-from gpuaudit._heap import keep_freed_memory
+from gpuaudit._heap import arrow_on_heap, keep_freed_memory
 from gpuaudit.classify.lag import busy_onsets, onset_lags
 from gpuaudit.classify.parallel import (
     MIN_ROWS_PER_WORKER,
@@ -115,6 +115,7 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     rows = getattr(samples, "num_rows", None)
     if isinstance(rows, int) and rows >= _LARGE_ROWS:
         keep_freed_memory()
+        arrow_on_heap()  # the decoded columns from the tuned heap (see gpuaudit._heap)
     grid = _grid_up_front(samples, interval) if timeline else None
     recipes, claimed = _ranges(samples, workers, interval)
     engine: _Engine | None = None
