@@ -71,13 +71,22 @@ ARROW_POOL_VAR = "ARROW_DEFAULT_MEMORY_POOL"
 
 def arrow_on_heap() -> bool:
     """Arrow's default pool = the system allocator, where glibc is tuned
-    (:func:`keep_freed_memory`) and the user named no pool; True when it is. Called where
-    classify reads a large file (this process and each worker); buffers already allocated
-    go back to the pool they came from."""
-    if os.environ.get(ARROW_POOL_VAR) or not keep_freed_memory():
+    (:func:`keep_freed_memory`) and the user named no pool; True when it is. Before pyarrow
+    is imported this sets the variable Arrow reads at its first allocation, which reaches
+    the allocations Arrow's C++ makes on its default pool directly (the Parquet reader's
+    page buffers) and the worker processes started after it; after, the running pyarrow's
+    default pool is set (the buffers Python asks for). Called by ``gpuaudit report`` first
+    thing and where classify reads a large file (this process and each worker)."""
+    if os.environ.get(ARROW_POOL_VAR) and "pyarrow" not in sys.modules:
+        return os.environ[ARROW_POOL_VAR] == "system"
+    if not keep_freed_memory():
         return False
-    import pyarrow as pa
-
+    pa = sys.modules.get("pyarrow")
+    if pa is None:
+        os.environ[ARROW_POOL_VAR] = "system"
+        return True
+    if os.environ.get(ARROW_POOL_VAR, "system") != "system":
+        return False  # the user's choice
     if pa.default_memory_pool().backend_name != "system":
         pa.set_memory_pool(pa.system_memory_pool())
     return True

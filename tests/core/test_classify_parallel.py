@@ -422,6 +422,17 @@ def test_arrow_allocates_from_the_tuned_malloc_unless_told_otherwise():
     assert run() == [default[0], "True", "system"]
     if "mimalloc" in pa.supported_memory_backends():
         assert run(ARROW_DEFAULT_MEMORY_POOL="mimalloc") == ["mimalloc", "False", "mimalloc"]
+    # before pyarrow is imported (gpuaudit report's first step): through Arrow's variable,
+    # which Arrow's own C++ allocations and the worker processes started after it follow
+    first = ("import os; from gpuaudit._heap import arrow_on_heap as a; ok = a(); "
+             "import pyarrow as pa; print(ok, pa.default_memory_pool().backend_name, "
+             "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
+    out = subprocess.run([sys.executable, "-c", first], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["True", "system", "system"]
+    out = subprocess.run([sys.executable, "-c", first], env={**env, "GPUAUDIT_NO_MALLOPT": "1"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", default[0], "None"]
 
 
 def test_a_large_classify_decodes_onto_the_system_pool(tmp_path):
