@@ -189,12 +189,14 @@ def gpu_specs() -> tuple[GpuSpec, ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=256)
 def spec_for(model: str | None) -> GpuSpec | None:
     """The spec row for a model name, or None where its family is not in the table.
 
     Matching as the price catalog matches: the exact name, else the family narrowed by the
     memory size and then the form the name states; where several rows remain, the family's
-    first row (its most common board) answers.
+    first row (its most common board) answers. Remembered per name (the table is fixed; a
+    1,000-GPU report's rules ask ~2,000 times for one or two names).
     """
     if not model:
         return None

@@ -255,3 +255,37 @@ def test_property_the_compiled_cut_search_equals_the_numpy_one(values, edge):
         assert compiled == patterns.split_run(x)
     finally:
         sys.modules["gpuaudit.classify._kernel"] = kernel
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(3, 119), st.sampled_from([0, 1]), st.integers(7, 50))
+def test_property_a_backwards_step_anywhere_is_the_numpy_paths_error(taken, at, back, rows):
+    """The loop checks the order as it goes (rows before the bad one already accumulated):
+    wherever the step back or the repeated time falls (inside a batch, at a batch's first
+    row against the carried one), classify raises the NumPy path's error, word for word."""
+    util = {f"GPU-{g}": [float(10 * (i % 11)) for i in range(40)] for g in range(3)}
+    table = series_table(util)
+    ts = table.column("ts").cast(pa.int64()).to_numpy().copy()
+    ts[at] = ts[at - 3] - back  # the same GPU's previous time again, or 1 ns before it
+    table = table.set_column(0, "ts", pa.array(ts).cast(pa.timestamp("ns", "UTC")))
+
+    def run() -> Usage:
+        return classify(Recording(table=table, source="t", origin="t", interval_s=1.0))
+
+    import gpuaudit.classify.phases as phases_mod
+
+    real = phases_mod._Engine.feed
+
+    def small_batches(self, batch, position):  # (as a file's batches arrive)
+        for k, part in enumerate(pa.Table.from_batches([batch]).to_batches(max_chunksize=rows)):
+            real(self, part, f"{position}.{k}")
+
+    phases_mod._Engine.feed = small_batches
+    try:
+        with pytest.raises(SampleTableError) as fast:
+            run()
+        with pytest.raises(SampleTableError) as slow:
+            _numpy_path(run)
+    finally:
+        phases_mod._Engine.feed = real
+    assert str(fast.value) == str(slow.value) and fast.value.column == "ts"

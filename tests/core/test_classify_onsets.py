@@ -265,3 +265,60 @@ def test_property_onsets_grouped_by_series_keep_each_series_order(pairs):
     one = acc.onsets(uuids)
     for k, u in enumerate(uuids):
         assert many[u].tolist() == one[u].tolist() == t[c == k].tolist()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), max_size=30), max_size=4), st.booleans())
+def test_property_onsets_pickle_back_the_same(parts, compact):
+    """A range's onsets travel back from its worker as per-series counts where a part is
+    grouped by series: unpickled, the very same parts (codes, times, dtypes, order)."""
+    import pickle
+
+    acc = passes_onset_acc()
+    acc.grow(8)
+    for k, codes in enumerate(parts):
+        c = np.array(codes, dtype=np.int64)
+        acc.parts.append((c, np.arange(c.size, dtype=np.int64) + 100 * k))
+    if compact:
+        acc.compact()
+    back = pickle.loads(pickle.dumps(acc, pickle.HIGHEST_PROTOCOL))
+    assert len(back.parts) == len(acc.parts)
+    for (c0, t0), (c1, t1) in zip(acc.parts, back.parts):
+        assert c0.dtype == c1.dtype and t0.dtype == t1.dtype
+        assert c0.tolist() == c1.tolist() and t0.tolist() == t1.tolist()
+    assert (back.kept == acc.kept).all() and back.size == acc.size
+
+
+def passes_onset_acc():
+    from gpuaudit.classify.lag import OnsetAcc
+
+    return OnsetAcc()
+
+
+def test_the_lags_run_beside_the_patterns_and_their_errors_reach_the_caller(monkeypatch):
+    """The lags from the gathered onsets run in a thread of their own while the patterns are
+    found (both mostly compiled loops that release the interpreter); the result is the one
+    computed in line, and an exception in that thread is raised by classify."""
+    import threading
+
+    pattern = ([0.0] * 3 + [100.0] * 3) * 20
+    table = series_table({"GPU-a": pattern, "GPU-b": [0.0, *pattern[:-1]]})
+    rec = recording(table)
+    in_line = passes.onset_lags(busy_onsets(rec, ["GPU-a", "GPU-b"]), {"h1": ["GPU-a", "GPU-b"]})
+    names: list[str] = []
+    real = passes._lags
+
+    def spy(*a: object) -> object:
+        names.append(threading.current_thread().name)
+        return real(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(passes, "_lags", spy)
+    usage = classify(rec)
+    assert names == ["gpuaudit-lags"] and usage.onset_lags == in_line and in_line
+
+    def broken(*a: object) -> object:
+        raise RuntimeError("lags failed")
+
+    monkeypatch.setattr(passes, "_lags", broken)
+    with pytest.raises(RuntimeError, match="lags failed"):
+        classify(rec)

@@ -397,3 +397,79 @@ def test_two_processes_claim_the_ranges_and_give_the_same_usage(tmp_path, monkey
     assert recipes is not None and len(recipes) == 8
     whole = classify(open_samples(path), workers=1)
     assert_same_usage(whole, classify(open_samples(path), workers=2))
+
+
+def test_arrow_allocates_from_the_tuned_malloc_unless_told_otherwise():
+    """Where classify reads a large file and glibc is tuned, Arrow's default pool is the
+    system allocator (its mimalloc pages are faulted in afresh per batch); a pool the user
+    names, or GPUAUDIT_NO_MALLOPT, leaves Arrow alone, and so does the tuning alone."""
+    import platform
+
+    if not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"):
+        pytest.skip("glibc only")
+    code = ("import pyarrow as pa; from gpuaudit._heap import arrow_on_heap as a, "
+            "keep_freed_memory as k; k(); before = pa.default_memory_pool().backend_name; "
+            "print(before, a(), pa.default_memory_pool().backend_name)")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GPUAUDIT_NO_MALLOPT", "ARROW_DEFAULT_MEMORY_POOL")}
+
+    def run(**extra: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code], env={**env, **extra},
+                              capture_output=True, text=True, check=True).stdout.split()
+
+    default = run(GPUAUDIT_NO_MALLOPT="1")
+    assert default[1:] == ["False", default[0]] and default[0] != "system"
+    assert run() == [default[0], "True", "system"]
+    if "mimalloc" in pa.supported_memory_backends():
+        assert run(ARROW_DEFAULT_MEMORY_POOL="mimalloc") == ["mimalloc", "False", "mimalloc"]
+    # before pyarrow is imported (gpuaudit report's first step): through Arrow's variable,
+    # which Arrow's own C++ allocations and the worker processes started after it follow
+    first = ("import os; from gpuaudit._heap import arrow_on_heap as a; ok = a(); "
+             "import pyarrow as pa; print(ok, pa.default_memory_pool().backend_name, "
+             "os.environ.get('ARROW_DEFAULT_MEMORY_POOL'))")
+    out = subprocess.run([sys.executable, "-c", first], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == ["True", "system", "system"]
+    out = subprocess.run([sys.executable, "-c", first], env={**env, "GPUAUDIT_NO_MALLOPT": "1"},
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", default[0], "None"]
+
+
+def test_a_large_classify_decodes_onto_the_system_pool(tmp_path):
+    """The whole path: classify of a file past the size where the allocator is tuned leaves
+    Arrow on the system pool (a worker's range, parallel.run_range, sets its own so)."""
+    code = ("import sys, pyarrow as pa; from gpuaudit.classify import passes; "
+            "passes._LARGE_ROWS = 1; from gpuaudit.classify import classify; "
+            "from gpuaudit.measure.files import open_samples; "
+            "classify(open_samples(sys.argv[1])); print(pa.default_memory_pool().backend_name)")
+    table = series_table({f"GPU-{g}": [float(g * 10)] * 50 for g in range(3)})
+    path = tmp_path / "r.parquet"
+    write_recording(recording(table), path, row_group_rows=30)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("GPUAUDIT_NO_MALLOPT", "ARROW_DEFAULT_MEMORY_POOL")}
+    import platform
+
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == (["system"] if glibc else out)
+
+
+def test_a_worker_answers_through_a_wide_pipe():
+    """A range's engine (~30 MB at 100M rows) comes back through a pipe widened from the
+    default 64 KiB (Linux, where /proc/sys/fs/pipe-max-size allows it)."""
+    fcntl = pytest.importorskip("fcntl")
+    if not hasattr(fcntl, "F_GETPIPE_SZ"):
+        pytest.skip("no F_GETPIPE_SZ here")
+    from gpuaudit import _workers
+
+    proc = _workers.spawn("import sys; sys.stdin.read()")
+    assert proc is not None and proc.stdout is not None and proc.stdin is not None
+    try:
+        limit = int(Path("/proc/sys/fs/pipe-max-size").read_text())
+        size = fcntl.fcntl(proc.stdout.fileno(), fcntl.F_GETPIPE_SZ)
+        assert size >= min(_workers.PIPE_BYTES, limit)
+    finally:
+        proc.stdin.close()
+        proc.wait()
+        proc.stdout.close()

@@ -18,31 +18,6 @@ _N_HIST = len(HIST_EDGES_PCT) - 1
 
 
 @numba.njit(cache=True, nogil=True)
-def first_out_of_order(code, ts, pend, p_ts, last):
-    """The first row whose timestamp does not come after its series' previous one (the
-    carried row ``p_ts`` where ``pend``), or -1; and the earliest and latest timestamp of
-    the carried rows and these. ``last``: scratch, one per series."""
-    lo = np.iinfo(np.int64).max
-    hi = np.iinfo(np.int64).min
-    for c in range(last.shape[0]):
-        if pend[c]:
-            last[c] = p_ts[c]
-            lo = min(lo, p_ts[c])
-            hi = max(hi, p_ts[c])
-        else:
-            last[c] = np.iinfo(np.int64).min
-    for i in range(code.shape[0]):
-        c = code[i]
-        t = ts[i]
-        if t <= last[c]:
-            return i, lo, hi
-        last[c] = t
-        lo = min(lo, t)
-        hi = max(hi, t)
-    return -1, lo, hi
-
-
-@numba.njit(cache=True, nogil=True)
 def stream(code, cell, ts, u, util, cap_s,
            pend, p_ts, p_cell, p_u,
            cell_lo, cell_acc, unused_col,
@@ -55,7 +30,9 @@ def stream(code, cell, ts, u, util, cap_s,
            out_oc, out_ots):
     """One pass over a batch's rows in file order (see gpuaudit.classify.fused). Each row
     ends its series' carried row, which is accumulated with that duration; the row is then
-    carried. Returns (onsets written to out_oc/out_ots, the latest end accumulated or -1).
+    carried. Returns (onsets written to out_oc/out_ots, the latest end accumulated or -1);
+    (-1, -1) at the first row whose timestamp does not come after its series' carried one,
+    having accumulated the rows before it (the caller raises the order error).
     The timeline's sums go to ``tl_uw[bucket - tl_lo, series]`` and
     ``tl_ph[bucket - tl_lo, series, band]``: bucket-major, so consecutive rows (consecutive
     GPUs of one tick) touch neighbouring memory."""
@@ -66,6 +43,8 @@ def stream(code, cell, ts, u, util, cap_s,
         # per-series accesses below
         c = np.uint64(code[i])
         t = ts[i]
+        if pend[c] and t <= p_ts[c]:
+            return -1, -1
         if has_on:  # busy onsets (classify.lag) read util_gpu_pct alone
             x = util[i]
             if not np.isnan(x):

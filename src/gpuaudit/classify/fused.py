@@ -24,8 +24,9 @@ log and sampler recording has the first two) go through a loop of their own besi
 (:func:`_max_signals`): each series' largest value, and the memory used bucketed on the
 timeline as the NumPy path buckets it.
 
-A batch first passes a compiled order check; one that fails takes the NumPy path, which
-raises the error naming the GPU and time. Batches with time-sliced rows, SM activity or any
+The loop checks each row's time against its series' carried row as it goes; at the first
+that does not come after it, the batch goes to the NumPy path, which raises the error naming
+the GPU and time. Batches with time-sliced rows, SM activity or any
 other signal column (but the maxima) take the NumPy path (DCGM-rich recordings: a few more columns per row),
 and so do batches under :data:`MIN_ROWS` and sources under :data:`MIN_SOURCE_ROWS`, where
 the one-off cost of the loop (importing numba, ~0.5 s, and loading its machine code, compiled
@@ -134,9 +135,11 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
                  ) -> tuple[dict[str, np.ndarray], int] | None:
     """Rows (in file order, keys :data:`COLUMNS`) through the loop, ``pending`` (at most one
     carried row per series) first. Returns the rows carried on (one per series, the row
-    dict the NumPy path carries) and the latest end accumulated (-1: none); None, having
-    changed nothing, when a timestamp repeats or runs backwards. ``signals``: where the
-    per-series maxima go (rows with ``max_*`` keys need it)."""
+    dict the NumPy path carries) and the latest end accumulated (-1: none); None when a
+    timestamp repeats or runs backwards, which the NumPy path then reports as the order
+    error it is (the series statistics, onsets and maxima may hold the rows before it by
+    then: the engine is not used on after that error). ``signals``: where the per-series
+    maxima go (rows with ``max_*`` keys need it)."""
     assert _kernel is not None
     pend = np.zeros(n_series, dtype=bool)
     p_ts = np.zeros(n_series, dtype=np.int64)
@@ -150,10 +153,12 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
         p_u[pc] = pending["u"]
     code = np.ascontiguousarray(rows["code"], dtype=np.int64)
     ts = np.ascontiguousarray(rows["ts"], dtype=np.int64)
-    bad, t_lo, t_hi = _kernel.first_out_of_order(code, ts, pend, p_ts,
-                                                 np.empty(n_series, np.int64))
-    if bad >= 0:
-        return None
+    # the earliest and latest timestamp of the carried rows and these (the timeline's
+    # buckets); each series' order is checked in the loop itself
+    t_lo, t_hi = int(ts.min()), int(ts.max())
+    if pending is not None and pending["ts"].shape[0]:
+        t_lo = min(t_lo, int(pending["ts"].min()))
+        t_hi = max(t_hi, int(pending["ts"].max()))
     d = cells.data
     s = stats.sums.data
     # the cells these rows touch: a range of ids (cells are numbered as first met, so a
@@ -195,6 +200,8 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
         stats.gap_hist, GAP_EDGES_S,
         *tl, *on,
     )
+    if n_on < 0:  # a timestamp repeats or runs backwards: the caller raises the error
+        return None
     for j, name in enumerate(CELL_SUMS):
         d[name][c_lo:c_hi] += cell_acc[:, j]
     if timeline is not None:

@@ -211,6 +211,21 @@ class OnsetAcc:
             self.parts = [_by_series(np.concatenate([p[0] for p in self.parts]),
                                      np.concatenate([p[1] for p in self.parts]))]
 
+    def __getstate__(self) -> dict[str, object]:
+        """Pickled (a range's engine on its way back from its worker): a part grouped by
+        series travels as its per-series counts instead of a code per onset, a third of a
+        100M-row range's answer (~2M onsets: 18 of 46 MB)."""
+        state = dict(self.__dict__)
+        state["parts"] = [(c.dtype.str, np.bincount(c), t) if c.size and _ascending(c)
+                          else ("", c, t) for c, t in self.parts]
+        return state
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        parts = state.pop("parts")
+        self.__dict__.update(state)
+        self.parts = [(np.repeat(np.arange(x.shape[0], dtype=dtype), x) if dtype else x, t)
+                      for dtype, x, t in parts]  # type: ignore[attr-defined]
+
     def onsets(self, uuids: Sequence[str]) -> dict[str, np.ndarray]:
         """Busy-onset times (ns) per GPU, as :func:`busy_onsets` gives them; ``uuids``: the
         series in code order."""

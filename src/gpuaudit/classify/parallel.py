@@ -64,10 +64,11 @@ def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,
     """One range through a phase engine, not finished: its carried rows stay pending.
     ``expected_rows``: the whole file's rows (else the range's), which decides whether the
     compiled loop pays back."""
-    from gpuaudit._heap import keep_freed_memory
+    from gpuaudit._heap import arrow_on_heap, keep_freed_memory
     from gpuaudit.classify.phases import _Engine
 
     keep_freed_memory()
+    arrow_on_heap()
     engine = _Engine(by, interval_s, cap_intervals, grid, onsets)
     _feed(engine, recipe, expected_rows)
     engine.detach()

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
-from gpuaudit._heap import keep_freed_memory
+from gpuaudit._heap import arrow_on_heap, keep_freed_memory
 from gpuaudit.classify.lag import busy_onsets, onset_lags
 from gpuaudit.classify.parallel import (
     MIN_ROWS_PER_WORKER,
@@ -49,6 +49,8 @@ if TYPE_CHECKING:
     from gpuaudit.schema import Recording, SampleSource
 
 __all__ = ["classify", "classify_cells"]
+
+T = TypeVar("T")
 
 
 def classify(
@@ -113,6 +115,7 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     rows = getattr(samples, "num_rows", None)
     if isinstance(rows, int) and rows >= _LARGE_ROWS:
         keep_freed_memory()
+        arrow_on_heap()  # the decoded columns from the tuned heap (see gpuaudit._heap)
     grid = _grid_up_front(samples, interval) if timeline else None
     recipes, claimed = _ranges(samples, workers, interval)
     engine: _Engine | None = None
@@ -143,6 +146,12 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
         folded = engine.timeline.timeline(list(engine.series_index),
                                             [m[0] for m in engine.series_meta])
     cells = engine.cells_table()
+    wants_lags = timeline and (isinstance(samples, Recording)
+                               or getattr(samples, "rereadable", False))
+    # the lags from the onsets the pass gathered run beside the patterns: both are mostly
+    # compiled loops that let go of the interpreter, and the other core is free by now
+    lags = _beside(_lags, samples, series, engine) if wants_lags and engine.onsets is not None \
+        else None
     usage = Usage(
         cells=cells,
         by=keys,
@@ -167,7 +176,9 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
         usage = replace(usage, patterns=detect_patterns(series, usage.interval_s,
                                                         usage.timeline))
     usage = replace(usage, job_patterns=job_patterns(series, usage.patterns))
-    if timeline and (isinstance(samples, Recording) or getattr(samples, "rereadable", False)):
+    if lags is not None:
+        usage = replace(usage, onset_lags=lags())
+    elif wants_lags:
         usage = replace(usage, onset_lags=_lags(samples, series, engine))
     return usage
 
@@ -195,6 +206,32 @@ def classify_cells(samples: SampleSource | Recording | pa.Table, *, by: Sequence
         engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))
     return engine.cells_table()
+
+
+def _beside(fn: Callable[..., T], *args: object) -> Callable[[], T]:
+    """``fn(*args)`` started in a thread now; the returned call waits for its result (or
+    raises its exception)."""
+    import threading
+
+    done: list[T] = []
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            done.append(fn(*args))
+        except BaseException as exc:  # handed to the waiting caller
+            failed.append(exc)
+
+    thread = threading.Thread(target=run, name="gpuaudit-lags", daemon=True)
+    thread.start()
+
+    def result() -> T:
+        thread.join()
+        if failed:
+            raise failed[0]
+        return done[0]
+
+    return result
 
 
 def _lags(samples: SampleSource | Recording, series: Sequence[SeriesSignals],

@@ -356,14 +356,15 @@ class Timeline:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able form, as stored in ``AuditResult.extra["timeline"]``."""
         gpus = []
+        util = _tenths_or_none(self.util_pct)
+        phase = np.asarray(self.phase).astype(np.int64).astype(object)
+        phase[np.asarray(self.phase) < 0] = None
         for i, uuid in enumerate(self.gpu_uuids):
-            u = self.util_pct[i]
-            ph = self.phase[i]
             gpus.append({
                 "gpu_uuid": uuid,
                 "host": self.hosts[i],
-                "util_pct": [None if math.isnan(x) else round(float(x), 1) for x in u.tolist()],
-                "phase": [None if p < 0 else int(p) for p in ph.tolist()],
+                "util_pct": util[i],
+                "phase": phase[i].tolist(),
             })
         return {
             "version": 1,
@@ -378,6 +379,27 @@ class Timeline:
                 "seconds": [round(float(x), 3) for x in self.hist_s.tolist()],
             },
         }
+
+
+def _tenths_or_none(x: np.ndarray) -> list[Any]:
+    """``[[None if isnan(v) else round(v, 1) for v in row] for row in x]``, the same floats
+    without a call per value: ``rint(10 v) / 10`` is Python's correctly rounded ``round(v, 1)``
+    wherever ``10 v`` is not within rounding error of a half (where it could round the other
+    way than the exact value); those few values take ``round`` itself."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2:
+        return [[None if math.isnan(v) else round(v, 1) for v in row] for row in x.tolist()]
+    with np.errstate(invalid="ignore", over="ignore"):
+        t = x * 10.0
+        out = np.rint(t) / 10.0
+        frac = t - np.floor(t)
+        # (and beyond a million, where 10 v / 10 need not give v back: round itself)
+        near_half = (np.abs(frac - 0.5) < 1e-6) | ~(np.abs(x) < 1e6)
+    obj = out.astype(object)
+    for i, j in zip(*np.nonzero(near_half)):
+        obj[i, j] = round(float(x[i, j]), 1)
+    obj[np.isnan(x)] = None
+    return obj.tolist()  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

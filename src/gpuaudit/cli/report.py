@@ -37,6 +37,9 @@ def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[st
                host: str | None, tz: str, interval_s: float | None, workers: int | None,
                fmt: str, output: Path | None, **kw: Any) -> None:
     """Audit PATH: a gpuaudit Parquet recording, an nvidia-smi CSV log, or any CSV/JSONL."""
+    from gpuaudit._heap import arrow_on_heap
+
+    arrow_on_heap()  # before pyarrow is imported, here and in the worker (see gpuaudit._heap)
     if workers != 1:  # a large Parquet file's worker imports beside this process's imports
         from gpuaudit._workers import prestart
 

@@ -262,15 +262,44 @@ def _demo(notice: Any) -> dict[str, str] | None:
 def presented(value: Any) -> Any:
     """Floats as a reader should see them: 15 significant digits, so binary noise such as
     ``0.9930000000000001`` (0.331 x 3) reads ``0.993``. The one place the JSON report rounds
-    a float; every other field is already exact (money is a string of Decimal)."""
-    if isinstance(value, float):
-        return float(f"{value:.15g}") if value == value and value not in (
-            float("inf"), float("-inf")) else value
-    if isinstance(value, dict):
-        return {k: presented(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [presented(v) for v in value]
-    return value
+    a float; every other field is already exact (money is a string of Decimal).
+
+    Dicts and lists are rebuilt (tuples as lists); other values pass as they are. A report of
+    1,000 GPUs holds ~300,000 values, most of them in the timeline's lists (numbers rounded
+    to a tenth, a few hundred distinct ones), so scalars are passed without a call and each
+    distinct float is formatted once (:func:`_present_float`)."""
+    memo: dict[float, float] = {}
+
+    def number(x: float) -> float:
+        y = memo.get(x)
+        if y is None:
+            y = _present_float(x)
+            if x and y is not x:  # (0.0 == -0.0: zeros are never shared; NaN, inf kept as is)
+                memo[x] = y
+        return y
+
+    def walk(v: Any) -> Any:
+        t = type(v)
+        if t in _AS_IS:
+            return v
+        if isinstance(v, float):  # (numpy's float64 too)
+            return number(v)
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, (list, tuple)):
+            return [x if type(x) in _AS_IS else walk(x) for x in v]
+        return v
+
+    return walk(value)
+
+
+#: the types :func:`presented` passes without looking further (exactly these, no subclasses)
+_AS_IS = frozenset((int, str, bool, type(None)))
+
+
+def _present_float(x: float) -> float:
+    """``x`` to 15 significant digits; NaN and the infinities as they are."""
+    return float(f"{x:.15g}") if x == x and x not in (float("inf"), float("-inf")) else x
 
 
 def dumps(result: AuditResult) -> str:
