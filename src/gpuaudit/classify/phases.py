@@ -215,8 +215,8 @@ class _Engine:
         no other signal. The same accounting as :meth:`feed`."""
         if codes.shape[0] == 0:
             return
-        cell_of_code = np.array([self.coding.cell_index[(c, ())]
-                                 for c in range(self.coding.n_series)], dtype=np.int64)
+        cell_of_code = np.empty(self.coding.n_series, dtype=np.int64)
+        cell_of_code[self.coding.series_of_cells()] = np.arange(self.coding.n_cells)
         self.feed_rows({"code": codes.astype(np.int64, copy=False),
                         "ts": ts.astype(np.int64, copy=False),
                         "cell": cell_of_code[codes],
