@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -125,3 +126,33 @@ def test_absorb_gives_the_cells_one_coding_would(rows: list[tuple[str, str | Non
     want = first.cell_values()
     assert {k: v.to_pylist() for k, v in cols.items()} == want
     assert all(v.type == pa.string() for v in cols.values())
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=st.lists(st.tuples(st.integers(0, 6), st.sampled_from(["p1", "p2", "p3", None])),
+                     min_size=1, max_size=80),
+       dictionary=st.permutations(["p1", "p2", "p3", "p2", "unused"]))
+def test_pods_per_gpu_from_a_dictionary_equal_the_text_grouping(
+        rows: list[tuple[int, str | None]], dictionary: list[str]) -> None:
+    from gpuaudit.classify.signals import _code_pods
+
+    codes = np.array([r[0] for r in rows], dtype=np.int64)
+    text = pa.array([r[1] for r in rows], pa.string())
+    # a dictionary with a repeated entry and one no row uses, as a file's may hold
+    idx = pa.array([None if r[1] is None else dictionary.index(r[1]) for r in rows], pa.int32())
+    enc = pa.DictionaryArray.from_arrays(idx, pa.array(dictionary))
+    want = {(c, p) for c, p in rows if p is not None}
+    assert set(_code_pods(codes, text)) == want
+    got = _code_pods(codes, enc)
+    assert set(got) == want and len(got) == len(want)
+    assert set(_code_pods(codes, pc.dictionary_encode(text))) == want
+
+
+def test_encode_keys_dictionary_encodes_text_keys_only() -> None:
+    b = _batch(["G0", "G1"], ["t1", None], [0, 1])
+    coding = Coding(("namespace", "period:3600", "label:team"))
+    out = coding.encode_keys(b)
+    assert pa.types.is_dictionary(out.column("namespace").type)
+    assert out.column("namespace").cast(pa.string()).to_pylist() == ["t1", None]
+    assert out.column("gpu_model").type == pa.string()  # not a key: left as it is
+    assert Coding(()).encode_keys(b).equals(b)

@@ -286,6 +286,24 @@ class Coding:
         self._cells.detach()
 
     # -- cells ----------------------------------------------------------------------------
+    def encode_keys(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with each ``--by`` column key held as plain text (namespace, pod,
+        container; a lean or foreign reader's host) dictionary-encoded, once: the cells are
+        coded by its indices, and the pods per GPU (``Signals.add_points``) paired by them,
+        instead of hashing the same text twice. The values are unchanged."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = batch.schema.names
+        for key in self.by:
+            if key.startswith(("label:", "period:")) or key not in names:
+                continue
+            i = names.index(key)
+            col = batch.column(i)
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                batch = batch.set_column(i, key, pc.dictionary_encode(col))
+        return batch
+
     def cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
         """Each row's cell id; combinations seen for the first time get the next ids."""
         if not self.by:

@@ -298,6 +298,7 @@ class _Engine:
         import pyarrow as pa
 
         ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        batch = self.coding.encode_keys(batch)
         codes = self.coding.series_codes(batch, ts)
         self._grow_series(self.coding.n_series)
         cells = self.coding.cell_ids(codes, batch)
