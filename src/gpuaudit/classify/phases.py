@@ -136,12 +136,19 @@ def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
 def engine_batches(source: Any, by: Sequence[str]) -> Iterator[pa.RecordBatch]:
     """The source's batches as the engine reads them: lean (``batches(lean=True)``: no
     labels, host, model and MIG profile per row, only where a GPU first appears) where the
-    source offers it and no ``--by`` key but periods reads those columns."""
+    source offers it and no ``--by`` key but periods reads those columns; else with the
+    ``--by`` text columns (namespace, pod, container) as the file's dictionaries where the
+    source offers that (``batches(dictionaries=...)``)."""
     # (declared by the source's class: a proxy forwarding unknown attributes to a file
     # source, such as the plan's handover, does not take batches(lean=True) through)
     if (hasattr(type(source), "reads_lean") and getattr(source, "reads_lean", False)
             and all(k.startswith("period:") for k in by)):
         return source.batches(lean=True)  # type: ignore[no-any-return]
+    # the text keys as the file's own dictionaries: the cells are coded by their indices
+    # (Coding.encode_keys leaves them as they are), no text decoded and hashed per row
+    text_keys = [k for k in by if k in ("namespace", "pod", "container")]
+    if text_keys and getattr(type(source), "reads_dictionaries", False):
+        return source.batches(dictionaries=text_keys)  # type: ignore[no-any-return]
     return source.batches()  # type: ignore[no-any-return]
 
 
