@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -156,3 +157,43 @@ def test_encode_keys_dictionary_encodes_text_keys_only() -> None:
     assert out.column("namespace").cast(pa.string()).to_pylist() == ["t1", None]
     assert out.column("gpu_model").type == pa.string()  # not a key: left as it is
     assert Coding(()).encode_keys(b).equals(b)
+
+
+def _first_seen_by_every_row(ind: np.ndarray, size: int, last: int | None
+                             ) -> tuple[list[int], list[int]]:
+    first = np.full(size, ind.shape[0], dtype=np.int64)
+    first[ind[::-1]] = np.arange(ind.shape[0] - 1, -1, -1)
+    if last is not None:
+        first[last] = ind.shape[0] + 1
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(size, dtype=np.int64)
+    rank[order] = np.arange(size)
+    return order.tolist(), rank[ind].tolist()
+
+
+@pytest.mark.parametrize("kind", ["runs", "ticks", "late", "random"])
+@pytest.mark.parametrize("size", [2, 7, 300, 5000])
+@pytest.mark.parametrize("seed", range(4))
+def test_first_seen_from_fewer_rows_equals_every_row(kind: str, size: int, seed: int) -> None:
+    """Large batches take the shortcuts (the rows where the index changes; the first rows
+    when they use every index): the same order and indices as scanning every row."""
+    from gpuaudit.classify.coding import _first_seen
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(4096, 40000))
+    if kind == "runs":  # an hour's offset: long runs, not sorted
+        ind = np.repeat(rng.integers(0, size, max(1, n // 1000)), 1000)[:n]
+    elif kind == "ticks":  # a value per GPU, every GPU in each tick, GPUs shuffled
+        ind = np.tile(rng.permutation(size), n // size + 1)[:n]
+    elif kind == "late":  # two values first used near the end, the higher index first
+        ind = np.tile(np.arange(2, size + 2), n // size + 1)[:n] % size
+        ind[ind < 2] = 2 % size
+        ind[-3], ind[-2] = 1, 0
+    else:
+        ind = rng.integers(0, size, n)
+    ind = ind.astype(np.int64)
+    for last in (None, size - 1):
+        order, got = _first_seen(ind, size, last)
+        want_order, want = _first_seen_by_every_row(ind, size, last)
+        assert order == want_order
+        assert got.tolist() == want

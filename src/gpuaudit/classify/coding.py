@@ -37,14 +37,41 @@ def _first_seen(ind: np.ndarray, size: int, last: int | None = None
     a dictionary encoding of the values gives; ``last``, the null, is put last whatever its
     place), so cells are numbered as by the encoding of the values' text. Returns the old
     index of each new one and the rows' new indices."""
-    first = np.full(size, ind.shape[0], dtype=np.int64)
-    first[ind[::-1]] = np.arange(ind.shape[0] - 1, -1, -1)
+    n = ind.shape[0]
+    rows = _first_use_candidates(ind, size)
+    first = np.full(size, n, dtype=np.int64)
+    if rows is None:
+        first[ind[::-1]] = np.arange(n - 1, -1, -1)
+    else:  # (scattered last to first: each index keeps its earliest row)
+        first[ind[rows][::-1]] = rows[::-1]
     if last is not None:
-        first[last] = ind.shape[0] + 1
+        first[last] = n + 1
     order = np.argsort(first, kind="stable")
     rank = np.empty(size, dtype=np.int64)
     rank[order] = np.arange(size)
-    return order.tolist(), rank[ind]
+    return order.tolist(), np.take(rank, ind)
+
+
+def _first_use_candidates(ind: np.ndarray, size: int) -> np.ndarray | None:
+    """Rows among which every index's first use lies, far fewer than all where possible:
+    the rows where the index changes from the row before (an hour's offset, runs of one
+    value), else the batch's first rows when they already use every index the batch uses
+    (a pod per GPU, every GPU in each tick). None: every row."""
+    n = ind.shape[0]
+    if n < 4096:
+        return None
+    change = np.flatnonzero(ind[1:] != ind[:-1])
+    if change.shape[0] < n // 8:
+        return np.concatenate(([0], change + 1))
+    used = np.bincount(ind, minlength=size) > 0
+    head = 4096
+    while head < n // 2:
+        seen = np.zeros(size, dtype=bool)
+        seen[ind[:head]] = True
+        if not (used & ~seen).any():
+            return np.arange(head)
+        head *= 8
+    return None
 
 
 def _renumber(x: np.ndarray) -> np.ndarray:
