@@ -15,7 +15,8 @@ of an engine that read a later range of the same stream (see ``_Engine.absorb``)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,14 +38,41 @@ def _first_seen(ind: np.ndarray, size: int, last: int | None = None
     a dictionary encoding of the values gives; ``last``, the null, is put last whatever its
     place), so cells are numbered as by the encoding of the values' text. Returns the old
     index of each new one and the rows' new indices."""
-    first = np.full(size, ind.shape[0], dtype=np.int64)
-    first[ind[::-1]] = np.arange(ind.shape[0] - 1, -1, -1)
+    n = ind.shape[0]
+    rows = _first_use_candidates(ind, size)
+    first = np.full(size, n, dtype=np.int64)
+    if rows is None:
+        first[ind[::-1]] = np.arange(n - 1, -1, -1)
+    else:  # (scattered last to first: each index keeps its earliest row)
+        first[ind[rows][::-1]] = rows[::-1]
     if last is not None:
-        first[last] = ind.shape[0] + 1
+        first[last] = n + 1
     order = np.argsort(first, kind="stable")
     rank = np.empty(size, dtype=np.int64)
     rank[order] = np.arange(size)
-    return order.tolist(), rank[ind]
+    return order.tolist(), np.take(rank, ind)
+
+
+def _first_use_candidates(ind: np.ndarray, size: int) -> np.ndarray | None:
+    """Rows among which every index's first use lies, far fewer than all where possible:
+    the rows where the index changes from the row before (an hour's offset, runs of one
+    value), else the batch's first rows when they already use every index the batch uses
+    (a pod per GPU, every GPU in each tick). None: every row."""
+    n = ind.shape[0]
+    if n < 4096:
+        return None
+    change = np.flatnonzero(ind[1:] != ind[:-1])
+    if change.shape[0] < n // 8:
+        return np.concatenate(([0], change + 1))
+    used = np.bincount(ind, minlength=size) > 0
+    head = 4096
+    while head < n // 2:
+        seen = np.zeros(size, dtype=bool)
+        seen[ind[:head]] = True
+        if not (used & ~seen).any():
+            return np.arange(head)
+        head *= 8
+    return None
 
 
 def _renumber(x: np.ndarray) -> np.ndarray:
@@ -66,6 +94,98 @@ def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return distinct[order], rank[enc.indices.to_numpy(zero_copy_only=False)]
 
 
+class _Cells:
+    """The cells of one coding as columns, by cell id: ``code`` (the series code) and, per
+    ``--by`` key ``j``, ``value[j]`` (the id of the cell's value in ``values[j]``, that key's
+    table of distinct values, None included).
+
+    A cell is found by its key packed into one integer: the series code and each value id in
+    a field of bits wide enough for the ids handed out so far (with room to double); a
+    dictionary from the packed integer to the cell id finds the known ones, about 0.1 us a
+    combination, with no Python object per cell but that integer. Where the ids outgrow their
+    fields the dictionary is built again over the columns (a few times over a run: each
+    field doubles); beyond 63 bits the key is a tuple of the ids. The dictionary is not
+    pickled (:meth:`detach`): a worker's cells go back as the columns alone."""
+
+    def __init__(self, n_keys: int) -> None:
+        self.n = 0
+        self.code = np.zeros(0, dtype=np.int64)
+        self.value: list[np.ndarray] = [np.zeros(0, dtype=np.int64) for _ in range(n_keys)]
+        self.values: list[list[str | None]] = [[] for _ in range(n_keys)]
+        self._value_id: list[dict[str | None, int]] = [{} for _ in range(n_keys)]
+        #: bits of each field (the series code's first), and the packed key -> cell id
+        self._bits: list[int] = [0] * (n_keys + 1)
+        self._index: dict[Any, int] | None = None
+
+    def value_ids(self, j: int, table: Sequence[str | None]) -> np.ndarray:
+        """The ids of ``table``'s values among key ``j``'s values (new ones get the next)."""
+        ids = self._value_id[j]
+        get = ids.setdefault
+        out = [get(v, len(ids)) for v in table]
+        known = self.values[j]
+        if len(ids) > len(known):
+            known.extend(list(ids)[len(known):])
+        return np.array(out, dtype=np.int64)
+
+    def ids(self, code: np.ndarray, value_ids: Sequence[np.ndarray]) -> np.ndarray:
+        """The cell ids of the keys (``code[i]``, ``value_ids[0][i]``, ...); keys not known
+        get the next ids in the order they come (a key repeated gets one)."""
+        fields = [code, *value_ids]
+        need = [max(int(f.max()) + 1, len(self.values[j - 1]) if j else 0).bit_length()
+                if f.size else 0 for j, f in enumerate(fields)]
+        if self._index is None or any(nb > b for nb, b in zip(need, self._bits)):
+            # room to double before the next rebuild
+            self._bits = [max(b, nb + 1) for b, nb in zip(self._bits, need)]
+            self._index = None
+        index = self._index
+        if index is None:
+            index = self._index = dict(zip(self._pack([self.code[:self.n], *(
+                v[:self.n] for v in self.value)]), range(self.n)))
+        n0 = len(index)
+        get = index.setdefault
+        # (a new key gets the next id: setdefault's default is the size before)
+        out = np.array([get(k, len(index)) for k in self._pack(fields)], dtype=np.int64)
+        if len(index) > n0:
+            new = out >= n0
+            _, at = np.unique(out[new], return_index=True)  # each new id's first place
+            rows = np.flatnonzero(new)[at]
+            self._append([f[rows] for f in fields])
+        return out
+
+    def _pack(self, fields: Sequence[np.ndarray]) -> list[Any]:
+        """The keys as one integer each (or tuples, past 63 bits), as a list."""
+        if sum(self._bits) > 63:
+            return list(zip(*(f.tolist() for f in fields)))
+        key = np.zeros(fields[0].shape[0], dtype=np.int64)
+        for f, b in zip(fields, self._bits):
+            key <<= b
+            key |= f
+        return key.tolist()  # type: ignore[no-any-return]
+
+    def _append(self, fields: Sequence[np.ndarray]) -> None:
+        n, k = self.n, fields[0].shape[0]
+        if n + k > self.code.shape[0]:
+            size = max(n + k, 2 * self.code.shape[0], 64)
+            self.code = _grown(self.code, size)
+            self.value = [_grown(v, size) for v in self.value]
+        self.code[n:n + k] = fields[0]
+        for v, f in zip(self.value, fields[1:]):
+            v[n:n + k] = f
+        self.n = n + k
+
+    def detach(self) -> None:
+        """Drop the lookup dictionary and the unused room (before pickling)."""
+        self._index = None
+        self.code = self.code[:self.n].copy()
+        self.value = [v[:self.n].copy() for v in self.value]
+
+
+def _grown(a: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, dtype=a.dtype)
+    out[:a.shape[0]] = a
+    return out
+
+
 class Coding:
     """Series codes and cell ids of one engine, grown batch by batch."""
 
@@ -77,7 +197,9 @@ class Coding:
         #: the label keys the samples carry, gathered only when grouping by a label (so a
         #: ``--by`` key no sample has can be reported with the keys that do exist)
         self.label_keys: set[str] = set()
-        self.cell_index: dict[CellKey, int] = {}
+        #: the cells as columns, by cell id: each cell's series code and, per ``--by`` key,
+        #: the id of its value in that key's table of values (see :class:`_Cells`)
+        self._cells = _Cells(len(by))
         #: per series code: the timestamp of its first row (where a later range's carried
         #: rows of that series end, see _Engine.absorb)
         self.first_ts = np.zeros(0, dtype=np.int64)
@@ -97,7 +219,19 @@ class Coding:
 
     @property
     def n_cells(self) -> int:
-        return len(self.cell_index)
+        return self._cells.n
+
+    @property
+    def cell_index(self) -> dict[CellKey, int]:
+        """Every cell's id by its key, (series code, the values of the ``--by`` keys): a
+        dictionary built on each call (for tests and small callers; the engine keeps the
+        cells as columns)."""
+        c = self._cells
+        codes = c.code[:c.n].tolist()
+        vals = [[tbl[i] for i in ids[:c.n].tolist()] for tbl, ids in zip(c.values, c.value)]
+        return {(code, key): cid
+                for cid, (code, key) in enumerate(zip(codes, zip(*vals) if vals else
+                                                      [()] * c.n))}
 
     # -- series ---------------------------------------------------------------------------
     def series_codes(self, batch: pa.RecordBatch, ts: np.ndarray) -> np.ndarray:
@@ -177,8 +311,27 @@ class Coding:
         self._dictionary = None
         self._mapping = np.zeros(0, dtype=np.int64)
         self._mapping_is_identity = None
+        self._cells.detach()
 
     # -- cells ----------------------------------------------------------------------------
+    def encode_keys(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with each ``--by`` column key held as plain text (namespace, pod,
+        container; a lean or foreign reader's host) dictionary-encoded, once: the cells are
+        coded by its indices, and the pods per GPU (``Signals.add_points``) paired by them,
+        instead of hashing the same text twice. The values are unchanged."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        names = batch.schema.names
+        for key in self.by:
+            if key.startswith(("label:", "period:")) or key not in names:
+                continue
+            i = names.index(key)
+            col = batch.column(i)
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                batch = batch.set_column(i, key, pc.dictionary_encode(col))
+        return batch
+
     def cell_ids(self, codes: np.ndarray, batch: pa.RecordBatch) -> np.ndarray:
         """Each row's cell id; combinations seen for the first time get the next ids."""
         if not self.by:
@@ -213,15 +366,12 @@ class Coding:
         uniq, inverse = _unique_inverse(combined)
         first_rows = np.zeros(uniq.shape[0], dtype=np.int64)
         first_rows[inverse[::-1]] = np.arange(codes.shape[0])[::-1]
-        # the distinct combinations' keys, column by column in C (list.__getitem__ over the
-        # indices), then one dictionary lookup per combination
-        cols = [list(map(tbl.__getitem__, ind[first_rows].tolist()))
-                for tbl, ind in zip(key_tables, key_inds)]
-        # (a new combination gets the next id: setdefault's default is the size before)
-        index = self.cell_index
-        id_of = index.setdefault
-        out = [id_of(k, len(index)) for k in zip(codes[first_rows].tolist(), zip(*cols))]
-        cell_of_uniq = np.array(out, dtype=np.int64)
+        # the distinct combinations' keys as value ids (each batch table's few entries
+        # looked up once), then their cells, new ones numbered in this order
+        cells = self._cells
+        value_ids = [cells.value_ids(j, tbl)[ind[first_rows]]
+                     for j, (tbl, ind) in enumerate(zip(key_tables, key_inds))]
+        cell_of_uniq = cells.ids(codes[first_rows].astype(np.int64), value_ids)
         return np.asarray(cell_of_uniq[inverse])
 
     def _group_codes(self, batch: pa.RecordBatch) -> list[tuple[list[str | None], np.ndarray]]:
@@ -303,43 +453,44 @@ class Coding:
 
     def cell(self, code: int, key: tuple[str | None, ...]) -> int:
         """The id of the cell (``code``, ``key``), a new one if it is not known yet."""
-        cid = self.cell_index.get((code, key))
-        if cid is None:
-            cid = len(self.cell_index)
-            self.cell_index[(code, key)] = cid
-        return cid
+        cells = self._cells
+        value_ids = [cells.value_ids(j, [v]) for j, v in enumerate(key)]
+        return int(cells.ids(np.array([code], dtype=np.int64), value_ids)[0])
 
     def series_of_cells(self) -> np.ndarray:
         """Per cell id: its series code."""
-        code_of_cell = np.empty(len(self.cell_index), dtype=np.int64)
-        for (code, _key), cid in self.cell_index.items():
-            code_of_cell[cid] = code
-        return code_of_cell
+        return np.array(self._cells.code[:self._cells.n])
 
     def cell_values(self) -> dict[str, list[str | None]]:
         """The cells' identity columns as lists (what :meth:`cell_columns` holds)."""
-        n = len(self.cell_index)
+        c = self._cells
+        codes = c.code[:c.n].tolist()
         uuids = list(self.series_index)
-        code_of_cell = [0] * n
-        keys: list[tuple[str | None, ...]] = [()] * n
-        for (code, key), cid in self.cell_index.items():
-            code_of_cell[cid] = code
-            keys[cid] = key
         cols: dict[str, list[str | None]] = {
-            "gpu_uuid": [uuids[i] for i in code_of_cell],
-            "host": [self.series_meta[i][0] for i in code_of_cell],
-            "gpu_model": [self.series_meta[i][1] for i in code_of_cell],
+            "gpu_uuid": [uuids[i] for i in codes],
+            "host": [self.series_meta[i][0] for i in codes],
+            "gpu_model": [self.series_meta[i][1] for i in codes],
         }
-        for j, name in enumerate(self.by):
-            cols[name] = [k[j] for k in keys]
+        for name, tbl, ids in zip(self.by, c.values, c.value):
+            cols[name] = [tbl[i] for i in ids[:c.n].tolist()]
         return cols
 
     def cell_columns(self) -> dict[str, pa.Array]:
         """The cells' identity columns, in cell id order: gpu_uuid, host, gpu_model and one
-        column per ``--by`` key."""
+        column per ``--by`` key (each a take from the table of its values, in C)."""
         import pyarrow as pa
 
-        return {k: pa.array(v, type=pa.string()) for k, v in self.cell_values().items()}
+        c = self._cells
+        codes = pa.array(c.code[:c.n])
+        meta = self.series_meta
+        cols = {
+            "gpu_uuid": pa.array(list(self.series_index), pa.string()).take(codes),
+            "host": pa.array([m[0] for m in meta], pa.string()).take(codes),
+            "gpu_model": pa.array([m[1] for m in meta], pa.string()).take(codes),
+        }
+        for name, tbl, ids in zip(self.by, c.values, c.value):
+            cols[name] = pa.array(tbl, pa.string()).take(pa.array(ids[:c.n]))
+        return cols
 
     # -- merging ranges -------------------------------------------------------------------
     def absorb(self, other: Coding) -> tuple[np.ndarray, np.ndarray]:
@@ -364,7 +515,8 @@ class Coding:
             self.first_ts[mine] = other.first_ts[code]
         # the cached uuid -> code mapping of the last batch predates these series
         self._dictionary = None
-        cmap = np.empty(len(other.cell_index), dtype=np.int64)
-        for (code, key), cid in other.cell_index.items():
-            cmap[cid] = self.cell(int(m[code]), key)
+        o = other._cells
+        value_ids = [self._cells.value_ids(j, tbl)[ids[:o.n]]
+                     for j, (tbl, ids) in enumerate(zip(o.values, o.value))]
+        cmap = self._cells.ids(m[o.code[:o.n]], value_ids)
         return m, cmap

@@ -136,12 +136,19 @@ def group_key_names(by: Sequence[str]) -> tuple[str, ...]:
 def engine_batches(source: Any, by: Sequence[str]) -> Iterator[pa.RecordBatch]:
     """The source's batches as the engine reads them: lean (``batches(lean=True)``: no
     labels, host, model and MIG profile per row, only where a GPU first appears) where the
-    source offers it and no ``--by`` key but periods reads those columns."""
+    source offers it and no ``--by`` key but periods reads those columns; else with the
+    ``--by`` text columns (namespace, pod, container) as the file's dictionaries where the
+    source offers that (``batches(dictionaries=...)``)."""
     # (declared by the source's class: a proxy forwarding unknown attributes to a file
     # source, such as the plan's handover, does not take batches(lean=True) through)
     if (hasattr(type(source), "reads_lean") and getattr(source, "reads_lean", False)
             and all(k.startswith("period:") for k in by)):
         return source.batches(lean=True)  # type: ignore[no-any-return]
+    # the text keys as the file's own dictionaries: the cells are coded by their indices
+    # (Coding.encode_keys leaves them as they are), no text decoded and hashed per row
+    text_keys = [k for k in by if k in ("namespace", "pod", "container")]
+    if text_keys and getattr(type(source), "reads_dictionaries", False):
+        return source.batches(dictionaries=text_keys)  # type: ignore[no-any-return]
     return source.batches()  # type: ignore[no-any-return]
 
 
@@ -219,8 +226,8 @@ class _Engine:
         no other signal. The same accounting as :meth:`feed`."""
         if codes.shape[0] == 0:
             return
-        cell_of_code = np.array([self.coding.cell_index[(c, ())]
-                                 for c in range(self.coding.n_series)], dtype=np.int64)
+        cell_of_code = np.empty(self.coding.n_series, dtype=np.int64)
+        cell_of_code[self.coding.series_of_cells()] = np.arange(self.coding.n_cells)
         self.feed_rows({"code": codes.astype(np.int64, copy=False),
                         "ts": ts.astype(np.int64, copy=False),
                         "cell": cell_of_code[codes],
@@ -302,6 +309,7 @@ class _Engine:
         import pyarrow as pa
 
         ts = batch.column("ts").cast(pa.int64()).to_numpy(zero_copy_only=False)
+        batch = self.coding.encode_keys(batch)
         codes = self.coding.series_codes(batch, ts)
         self._grow_series(self.coding.n_series)
         cells = self.coding.cell_ids(codes, batch)

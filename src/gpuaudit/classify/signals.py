@@ -130,6 +130,35 @@ def timeline_signals(r: Rows) -> dict[str, np.ndarray]:
     return out
 
 
+def _code_pods(codes: np.ndarray, pod: pa.Array) -> list[tuple[int, str]]:
+    """The distinct (series code, pod) pairs of the rows that name a pod. A dictionary
+    column (the engine encodes a ``--by pod`` column once, for its cells) is paired by its
+    indices, with no text hashed again; plain text is grouped by Arrow."""
+    import pyarrow as pa
+
+    if isinstance(pod, pa.ChunkedArray):
+        pod = pod.combine_chunks()
+    if not pa.types.is_dictionary(pod.type):
+        combo = pa.table({"c": codes, "p": pod}).group_by(["c", "p"]).aggregate([])
+        return [(c, p) for c, p in zip(combo.column("c").to_pylist(),
+                                       combo.column("p").to_pylist()) if p is not None]
+    n = len(pod.dictionary)
+    ind = pod.indices.fill_null(n).to_numpy(zero_copy_only=False).astype(np.int64)
+    key = codes.astype(np.int64) * (n + 1) + ind
+    size = (int(codes.max()) + 1) * (n + 1) if codes.size else 0
+    if size <= 8 * key.shape[0] + 4096:  # a flag per possible pair
+        present = np.zeros(size, dtype=bool)
+        present[key] = True
+        pairs = np.flatnonzero(present)
+    else:
+        pairs = np.unique(key)
+    code, at = np.divmod(pairs, n + 1)
+    named = at < n
+    vals = pod.dictionary.cast(pa.string()).to_pylist()
+    return [(c, vals[i]) for c, i in zip(code[named].tolist(), at[named].tolist())
+            if vals[i] is not None]
+
+
 class Signals:
     """Per-series signal accumulators, indexed by series code."""
 
@@ -194,19 +223,9 @@ class Signals:
             for c, x in zip(codes[mask].tolist(), xid.filter(pa.array(mask)).to_pylist()):
                 self.xids.setdefault(c, set()).add(int(x))
         pod = batch.column("pod")
-        if pod.null_count < len(pod) and pa.types.is_dictionary(pod.type):
-            # (a lean batch: the pods coded) the distinct (series, pod) pairs by their codes
-            ind = pod.indices.fill_null(-1).to_numpy(zero_copy_only=False).astype(np.int64)
-            ok = ind >= 0
-            k = max(len(pod.dictionary), 1)
-            names = pod.dictionary.to_pylist()
-            for x in np.unique(codes[ok].astype(np.int64) * k + ind[ok]).tolist():
-                self.pods.setdefault(x // k, set()).add(names[x % k])
-        elif pod.null_count < len(pod):
-            combo = pa.table({"c": codes, "p": pod}).group_by(["c", "p"]).aggregate([])
-            for c, p in zip(combo.column("c").to_pylist(), combo.column("p").to_pylist()):
-                if p is not None:
-                    self.pods.setdefault(c, set()).add(p)
+        if pod.null_count < len(pod):
+            for c, p in _code_pods(codes, pod):
+                self.pods.setdefault(c, set()).add(p)
 
     def add(self, r: Rows, obs: np.ndarray) -> None:
         """The time-weighted signals of rows whose duration is known: ``obs`` observed

@@ -198,6 +198,8 @@ class FileSource:
         #: for a range of a file already opened (FileSource.split): the columns holding data
         #: and the range checks the footer proves, as the whole file's footer gave them
         self._known = known
+        #: the text columns the batches keep as the file's dictionaries (see batches())
+        self._dictionaries: tuple[str, ...] = ()
         self._setup()
         self._primed: tuple[Iterator[pa.RecordBatch], pa.RecordBatch] | None = None
         #: set up and not read yet: the next batches() need not set up again
@@ -218,8 +220,11 @@ class FileSource:
 
     #: ``batches(lean=True)`` is understood (see :meth:`batches`)
     reads_lean = True
+    #: ``batches(dictionaries=...)`` is understood (see :meth:`batches`)
+    reads_dictionaries = True
 
-    def batches(self, *, lean: bool = False) -> Iterator[pa.RecordBatch]:
+    def batches(self, *, lean: bool = False, dictionaries: Sequence[str] = ()
+                ) -> Iterator[pa.RecordBatch]:
         """Validated :data:`~gpuaudit.schema.SAMPLE_SCHEMA` batches, each GPU in time order.
 
         ``lean``: for classify's engine, which reads a GPU's host, model and MIG profile off
@@ -227,14 +232,22 @@ class FileSource:
         recording then decodes neither ``labels`` (null in every batch) nor ``host``,
         ``gpu_model`` and ``mig_profile`` per row: those are given in the batches where a
         GPU first appears in this stream (read from their row group then) and null in the
-        others, which saves about half the decoding. Other sources ignore it."""
+        others, which saves about half the decoding. Other sources ignore it.
+
+        ``dictionaries``: of ``namespace``, ``pod`` and ``container``, the columns a gpuaudit
+        Parquet recording hands over as the file's own dictionaries (``dictionary<int32,
+        string>``: the same values, each row an index) instead of decoding their text per
+        row: for classify's engine, which codes its cells by the indices. Other sources
+        ignore it."""
         fresh, self._fresh = self._fresh, False
-        if lean and self.fmt == "parquet" and self._own:
+        self._dictionaries = tuple(c for c in dictionaries if c in _DICTIONARY_COLUMNS) \
+            if self.fmt == "parquet" and self._own else ()
+        if (lean or self._dictionaries) and self.fmt == "parquet" and self._own:
             self._primed = None  # re-readable: the primed batch was read with every column
             if not fresh:
                 self._book = NoteBook()
                 self._setup()
-            yield from self._stream(lean=True)
+            yield from self._stream(lean=lean)
         elif self._primed is not None:
             it, first = self._primed
             self._primed = None
@@ -480,9 +493,15 @@ class FileSource:
                          else _proven_in_range(pf.metadata, self._groups()))
                         if own else frozenset())
 
+        def read_dictionary(cols: Sequence[str] | None) -> list[str] | None:
+            """The columns asked for as dictionaries that are read at all."""
+            asked = [c for c in self._dictionaries if cols is None or c in cols]
+            return asked or None
+
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = first_row
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk,
+            for batch in pq.ParquetFile(path, read_dictionary=read_dictionary(read_cols)
+                                        ).iter_batches(batch_size=self._chunk,
                                                            columns=read_cols,
                                                            row_groups=groups):
                 base = row
@@ -498,8 +517,9 @@ class FileSource:
             row = first_row
             # a row-group range runs beside the others' processes, one per core: Arrow's
             # decoding threads would only wake and wait on one another there
-            for batch in pq.ParquetFile(path).iter_batches(batch_size=self._chunk,
-                                                           columns=cols,
+            for batch in pq.ParquetFile(path, read_dictionary=read_dictionary(cols)
+                                        ).iter_batches(batch_size=self._chunk,
+                                                       columns=cols,
                                                            row_groups=groups,
                                                            use_threads=groups is None):
                 base = row
@@ -536,8 +556,11 @@ class FileSource:
                             pc.fill_null(model.cast(pa.string()), self.gpu_model))
             else:
                 table = self._converter.convert(raw, locate)
+            table, kept = _dictionaries_out(table, self._dictionaries)
             table = schema.validate(table, source=str(self.path), locate=locate,
                                     check_order=False, proven=self._proven)
+            for name, col in kept.items():
+                table = table.set_column(table.schema.get_field_index(name), name, col)
             if self.checks_order:
                 order.check(table, locate)
             total += table.num_rows
@@ -600,6 +623,28 @@ def _columns_with_data(pf: pq.ParquetFile) -> list[str] | None:
         if has_data or name in ("ts", "host", "gpu_uuid"):
             keep.append(name)
     return keep
+
+
+#: Columns ``FileSource.batches(dictionaries=...)`` may hand over as the file's dictionaries
+_DICTIONARY_COLUMNS = frozenset(("namespace", "pod", "container"))
+
+
+def _dictionaries_out(table: pa.Table, names: Sequence[str]
+                      ) -> tuple[pa.Table, dict[str, pa.ChunkedArray]]:
+    """``table`` with the text columns read as dictionaries (``names``) taken out (nulls in
+    their place), so that the sample table's check and its cast to plain text skip them, and
+    those columns, to put back after it. A dictionary of text holds the same values as the text column, and the check
+    has no range to test on text."""
+    kept: dict[str, pa.ChunkedArray] = {}
+    for name in names:
+        i = table.schema.get_field_index(name)
+        if i < 0:
+            continue
+        col = table.column(i)
+        if pa.types.is_dictionary(col.type) and pa.types.is_string(col.type.value_type):
+            kept[name] = col
+            table = table.set_column(i, name, pa.nulls(table.num_rows, pa.string()))
+    return table, kept
 
 
 #: Columns a lean read (``FileSource.batches(lean=True)``) does not decode per row
@@ -726,7 +771,14 @@ class _NullFill:
         have = set(batch.schema.names)
         arrays = [batch.column(name) if name in have else _nulls(name, n)
                   for name in self.names]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema.SAMPLE_SCHEMA)
+        full = schema.SAMPLE_SCHEMA
+        if any(pa.types.is_dictionary(batch.schema.field(name).type) for name in
+               _DICTIONARY_COLUMNS & have):
+            # a text column read as the file's dictionary stays one (from_arrays would
+            # cast it to the schema's plain text)
+            full = pa.schema([f.with_type(a.type) if f.name in _DICTIONARY_COLUMNS else f
+                              for f, a in zip(full, arrays)], metadata=full.metadata)
+        return pa.RecordBatch.from_arrays(arrays, schema=full)
 
 
 #: per column: nulls of its type, as long as the longest batch asked for so far (each of a

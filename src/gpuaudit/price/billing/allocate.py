@@ -66,14 +66,79 @@ def usage_hours(cells: pa.Table, keys: Sequence[str]) -> pa.Table:
         v = pc.if_else(held, pc.fill_null(v, UNATTRIBUTED), pa.scalar(None, pa.string()))
         cols[f"g_{i}"] = v
     for out, src in _VALUE.items():
-        cols[out] = pc.cast(pc.round(pc.multiply(cells.column(src), 1000.0)), pa.int64())
-    unobs = pc.add(cells.column("gap_s"), cells.column("no_reading_s"))
-    cols["unobserved_ms"] = pc.cast(pc.round(pc.multiply(unobs, 1000.0)), pa.int64())
+        cols[out] = _ms(cells.column(src))
+    cols["unobserved_ms"] = _ms(pc.add(cells.column("gap_s"), cells.column("no_reading_s")))
     t = pa.table(cols)
     group = ["host", "period_start", "held", *(f"g_{i}" for i in range(len(keys)))]
-    agg = t.group_by(group, use_threads=False).aggregate(
-        [(c, "sum") for c in (*_VALUE, "unobserved_ms")])
+    agg = group_sums(t, group, [*_VALUE, "unobserved_ms"])
     return agg.rename_columns([c[:-4] if c.endswith("_sum") else c for c in agg.column_names])
+
+
+def _first_seen_groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group (its distinct value of ``key``, numbered in order of first
+    appearance) and each group's first row. Non-negative keys of a small range by direct
+    address; else by a sort of the values."""
+    n = key.shape[0]
+    span = int(key.max()) + 1
+    if span <= 8 * n + 1024:
+        first_at = np.full(span, n, dtype=np.int64)
+        first_at[key[::-1]] = np.arange(n - 1, -1, -1)
+        used = np.flatnonzero(first_at < n)
+        first = first_at[used]
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(span, dtype=np.int64)
+        rank[used[order]] = np.arange(used.shape[0])
+        return np.take(rank, key), first[order]
+    _, at, inverse = np.unique(key, return_index=True, return_inverse=True)
+    order = np.argsort(at, kind="stable")
+    rank = np.empty(order.shape[0], dtype=np.int64)
+    rank[order] = np.arange(order.shape[0])
+    return rank[inverse.reshape(-1)], at[order]
+
+
+def _ms(seconds: Any) -> pa.Array:
+    """Seconds (float64, no nulls) as whole milliseconds, rounded half to even: numpy's
+    ``rint``, the rounding of ``pc.round`` (Arrow's kernel took ~60 ns a value)."""
+    arr = seconds.combine_chunks() if isinstance(seconds, pa.ChunkedArray) else seconds
+    if arr.null_count:
+        return pc.cast(pc.round(pc.multiply(arr, 1000.0)), pa.int64())
+    x = arr.to_numpy(zero_copy_only=False) * 1000.0
+    return pa.array(np.rint(x, out=x).astype(np.int64))
+
+
+def group_sums(t: pa.Table, group: Sequence[str], sums: Sequence[str]) -> pa.Table:
+    """``t.group_by(group, use_threads=False).aggregate([(c, "sum") for c in sums])``, the
+    same table (the groups in order of first appearance, a null key a group of its own; the
+    keys, then ``<c>_sum``), from integer codes: each key dictionary-encoded, the codes
+    combined into one integer, its first-seen encoding the group, and the sums
+    ``numpy.bincount``. Acero's hash grouping of the ~720,000 hourly cells of a month of
+    1,000 GPUs grew its tables row by row (~1 s on one core, after classify); this is ~0.1 s.
+    Integer sums are exact (float64 bincount, checked below 2**53); elsewhere, or with nulls
+    to sum, Acero does it."""
+    n = t.num_rows
+    ints = all(pa.types.is_integer(t.schema.field(c).type) for c in sums)
+    if n == 0 or not ints or any(t.column(c).null_count for c in sums):
+        return t.group_by(list(group), use_threads=False).aggregate([(c, "sum") for c in sums])
+    combined = np.zeros(n, dtype=np.int64)
+    for k in group:
+        enc = pc.dictionary_encode(t.column(k).combine_chunks())
+        size = len(enc.dictionary) + 1  # (the last: null)
+        if size and int(combined.max()) >= (1 << 62) // size:
+            return t.group_by(list(group), use_threads=False).aggregate(
+                [(c, "sum") for c in sums])
+        ind = enc.indices.fill_null(size - 1).to_numpy(zero_copy_only=False)
+        combined = combined * size + ind.astype(np.int64)
+    gid, first = _first_seen_groups(combined)
+    groups = first.shape[0]
+    out = {k: t.column(k).take(pa.array(first)) for k in group}
+    for c in sums:
+        v = t.column(c).to_numpy()
+        if int(np.abs(v).sum()) >= 1 << 53:  # a float sum could round: Acero's exact one
+            return t.group_by(list(group), use_threads=False).aggregate(
+                [(c, "sum") for c in sums])
+        out[f"{c}_sum"] = pa.array(np.bincount(gid, weights=v, minlength=groups)
+                                   .astype(np.int64))
+    return pa.table(out)
 
 
 @dataclass(frozen=True)
