@@ -657,7 +657,7 @@ def _summary_dict(bill: Bill, keys: Sequence[str], method: str, cost: str,
         rates = con.execute(
             "SELECT instance, gpu_model, COALESCE(pricing_category, 'Standard'), "
             "sum(billed_gpu_ms), sum(billed_cost), sum(effective_cost), sum(list_cost), "
-            "sum(lines) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC",
+            "sum(lines) FROM gpu_lines WHERE currency = ? GROUP BY ALL ORDER BY 5 DESC, 1, 2, 3",
             [ccy]).fetchall()
         outside = [r for r in period_rows if r["billed"] == r["unallocated"]
                    and r["billed"] != "0.00"]
