@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit.errors import SampleTableError
-from gpuaudit.series import ImportNote, series_order
+from gpuaudit.series import LEAN_LABEL_KEYS, ImportNote, series_order
 
 __all__ = [
     "COLUMNS",
@@ -182,14 +182,6 @@ class SampleSource(Protocol):
     def events(self) -> tuple[str, ...]: ...
 
     def batches(self) -> Iterator[pa.RecordBatch]: ...
-
-
-#: A lean batch (a source that keeps identities per series, not per row: the native fleet
-#: fetch, :func:`gpuaudit.measure.fleet.dcgm.lean_columns`) carries each ``--by`` label's
-#: value as a dictionary column ``label:<key>`` and no per-row ``labels``; this schema
-#: metadata key lists the label keys its series carry (joined by U+001F), which the
-#: per-row maps would otherwise tell (:class:`gpuaudit.classify.coding.Coding` reads both).
-LEAN_LABEL_KEYS = b"gpuaudit.label_keys"
 
 
 def empty_table() -> pa.Table:

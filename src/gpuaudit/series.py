@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["ImportNote", "series_order"]
+__all__ = ["LEAN_LABEL_KEYS", "ImportNote", "series_order"]
 
 
 @dataclass(frozen=True)
@@ -48,3 +48,11 @@ def series_order(codes: np.ndarray) -> np.ndarray:
     if n and int(codes.max()) < 65536 and int(codes.min()) >= 0:
         return np.asarray(np.argsort(codes.astype(np.uint16), kind="stable"))
     return np.asarray(np.argsort(codes, kind="stable"))
+
+
+#: A lean batch (a source that keeps identities per series, not per row: the native fleet
+#: fetch, :func:`gpuaudit.measure.fleet.dcgm.lean_columns`) carries each ``--by`` label's
+#: value as a dictionary column ``label:<key>`` and no per-row ``labels``; this schema
+#: metadata key lists the label keys its series carry (joined by U+001F), which the
+#: per-row maps would otherwise tell (:class:`gpuaudit.classify.coding.Coding` reads both).
+LEAN_LABEL_KEYS = b"gpuaudit.label_keys"

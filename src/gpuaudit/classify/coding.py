@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuaudit.classify.rows import NS
-from gpuaudit.schema import LEAN_LABEL_KEYS
+from gpuaudit.series import LEAN_LABEL_KEYS
 
 if TYPE_CHECKING:
     import pyarrow as pa
