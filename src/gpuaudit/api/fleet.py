@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace as dc_replace
 from decimal import Decimal
 from pathlib import Path
@@ -592,31 +592,42 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     and 24 h, from a sample table already attributed (or the native fetch's lean batches,
     :class:`~gpuaudit.measure.fleet.native.LeanSamples`: the same rows, the same figures).
     Only the cells are read (:func:`~gpuaudit.classify.passes.classify_cells`)."""
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     from gpuaudit.classify.passes import classify_cells
     from gpuaudit.classify.usage import cells_total
 
-    if not isinstance(table, pa.Table):
-        return _lean_kpis(table, keys, interval_s, start_s=start_s, chunk_s=chunk_s)
-    if table.num_rows == 0:
-        return None, {}
-    ts = table.column("ts").cast(pa.int64()).to_numpy()
-    t0 = float(start_s) if start_s is not None else float(ts.min()) / 1e9
-    day = ((ts / 1e9 - t0) // chunk_s).astype(np.int64)
+    # the rows' timestamps in parts (the table whole, or batch by batch) and the rows a mask
+    # per part keeps, as a source classify reads, in the same order
+    rows: Callable[[list[np.ndarray]], Any]
+    if isinstance(table, pa.Table):
+        if table.num_rows == 0:
+            return None, {}
+        ts = [table.column("ts").cast(pa.int64()).to_numpy()]
+
+        def rows(keep: list[np.ndarray]) -> Any:
+            return table.filter(pa.array(keep[0]))
+    else:
+        from gpuaudit.measure.fleet.native import LeanSamples
+
+        batches = list(table.batches())
+        if not batches:
+            return None, {}
+        ts = [b.column("ts").cast(pa.int64()).to_numpy() for b in batches]
+
+        def rows(keep: list[np.ndarray]) -> Any:
+            return LeanSamples([b.filter(pa.array(k)) for b, k in zip(batches, keep) if k.any()],
+                               origin=table.origin, interval_s=interval_s)
+    t0 = float(start_s) if start_s is not None else float(min(t.min() for t in ts)) / 1e9
+    days = [((t / 1e9 - t0) // chunk_s).astype(np.int64) for t in ts]
     parts = []
-    for d in np.unique(day):
-        sub = table.filter(pa.array(day == d))
-        parts.append(_day_cells(classify_cells(sub, by=keys, interval_s=interval_s,
-                                               cap_intervals=1.0), t0, d, chunk_s))
+    for d in np.unique(np.concatenate(days)):
+        cells = classify_cells(rows([x == d for x in days]), by=keys, interval_s=interval_s,
+                               cap_intervals=1.0)
+        parts.append(_day_cells(cells, t0, int(d), chunk_s))
     daily = pa.concat_tables(parts, promote_options="permissive")
-    end_ns = int(ts.max())
+    end_ns = max(int(t.max()) for t in ts)
     out: dict[str, float | None] = {}
     for label, secs in (("1h", 3600), ("24h", 86400)):
-        sub = table.filter(pc.greater(table.column("ts").cast(pa.int64()),
-                                      end_ns - secs * 1_000_000_000))
+        sub = rows([t > end_ns - secs * 1_000_000_000 for t in ts])
         out[label] = cells_total(classify_cells(sub, interval_s=interval_s, cap_intervals=1.0)
                                  ).mean_util_pct if sub.num_rows else None
     return daily, out
@@ -626,41 +637,6 @@ def _day_cells(cells: pa.Table, t0: float, d: int, chunk_s: float) -> pa.Table:
     start_ns = int((t0 + d * chunk_s) * 1e9)
     return cells.add_column(0, "day_start", pa.array(
         [start_ns] * cells.num_rows, pa.int64()).cast(pa.timestamp("ns", tz="UTC")))
-
-
-def _lean_kpis(samples: Any, keys: Sequence[str], interval_s: float | None, *,
-               start_s: float | None, chunk_s: float,
-               ) -> tuple[Any, dict[str, float | None]]:
-    """:func:`local_kpis` of lean batches: each day's rows (and the last 1 h and 24 h) taken
-    batch by batch, in the same order as from the table."""
-    from gpuaudit.classify.passes import classify_cells
-    from gpuaudit.classify.usage import cells_total
-    from gpuaudit.measure.fleet.native import LeanSamples
-
-    batches = list(samples.batches())
-    if not batches:
-        return None, {}
-    ts = [b.column("ts").cast(pa.int64()).to_numpy() for b in batches]
-    t0 = float(start_s) if start_s is not None else float(min(t.min() for t in ts)) / 1e9
-    days = [((t / 1e9 - t0) // chunk_s).astype(np.int64) for t in ts]
-
-    def part(keep: list[np.ndarray]) -> LeanSamples:
-        return LeanSamples([b.filter(pa.array(k)) for b, k in zip(batches, keep) if k.any()],
-                           origin=samples.origin, interval_s=interval_s)
-
-    parts = []
-    for d in np.unique(np.concatenate(days)):
-        cells = classify_cells(part([x == d for x in days]), by=keys, interval_s=interval_s,
-                               cap_intervals=1.0)
-        parts.append(_day_cells(cells, t0, int(d), chunk_s))
-    daily = pa.concat_tables(parts, promote_options="permissive")
-    end_ns = max(int(t.max()) for t in ts)
-    out: dict[str, float | None] = {}
-    for label, secs in (("1h", 3600), ("24h", 86400)):
-        sub = part([t > end_ns - secs * 1_000_000_000 for t in ts])
-        out[label] = cells_total(classify_cells(sub, interval_s=interval_s, cap_intervals=1.0)
-                                 ).mean_util_pct if sub.num_rows else None
-    return daily, out
 
 
 def _time_window(table: pa.Table, start_s: float | None, end_s: float | None,
