@@ -26,7 +26,7 @@ from gpuaudit.series import LEAN_LABEL_KEYS
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["LEAN_LABEL_KEYS", "CellKey", "Coding"]
+__all__ = ["CellKey", "Coding"]
 
 #: A cell: (series code, the row's value of each ``--by`` key, None where it has none).
 CellKey = tuple[int, tuple[str | None, ...]]

@@ -185,7 +185,7 @@ def series_table(
     series' values (no text per row), ``labels`` null, a column without values of type
     null (no buffers), a ``label:<key>`` column per key,
     and the label keys the rows' series carry in the schema metadata
-    (:data:`~gpuaudit.classify.coding.LEAN_LABEL_KEYS`); not a
+    (:data:`~gpuaudit.series.LEAN_LABEL_KEYS`); not a
     :data:`~gpuaudit.schema.SAMPLE_SCHEMA` table.
     """
     n = int(codes.shape[0])

@@ -431,7 +431,7 @@ class NativeSource:
         attribution (what :func:`~gpuaudit.price.attribution.attribute_table` puts in each
         row's map); ``label_keys``: the keys read from them (``--by team``: ``team``), a
         ``label:<key>`` column each. The batch's schema metadata lists the label keys its
-        series carry (:data:`~gpuaudit.classify.coding.LEAN_LABEL_KEYS`)."""
+        series carry (:data:`~gpuaudit.series.LEAN_LABEL_KEYS`)."""
         for table in self._tables(resolve, tuple(label_keys)):
             yield from table.to_batches()
 
