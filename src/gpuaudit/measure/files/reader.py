@@ -502,8 +502,8 @@ class FileSource:
             row = first_row
             for batch in pq.ParquetFile(path, read_dictionary=read_dictionary(read_cols)
                                         ).iter_batches(batch_size=self._chunk,
-                                                           columns=read_cols,
-                                                           row_groups=groups):
+                                                       columns=read_cols,
+                                                       row_groups=groups):
                 base = row
                 row += batch.num_rows
                 if batch.num_columns < len(full):
@@ -520,8 +520,8 @@ class FileSource:
             for batch in pq.ParquetFile(path, read_dictionary=read_dictionary(cols)
                                         ).iter_batches(batch_size=self._chunk,
                                                        columns=cols,
-                                                           row_groups=groups,
-                                                           use_threads=groups is None):
+                                                       row_groups=groups,
+                                                       use_threads=groups is None):
                 base = row
                 row += batch.num_rows
                 ident = first.identity(batch.column("gpu_uuid"), base)
@@ -633,8 +633,8 @@ def _dictionaries_out(table: pa.Table, names: Sequence[str]
                       ) -> tuple[pa.Table, dict[str, pa.ChunkedArray]]:
     """``table`` with the text columns read as dictionaries (``names``) taken out (nulls in
     their place), so that the sample table's check and its cast to plain text skip them, and
-    those columns, to put back after it. A dictionary of text holds the same values as the text column, and the check
-    has no range to test on text."""
+    those columns, to put back after it. A dictionary of text holds the same values as the
+    text column, and the check has no range to test on text."""
     kept: dict[str, pa.ChunkedArray] = {}
     for name in names:
         i = table.schema.get_field_index(name)
