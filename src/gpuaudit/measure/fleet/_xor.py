@@ -344,28 +344,59 @@ def decode_xor(buf, chunk_meta, n_chunks, out_off, ts, vals):
 
 
 @numba.njit(cache=True, nogil=True)
-def grid_last(ts_ms, vals, keep, start_ms, step_ms, n_steps, idx, last):
-    """Each sample at ``ts_ms`` (ascending within a run, a series' samples one run) onto
-    the step grid ``start_ms + k * step_ms``, k in [0, n_steps): sample t belongs to the
-    first step at or after it (PromQL ``last_over_time(x[step - 1ms])``), the last sample
-    of a step wins. Writes each kept sample's step into ``idx`` and whether it is the
-    step's last into ``last`` (False also outside the grid, or where ``keep`` is False)."""
-    n = ts_ms.shape[0]
-    for i in range(n):
-        if not keep[i]:
-            idx[i] = -1
-            last[i] = False
-            continue
-        k = (ts_ms[i] - start_ms + step_ms - 1) // step_ms
-        idx[i] = k
-        last[i] = 0 <= k < n_steps
-    # a later sample in the same step (same run) supersedes
-    prev = -1
-    for i in range(n - 1, -1, -1):
-        if not last[i]:
-            continue
-        if prev >= 0 and idx[prev] == idx[i] and ts_ms[prev] > ts_ms[i]:
-            last[i] = False
-        else:
-            prev = i
-    return 0
+def grid_points(ts_ms, vals, bounds, start_ms, step_ms, n_steps, sid, k, val):
+    """Series j's samples ``ts_ms[bounds[j]:bounds[j + 1]]`` (not descending) onto the step
+    grid ``start_ms + k * step_ms``, k in [0, n_steps): a sample at t belongs to the first
+    step at or after it (PromQL ``last_over_time(x[step - 1ms])``), the last sample of a
+    step wins, samples off the grid are dropped. Writes the kept points' series, step and
+    value into ``sid``, ``k``, ``val`` (series then step order) and returns their number;
+    -1 (nothing kept) when a series' times descend somewhere (the caller sorts first)."""
+    for j in range(bounds.shape[0] - 1):
+        for i in range(bounds[j] + 1, bounds[j + 1]):
+            if ts_ms[i] < ts_ms[i - 1]:
+                return -1
+    n = 0
+    for j in range(bounds.shape[0] - 1):
+        end = bounds[j + 1]
+        for i in range(bounds[j], end):
+            kk = -((start_ms - ts_ms[i]) // step_ms)  # ceil((t - start) / step)
+            if kk < 0 or kk >= n_steps:
+                continue
+            if i + 1 < end and -((start_ms - ts_ms[i + 1]) // step_ms) == kk:
+                continue  # a later sample of this step wins
+            sid[n] = j
+            k[n] = kk
+            val[n] = vals[i]
+            n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def dense_rows(local, k, metric, val, n_steps, n_local, is_util):
+    """The joined rows of one chunk from its points (series' chunk-local code ``local``,
+    step ``k``, ``metric`` index, value): a row per (code, step) cell where a metric with
+    ``is_util`` has a point, in cell order. Returns each row's cell, each metric's value
+    in each row (``[metric, row]``, NaN where it has no point; a later point of a cell
+    wins) and whether a metric has any point at all."""
+    n_metrics = is_util.shape[0]
+    pos = np.full(n_local * n_steps, -1, dtype=np.int64)
+    for i in range(local.shape[0]):
+        if is_util[metric[i]]:
+            pos[local[i] * n_steps + k[i]] = 0
+    n = 0
+    for c in range(pos.shape[0]):
+        if pos[c] == 0:
+            pos[c] = n
+            n += 1
+    rows = np.empty(n, dtype=np.int64)
+    for c in range(pos.shape[0]):
+        if pos[c] >= 0:
+            rows[pos[c]] = c
+    values = np.full((n_metrics, n), np.nan)
+    seen = np.zeros(n_metrics, dtype=np.bool_)
+    for i in range(local.shape[0]):
+        seen[metric[i]] = True
+        p = pos[local[i] * n_steps + k[i]]
+        if p >= 0:
+            values[metric[i], p] = val[i]
+    return rows, values, seen

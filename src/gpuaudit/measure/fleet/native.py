@@ -211,36 +211,31 @@ def decode_chunked_frames(buf: bytes, *, where: str) -> list[tuple[int, RawSerie
         raise SourceUnavailableError(
             f"remote read: XOR chunk {bad} ends before its {int(per[bad])} samples do "
             "(corrupt answer)", where=where, fix="retry; or use --fetch pushdown")
+    # stale markers out, once over all samples (each chunk's offsets moved to match)
+    stale = bits == np.uint64(STALE_NAN_BITS)
+    if stale.any():
+        kept = np.zeros(bits.shape[0] + 1, dtype=np.int64)
+        np.cumsum(~stale, out=kept[1:])
+        off, ts, bits = kept[off], ts[~stale], bits[~stale]
+    values = bits.view(np.float64)
     # group chunks by series message; consecutive messages with the same labels and query
-    # are one series (the server splits a long series over frames)
+    # are one series (the server splits a long series over frames): their chunks, and so
+    # their samples, lie next to each other in the stream
     out: list[tuple[int, RawSeries]] = []
-    chunk_series = meta[:, 0]
-    bounds = np.searchsorted(chunk_series, np.arange(ns + 1))
+    bounds = np.searchsorted(meta[:, 0], np.arange(ns + 1))
     prev: tuple[int, tuple[tuple[str, str], ...]] | None = None
-    parts: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def flush() -> None:
-        if prev is None:
-            return
-        t = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
-        v = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
-        keep = v != np.uint64(STALE_NAN_BITS)
-        if not keep.all():
-            t, v = t[keep], v[keep]
-        out.append((prev[0], RawSeries(dict(prev[1]), t, v.view(np.float64))))
-
+    lo = 0
     for i in range(ns):
         labels = _labels_of(buf, int(series[i, 0]), int(series[i, 1]))
         key = (int(series[i, 2]), labels)
         if key != prev:
-            flush()
-            prev = key
-            parts = []
-        a, b = int(bounds[i]), int(bounds[i + 1])
-        if b > a:
-            lo, hi = int(off[a]), int(off[b])
-            parts.append((ts[lo:hi], bits[lo:hi]))
-    flush()
+            if prev is not None:
+                hi = int(off[bounds[i]])
+                out.append((prev[0], RawSeries(dict(prev[1]), ts[lo:hi], values[lo:hi])))
+            prev, lo = key, int(off[bounds[i]])
+    if prev is not None:
+        hi = int(off[bounds[ns]])
+        out.append((prev[0], RawSeries(dict(prev[1]), ts[lo:hi], values[lo:hi])))
     return out
 
 
@@ -346,22 +341,19 @@ def on_grid(series: Sequence[RawSeries], start_ms: int, step_ms: int, n_steps: i
     if not series:
         z = np.zeros(0, np.int64)
         return z, z, np.zeros(0)
-    lens = np.array([s.ts_ms.shape[0] for s in series], dtype=np.int64)
-    sid = np.repeat(np.arange(len(series), dtype=np.int64), lens)
+    bounds = np.zeros(len(series) + 1, dtype=np.int64)
+    np.cumsum([s.ts_ms.shape[0] for s in series], out=bounds[1:])
     ts = np.concatenate([s.ts_ms for s in series]).astype(np.int64, copy=False)
     val = np.concatenate([s.values for s in series]).astype(np.float64, copy=False)
-    if ts.shape[0] > 1:
-        back = (np.diff(ts) <= 0) & (sid[1:] == sid[:-1])
-        if back.any():  # not in time order within a series (several export lines): sort
-            order = np.lexsort((ts, sid))
-            sid, ts, val = sid[order], ts[order], val[order]
-    k = -((start_ms - ts) // step_ms)  # ceil((ts - start) / step)
-    inside = (k >= 0) & (k < n_steps)
-    sid, k, val = sid[inside], k[inside], val[inside]
-    last = np.ones(k.shape[0], dtype=bool)
-    if k.shape[0] > 1:
-        last[:-1] = (k[1:] != k[:-1]) | (sid[1:] != sid[:-1])
-    return sid[last], k[last], val[last]
+    kern = _kernel()
+    sid, k, out = (np.empty(ts.shape[0], np.int64), np.empty(ts.shape[0], np.int64),
+                   np.empty(ts.shape[0]))
+    n = kern.grid_points(ts, val, bounds, start_ms, step_ms, n_steps, sid, k, out)
+    if n < 0:  # not in time order within a series (several export lines): sort
+        order = np.lexsort((ts, np.repeat(np.arange(len(series)), np.diff(bounds))))
+        ts, val = ts[order], val[order]
+        n = kern.grid_points(ts, val, bounds, start_ms, step_ms, n_steps, sid, k, out)
+    return sid[:n], k[:n], out[:n]
 
 
 class NativeSource:
@@ -557,24 +549,12 @@ def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.
         return out
     seen = np.bincount(code, minlength=len(ids)) > 0
     present = np.flatnonzero(seen)
-    local_of = np.cumsum(seen) - 1
-    local = local_of[code]
-    cell = local * n_steps + k
-    size = present.shape[0] * n_steps
-    util = [i for i, m in enumerate(metrics)
-            if m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")]
-    has = np.zeros(size, dtype=bool)
-    for i in util:
-        has[cell[metric == i]] = True
-    rows = np.flatnonzero(has)
-    values: dict[str, np.ndarray] = {}
-    for i, m in enumerate(metrics):
-        mine = metric == i
-        if not mine.any():
-            continue
-        grid = np.full(size, np.nan)
-        grid[cell[mine]] = val[mine]
-        values[m] = grid[rows]
+    local = (np.cumsum(seen) - 1)[code]
+    is_util = np.array([m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+                        for m in metrics], dtype=bool)
+    rows, grid, has = _kernel().dense_rows(local, k, metric, val, n_steps,
+                                           present.shape[0], is_util)
+    values = {m: grid[i] for i, m in enumerate(metrics) if has[i]}
     codes = present[rows // n_steps]
     ts_ns = start_ns + (rows % n_steps) * step_ns
     out = series_table(ids, codes, ts_ns.astype(np.int64), values, where=where, lean=lean)
