@@ -265,9 +265,6 @@ def export_series(client: PromClient, match: str, start_s: float, end_s: float,
                   ) -> list[RawSeries]:
     """VictoriaMetrics' ``/api/v1/export`` of the series ``match`` selects in [start, end]
     (labels with ``__name__``, raw samples). A store without it: :class:`RemoteReadRefused`."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
     where = f"{client.url}/api/v1/export"
     resp = client.post_raw("/api/v1/export", data={
         "match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"},
@@ -280,6 +277,58 @@ def export_series(client: PromClient, match: str, start_s: float, end_s: float,
     content = resp.content
     if not content.strip():
         return []
+    got = _scan_export(content, where)
+    return got if got is not None else _read_export_json(content, where)
+
+
+def _scan_export(content: bytes, where: str) -> list[RawSeries] | None:
+    """The export answer read by the compiled scan (:mod:`~gpuaudit.measure.fleet._export`);
+    None when it is not of the shape that scan reads (then a general JSON reader does)."""
+    import json
+
+    from gpuaudit.measure.fleet import _export
+
+    buf = np.frombuffer(content, dtype=np.uint8)
+    counts = np.zeros(4, dtype=np.int64)
+    n_lines, n_samples, n_slow = len(content) // 256 + 16, len(content) // 16 + 16, 64
+    while True:
+        lines = np.empty((n_lines, 4), dtype=np.int64)
+        vals = np.empty(n_samples, dtype=np.float64)
+        ts = np.empty(n_samples, dtype=np.int64)
+        slow = np.empty((n_slow, 3), dtype=np.int64)
+        rc = _export.scan_export(buf, lines, vals, ts, slow, counts)
+        if rc != _export.FULL:
+            break
+        n_lines, n_samples, n_slow = 4 * n_lines, 4 * n_samples, 64 * n_slow
+    if rc == _export.COUNTS_DIFFER:
+        raise _counts_differ(where)
+    if rc:
+        return None
+    for j, a, b in slow[:int(counts[2])].tolist():
+        vals[j] = float(content[a:b])
+    labels_of: dict[bytes, dict[str, str]] = {}  # a series' labels decoded once
+    out = []
+    for a, b, lo, hi in lines[:int(counts[0])].tolist():
+        text = content[a:b]
+        labels = labels_of.get(text)
+        if labels is None:
+            labels = labels_of[text] = {k: v for k, v in json.loads(text).items()
+                                        if v is not None}
+        out.append(RawSeries(dict(labels), ts[lo:hi], vals[lo:hi]))
+    return out
+
+
+def _counts_differ(where: str) -> SourceUnavailableError:
+    return SourceUnavailableError(
+        "the export answer has a series whose values and timestamps differ in number",
+        where=where, fix="retry; if it persists, use --fetch pushdown")
+
+
+def _read_export_json(content: bytes, where: str) -> list[RawSeries]:
+    """The export answer read by pyarrow's JSON reader (any JSON lines of that schema)."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
     schema = pa.schema([("values", pa.list_(pa.float64())),
                         ("timestamps", pa.list_(pa.int64()))])
     try:
@@ -298,9 +347,7 @@ def export_series(client: PromClient, match: str, start_s: float, end_s: float,
     voff = values.offsets.to_numpy()
     if values.null_count or stamps.null_count or \
             not np.array_equal(voff, stamps.offsets.to_numpy()):
-        raise SourceUnavailableError(
-            "the export answer has a series whose values and timestamps differ in number",
-            where=where, fix="retry; if it persists, use --fetch pushdown")
+        raise _counts_differ(where)
     vflat = values.values.to_numpy(zero_copy_only=False)
     tflat = stamps.values.to_numpy(zero_copy_only=False)
     out = []

@@ -1,0 +1,168 @@
+"""The compiled loops of ``--fetch native`` held to plain references (no store needed): the
+VictoriaMetrics export scan equals pyarrow's JSON reader bit for bit, the step grid equals
+the NumPy formulation it replaced, and the dense join's rows and values equal a
+dictionary-built join."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpuaudit.errors import SourceUnavailableError
+from gpuaudit.measure.fleet.native import (
+    RawSeries,
+    _dense_join,
+    _read_export_json,
+    _scan_export,
+    on_grid,
+)
+
+_LABEL_TEXT = st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=8)
+_FLOAT = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-10**6, 10**6).map(float),
+    st.sampled_from([0.0, -0.0, 72.5, 1e6, 1.5e-7, 9007199254740993.0, 1e23, 5e-324]),
+)
+#: how a value is written: as Python writes it, in Go's 'g' style, with trailing zeros
+_STYLE = st.sampled_from(["repr", "g", "pad"])
+
+
+def _write(x: float, style: str) -> str:
+    if style == "g":
+        return f"{x:.17g}"
+    if style == "pad" and x.is_integer() and abs(x) < 1e15:
+        return f"{x:.2f}"
+    return repr(x)
+
+
+def _line(labels: dict[str, str], values: list[str], stamps: list[int]) -> bytes:
+    metric = json.dumps(labels, separators=(",", ":"))
+    return (f'{{"metric":{metric},"values":[{",".join(values)}],'
+            f'"timestamps":[{",".join(map(str, stamps))}]}}\n').encode()
+
+
+@st.composite
+def _answers(draw: st.DrawFn) -> bytes:
+    out = b""
+    for _ in range(draw(st.integers(1, 4))):
+        labels = {"__name__": "DCGM_FI_DEV_GPU_UTIL",
+                  **draw(st.dictionaries(_LABEL_TEXT, _LABEL_TEXT, max_size=3))}
+        xs = draw(st.lists(_FLOAT, max_size=6))
+        style = draw(_STYLE)
+        stamps = draw(st.lists(st.integers(-10**15, 10**15), min_size=len(xs),
+                               max_size=len(xs)))
+        out += _line(labels, [_write(x, style) for x in xs], stamps)
+    return out
+
+
+def _same(a: list[RawSeries], b: list[RawSeries]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.labels == y.labels
+        assert x.ts_ms.dtype == y.ts_ms.dtype and np.array_equal(x.ts_ms, y.ts_ms)
+        assert x.values.dtype == y.values.dtype
+        assert np.array_equal(x.values.view(np.int64), y.values.view(np.int64))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_answers())
+def test_export_scan_equals_the_json_reader(content: bytes) -> None:
+    got = _scan_export(content, "test")
+    assert got is not None  # VictoriaMetrics' shape: the compiled scan reads it
+    _same(got, _read_export_json(content, "test"))
+
+
+def test_export_scan_leaves_another_shape_to_the_json_reader() -> None:
+    content = (b'{"values": [1.5, 2], "metric": {"__name__": "x", "UUID": "u"}, '
+               b'"timestamps": [1000, 2000]}\n')
+    assert _scan_export(content, "test") is None
+    got = _read_export_json(content, "test")
+    assert got[0].labels == {"__name__": "x", "UUID": "u"}
+    assert got[0].values.tolist() == [1.5, 2.0] and got[0].ts_ms.tolist() == [1000, 2000]
+
+
+def test_export_values_and_timestamps_differing_in_number_is_an_error() -> None:
+    content = _line({"__name__": "x"}, ["1", "2"], [1000])
+    with pytest.raises(SourceUnavailableError, match="differ in number"):
+        _scan_export(content, "http://vm:8428/api/v1/export")
+    with pytest.raises(SourceUnavailableError, match="differ in number"):
+        _read_export_json(content, "http://vm:8428/api/v1/export")
+
+
+def _on_grid_numpy(series: list[RawSeries], start_ms: int, step_ms: int, n_steps: int,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """on_grid as it was written in NumPy (the specification the compiled loop keeps)."""
+    lens = np.array([s.ts_ms.shape[0] for s in series], dtype=np.int64)
+    sid = np.repeat(np.arange(len(series), dtype=np.int64), lens)
+    ts = np.concatenate([s.ts_ms for s in series]).astype(np.int64, copy=False)
+    val = np.concatenate([s.values for s in series]).astype(np.float64, copy=False)
+    if ts.shape[0] > 1:
+        back = (np.diff(ts) <= 0) & (sid[1:] == sid[:-1])
+        if back.any():
+            order = np.lexsort((ts, sid))
+            sid, ts, val = sid[order], ts[order], val[order]
+    k = -((start_ms - ts) // step_ms)
+    inside = (k >= 0) & (k < n_steps)
+    sid, k, val = sid[inside], k[inside], val[inside]
+    last = np.ones(k.shape[0], dtype=bool)
+    if k.shape[0] > 1:
+        last[:-1] = (k[1:] != k[:-1]) | (sid[1:] != sid[:-1])
+    return sid[last], k[last], val[last]
+
+
+@st.composite
+def _series(draw: st.DrawFn) -> RawSeries:
+    ts = draw(st.lists(st.integers(-20_000, 200_000), max_size=30))
+    if draw(st.booleans()):
+        ts = sorted(ts)
+    vals = draw(st.lists(st.floats(allow_nan=False), min_size=len(ts), max_size=len(ts)))
+    return RawSeries({}, np.array(ts, dtype=np.int64), np.array(vals, dtype=np.float64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_series(), min_size=1, max_size=5), st.integers(-5_000, 5_000),
+       st.sampled_from([1, 1000, 15_000]), st.integers(1, 20))
+def test_on_grid_equals_the_numpy_formulation(series: list[RawSeries], start_ms: int,
+                                              step_ms: int, n_steps: int) -> None:
+    got = on_grid(series, start_ms, step_ms, n_steps)
+    want = _on_grid_numpy(series, start_ms, step_ms, n_steps)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and np.array_equal(g, w)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 2), st.integers(0, 5),
+                          st.floats(0, 100, width=32)), min_size=1, max_size=40))
+def test_dense_join_equals_a_dictionary_join(points: list[tuple[int, int, int, float]],
+                                             ) -> None:
+    from gpuaudit.measure.fleet.dcgm import series_id
+
+    metrics = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE",
+               "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
+    ids = [series_id({"UUID": f"GPU-{i}", "Hostname": "h"}, default_host="h", where="t")
+           for i in range(5)]
+    code = np.array([p[0] for p in points], dtype=np.int64)
+    metric = np.array([p[1] for p in points], dtype=np.int64)
+    k = np.array([p[2] for p in points], dtype=np.int64)
+    val = np.array([p[3] for p in points])
+    table, _notes = _dense_join(ids, code, metric, k, val, metrics, 0, 15_000_000_000, 6,
+                                where="t")
+    cells: dict[tuple[int, int], dict[int, float]] = {}
+    for c, m, kk, v in points:
+        cells.setdefault((c, kk), {})[m] = v  # a later point of a cell wins
+    want = sorted((c, kk, got) for (c, kk), got in cells.items() if 0 in got or 2 in got)
+    assert table.num_rows == len(want)
+    rows = sorted(zip([int(u.split("-")[1]) for u in table.column("gpu_uuid").to_pylist()],
+                      [t // 15_000_000_000 for t in
+                       table.column("ts").cast("int64").to_pylist()],
+                      table.column("util_gpu_pct").to_pylist(),
+                      table.column("power_w").to_pylist()
+                      if "power_w" in table.column_names else [None] * table.num_rows))
+    for (c, kk, util, power), (wc, wk, got) in zip(rows, want):
+        assert (c, kk) == (wc, wk)
+        assert util == got.get(0) or (util is None and got.get(0) is None)
+        assert power == got.get(1) or (power is None and got.get(1) is None)
