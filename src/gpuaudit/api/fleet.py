@@ -614,7 +614,9 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
         ts = [b.column("ts").cast(pa.int64()).to_numpy() for b in batches]
 
         def rows(keep: list[np.ndarray]) -> Any:
-            return LeanSamples([b.filter(pa.array(k)) for b, k in zip(batches, keep) if k.any()],
+            # a batch is one time chunk: a day or window mostly keeps it whole (no copy)
+            return LeanSamples([b if k.all() else b.filter(pa.array(k))
+                                for b, k in zip(batches, keep) if k.any()],
                                origin=table.origin, interval_s=interval_s)
     t0 = float(start_s) if start_s is not None else float(min(t.min() for t in ts)) / 1e9
     days = [((t / 1e9 - t0) // chunk_s).astype(np.int64) for t in ts]
