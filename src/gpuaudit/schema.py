@@ -36,6 +36,7 @@ __all__ = [
     "SampleSource",
     "build_table",
     "empty_table",
+    "float_blanks",
     "null_sentinels",
     "series_order",
     "validate",
@@ -241,6 +242,13 @@ def build_table(columns: Mapping[str, Any], length: int | None = None) -> pa.Tab
         length = len(columns["ts"])
     arrays = [_as_array(columns.get(c.name), c, length) for c in COLUMNS]
     return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)
+
+
+def float_blanks(x: np.ndarray) -> np.ndarray:
+    """Where float64 values ``x`` are DCGM blank sentinels (magnitude >= 2**47; NaN is not
+    one): the values :func:`null_sentinels` turns into nulls besides NaN, for a caller that
+    holds NumPy arrays (no Arrow round trip)."""
+    return np.asarray(np.abs(x) >= _DCGM_FP64_BLANK_MIN)
 
 
 def null_sentinels(arr: pa.Array) -> tuple[pa.Array, int]:

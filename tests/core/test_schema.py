@@ -4,6 +4,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from coretables import series_table
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuaudit.errors import SampleTableError
 from gpuaudit.schema import (
@@ -11,6 +13,7 @@ from gpuaudit.schema import (
     DCGM_SENTINEL_MIN,
     SAMPLE_SCHEMA,
     build_table,
+    float_blanks,
     null_sentinels,
     validate,
 )
@@ -98,6 +101,17 @@ def test_null_sentinels_turns_dcgm_blanks_and_nan_into_nulls():
     assert n == 1 and out.to_pylist() == [1.0, None, 2.0]
     mask = pa.array([np.uint64(2**63 + 5)], pa.uint64())
     assert null_sentinels(mask)[1] == 0  # bitmasks use every bit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.floats(), st.sampled_from(
+    [2.0**47, -(2.0**47), 2.0**47 - 1, 9223372036854775794.0, float("inf")])), max_size=30))
+def test_float_blanks_and_nan_are_what_null_sentinels_nulls(xs: list[float]) -> None:
+    x = np.array(xs, dtype=np.float64)
+    out, n = null_sentinels(pa.array(x, type=pa.float64()))
+    bad = np.isnan(x) | float_blanks(x)
+    assert n == int(bad.sum())
+    assert out.is_null().to_numpy(zero_copy_only=False).tolist() == bad.tolist()
 
 
 def test_every_column_has_a_doc_and_unit_in_name_where_numeric():

@@ -40,7 +40,7 @@ from gpuaudit.schema import (
     ImportNote,
     SeriesId,
     build_table,
-    null_sentinels,
+    float_blanks,
 )
 
 __all__ = [
@@ -254,13 +254,14 @@ def series_table(
                     f"{int(blank.sum())} blank value(s) (DCGM int32 sentinel) read as null",
                     int(blank.sum()), where=f"{where}: {metric}", column=col))
                 x = np.where(blank, np.nan, x)
-        nulled, count = null_sentinels(pa.array(x, type=pa.float64()))
-        nan_before = int(np.isnan(x).sum())
-        if count - nan_before > 0:
+        # what null_sentinels nulls besides NaN, counted and made NaN in NumPy
+        blank = float_blanks(x)
+        count = int(blank.sum())
+        if count:
             notes.append(ImportNote(
-                f"{count - nan_before} DCGM blank sentinel value(s) (e.g. 9223372036854775794) "
-                "read as null", count - nan_before, where=f"{where}: {metric}", column=col))
-        x = np.asarray(nulled.to_numpy(zero_copy_only=False), dtype=np.float64)
+                f"{count} DCGM blank sentinel value(s) (e.g. 9223372036854775794) "
+                "read as null", count, where=f"{where}: {metric}", column=col))
+            x = np.where(blank, np.nan, x)
         if factor != 1.0:
             x = x * factor
         if col in merged:
