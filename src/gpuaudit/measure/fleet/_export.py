@@ -1,7 +1,7 @@
 """The compiled scan of VictoriaMetrics' ``/api/v1/export`` answer (imported only by
 :mod:`gpuaudit.measure.fleet.native`: it imports numba): JSON lines of the form
 ``{"metric":{...},"values":[...],"timestamps":[...]}`` as VictoriaMetrics writes them
-(``lib/protoparser``: that key order, no spaces). Numbers are read exactly: a decimal with
+(that key order, no spaces: checked on its answers here). Numbers are read exactly: a decimal with
 at most 19 significant digits whose value is ``m * 10**e`` with ``m <= 2**53`` and
 ``|e| <= 22`` is one correctly rounded operation (Clinger's fast path: both operands are
 exact doubles), which is what a correct parser returns; any other number is handed back
