@@ -507,3 +507,35 @@ def test_whole_audit_native_equals_raw_and_pushdown(prom: str, split: tuple[str,
     assert [(d["day_start"], d["gpu_hours"], d["idle_gpu_hours"], d["cost_usd"])
             for d in a["days"]] == [(d["day_start"], d["gpu_hours"], d["idle_gpu_hours"],
                                      d["cost_usd"]) for d in b["days"]]  # type: ignore[union-attr]
+
+
+def test_native_rows_do_not_depend_on_the_stores_answer_order(split: tuple[str, str],
+                                                              fleet: Fleet) -> None:
+    """VictoriaMetrics' export lists series in the order its search finishes: the same
+    answer in any order gives the same rows (so the same series numbering, and the report's
+    patterns and diagnoses in one order), Prometheus' label-set order."""
+    import random
+
+    import pyarrow as pa
+
+    from gpuaudit.measure.fleet.native import NativeSource, RawSeries
+    from gpuaudit.schema import SAMPLE_SCHEMA
+
+    class Shuffled(NativeSource):
+        seed = 0
+
+        def fetch(self, a_s: float, b_s: float) -> list[RawSeries]:
+            got = super().fetch(a_s, b_s)
+            random.Random(self.seed).shuffle(got)
+            return got
+
+    c = PromClient(split[1])
+    kw = {"start_s": float(fleet.start_s + 15), "end_s": float(fleet.end_s), "step_s": 15.0}
+    tables = []
+    for seed in (1, 2, 3):
+        src = Shuffled(c, "export", **kw)
+        src.seed = seed
+        tables.append(pa.Table.from_batches(list(src.batches()), schema=SAMPLE_SCHEMA))
+    c.close()
+    assert tables[0].num_rows > 1_000
+    assert all(t.equals(tables[0]) for t in tables[1:])

@@ -503,9 +503,13 @@ class NativeSource:
                 ahead = pool.submit(self.fetch, *chunks[i + 1]) if i + 1 < len(chunks) \
                     else None
                 n_steps = round((b - a) / self.step_s) + 1
-                # as the raw pull: per metric (in RAW_METRICS order), series by series
+                # as the raw pull: per metric (in RAW_METRICS order), series by series in
+                # the order of their label sets (Prometheus answers in it; VictoriaMetrics'
+                # export in whatever order its search finishes, which would otherwise
+                # number the series, and list the report's patterns, differently per run)
                 got = sorted((s for s in got if s.labels.get("__name__") in order),
-                             key=lambda s: order[s.labels["__name__"]])
+                             key=lambda s: (order[s.labels["__name__"]],
+                                            sorted(s.labels.items())))
                 sidx, k, val = on_grid(got, round(a * 1000), step_ms, n_steps)
                 # each series' code (its identity without __name__), then the rows of
                 # _join_chunk (steps carrying GPU_UTIL or GR_ENGINE_ACTIVE, every metric's
