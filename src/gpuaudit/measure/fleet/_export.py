@@ -38,6 +38,18 @@ def _expect(buf, pos, lit):
 
 
 @numba.njit(cache=True, nogil=True)
+def _after_item(buf, pos):
+    """Past a list item's separator: ``(pos + 1, False)`` after ``,`` (more follow),
+    ``(pos + 1, True)`` after ``]`` (the list ends), ``(-1, True)`` for anything else."""
+    if pos < buf.shape[0]:
+        if buf[pos] == 44:  # ,
+            return pos + 1, False
+        if buf[pos] == 93:  # ]
+            return pos + 1, True
+    return -1, True
+
+
+@numba.njit(cache=True, nogil=True)
 def _object_end(buf, pos):
     """Past the JSON object starting at ``pos`` (``{``), strings skipped; -1 if cut."""
     depth = 0
@@ -171,13 +183,11 @@ def scan_export(buf, lines, vals, ts, slow, counts):
                     nslow += 1
                 vals[ns] = x
                 ns += 1
-                if p < n and buf[p] == 44:  # ,
-                    p += 1
-                elif p < n and buf[p] == 93:
-                    p += 1
-                    break
-                else:
+                p, done = _after_item(buf, p)
+                if p < 0:
                     return NOT_EXPORT
+                if done:
+                    break
         p = _expect(buf, p, _STAMPS)
         if p < 0:
             return NOT_EXPORT
@@ -200,13 +210,11 @@ def scan_export(buf, lines, vals, ts, slow, counts):
                 if nt < ns:
                     ts[nt] = -t if neg else t
                 nt += 1
-                if p < n and buf[p] == 44:
-                    p += 1
-                elif p < n and buf[p] == 93:
-                    p += 1
-                    break
-                else:
+                p, done = _after_item(buf, p)
+                if p < 0:
                     return NOT_EXPORT
+                if done:
+                    break
         if nt != ns:
             return COUNTS_DIFFER
         if p >= n or buf[p] != 125:
