@@ -139,8 +139,10 @@ def bill(
     else:
         assert prometheus is not None
         opened, side = bill_f.result()
+        # (fetchall: fetchone would leave the result open, and DuckDB refuses the next
+        # register on the connection until it is finished)
         span = opened.con.execute(
-            "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchone()
+            "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchall()[0]
         if span[0] is None:
             raise InputError("the bill has no lines", where=opened.origin,
                              fix="give a bill export with usage lines")
