@@ -122,12 +122,20 @@ def _billed_gpu_ms(d: Dialect) -> str:
     def per(ms: int) -> str:
         return f"CAST({gpus} * {ms} AS {d.factor})"
 
+    def rounded(ms: int) -> str:
+        # a whole quantity (an hourly line's 1 hour) is an integer product, the same value
+        # as the decimal one rounded; the 38-digit product and its rounding cost ~0.3 us a
+        # line (1.5 s of CPU over 5.7M GPU lines), the integer one a tenth of that
+        return (f"CASE WHEN b.quantity = floor(b.quantity) AND abs(b.quantity) < 1000000 "
+                f"THEN CAST(b.quantity AS {d.bigint}) * {gpus} * {ms} "
+                f"ELSE CAST(round({q} * {per(ms)}) AS {d.bigint}) END")
+
     return (
         "CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 "
         "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') "
-        f"THEN CAST(round({q} * {per(3600000)}) AS {d.bigint}) "
+        f"THEN {rounded(3600000)} "
         "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') "
-        f"THEN CAST(round({q} * {per(1000)}) AS {d.bigint}) "
+        f"THEN {rounded(1000)} "
         f"ELSE {d.ms_between('b.charge_start', 'b.charge_end')} * {gpus} END")
 
 
