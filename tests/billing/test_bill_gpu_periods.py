@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import duckdb
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bill_one_scan import _write, bills
@@ -89,3 +91,11 @@ def test_gpu_lines_equal_the_grouping_of_every_line(
     assert _rows(con, "SELECT * FROM gpu_lines") == _rows(con, old)
     assert [str(t) for t in con.execute("DESCRIBE gpu_lines").fetchall()] == [
         str(t) for t in con.execute(f"DESCRIBE {old}").fetchall()]
+
+
+def test_only_the_bill_relations_can_be_made_ahead() -> None:
+    """``ready`` names relations over the bill alone: a relation that needs the telemetry
+    (``gpu_lines``) given as made is refused, not silently left stale."""
+    with pytest.raises(ValueError, match="made ahead"):
+        run_duckdb(duckdb.connect(), 1, "allocation", "billed", WINDOWS[0],
+                   ready=("gpu_periods", "gpu_lines"))
