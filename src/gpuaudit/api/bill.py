@@ -107,10 +107,11 @@ def bill(
     keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     names = [k[6:] if k.startswith("label:") else k for k in keys]
     fine = tuple(dict.fromkeys([*keys, "pod"]))
-    # the bill is read, checked and summed (what needs no telemetry) in a second thread
-    # while the telemetry is classified: DuckDB works outside the interpreter lock
+    # the bill is read, checked and summed (what needs no telemetry, the DuckDB join's sums
+    # per charge period included) in a second thread while the telemetry is classified:
+    # DuckDB works outside the interpreter lock
     bill_f = _in_thread(lambda: _open(
-        open_bill(bill_path, fmt=fmt, memory_limit=memory_limit), cost))
+        open_bill(bill_path, fmt=fmt, memory_limit=memory_limit), cost, engine == "duckdb"))
     if telemetry is not None:
         try:
             source = open_source(telemetry)
@@ -138,8 +139,10 @@ def bill(
     else:
         assert prometheus is not None
         opened, side = bill_f.result()
+        # (fetchall: fetchone would leave the result open, and DuckDB refuses the next
+        # register on the connection until it is finished)
         span = opened.con.execute(
-            "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchone()
+            "SELECT min(charge_start), max(charge_end) FROM bill_lines").fetchall()[0]
         if span[0] is None:
             raise InputError("the bill has no lines", where=opened.origin,
                              fix="give a bill export with usage lines")
@@ -201,10 +204,10 @@ def _in_thread(work: Callable[[], T]) -> Future[T]:
     return fut
 
 
-def _open(opened: Bill, cost: str) -> tuple[Bill, BillSide]:
+def _open(opened: Bill, cost: str, join_ahead: bool) -> tuple[Bill, BillSide]:
     from gpuaudit.price.billing.allocate import bill_side
 
-    return opened, bill_side(opened, cost=cost)
+    return opened, bill_side(opened, cost=cost, join_ahead=join_ahead)
 
 
 def _epoch_text(ts: Any) -> pa.Array:

@@ -31,7 +31,7 @@ from gpuaudit.price.billing.reconcile import (
     reconcile_cents,
     split_cents,
 )
-from gpuaudit.price.billing.sql.engines import run_join
+from gpuaudit.price.billing.sql.engines import run_bill_relations, run_join
 from gpuaudit.price.billing.sql.join import COMMITMENT_ROLES, INPUTS, PROVIDER_PHASE, split_key
 from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
@@ -195,14 +195,23 @@ class BillSide:
     commitments: Mapping[str, dict[str, Any]]
     overlaps: dict[str, Any]
     duplicates: dict[str, Any]
+    #: the distinct (resource id, resource name) of the GPU lines (matched to telemetry hosts)
+    gpu_resources: tuple[tuple[str | None, str | None], ...]
+    #: the join's relations over the bill alone made on the connection (``BILL_RELATIONS``,
+    #: ``sql/engines.py`` ``run_bill_relations``): the DuckDB join does not make them again
+    ready: tuple[str, ...] = ()
 
 
 def bill_side(bill: Bill, *, cost: str = "billed",
-              catalog: Sequence[CatalogEntry] | None = None) -> BillSide:
+              catalog: Sequence[CatalogEntry] | None = None,
+              join_ahead: bool = True) -> BillSide:
     """The GPU SKUs of ``bill`` (matched in ``catalog``, else the embedded one) as the
     ``gpu_skus`` temp table on its connection, and every figure of the report that depends on
     the bill alone (:class:`BillSide`). Nothing here needs the telemetry, so it can run while
-    the telemetry is classified (DuckDB works outside the interpreter lock)."""
+    the telemetry is classified (DuckDB works outside the interpreter lock). ``join_ahead``:
+    also make the DuckDB join's relations over the bill alone (``BILL_RELATIONS``) on the
+    connection (the GPU lines summed per charge period: most of the join's reading of the
+    bill)."""
     if cost not in COST_COLUMNS:
         raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
     con = bill.con
@@ -274,11 +283,16 @@ def bill_side(bill: Bill, *, cost: str = "billed",
     gpu = {str(r[0]): (int(r[1]), int(r[2])) for r in con.execute(
         f"SELECT currency, sum(n), CAST(COALESCE(sum({col}), 0) * {UNITS_PER_USD} "
         "AS HUGEINT) FROM bill_cube WHERE gpu GROUP BY currency").fetchall()}
+    resources = con.execute(
+        "SELECT DISTINCT b.resource_id, b.resource_name FROM bill_lines b "
+        "JOIN gpu_skus s ON b.sku_text = s.sku_text").fetchall()
     return BillSide(cost=cost, currencies=currencies, totals=totals, non_gpu=non_gpu,
                     model_rates={c: _model_rates(con, c, cube=True) for c in currencies},
                     bucket_kinds=kinds, bucket_gpu=gpu,
                     commitments={c: _commitments(con, c) for c in currencies},
-                    overlaps=_overlaps(con), duplicates=_duplicates(con))
+                    overlaps=_overlaps(con), duplicates=_duplicates(con),
+                    gpu_resources=tuple((r[0], r[1]) for r in resources),
+                    ready=run_bill_relations(con) if join_ahead else ())
 
 
 def allocate(
@@ -320,11 +334,8 @@ def allocate(
     by_name = {h.lower(): h for h in hosts}
     for alias, target in (host_aliases or {}).items():
         by_name[target.lower()] = alias
-    resources = con.execute(
-        "SELECT DISTINCT b.resource_id, b.resource_name FROM bill_lines b "
-        "JOIN gpu_skus s ON b.sku_text = s.sku_text").fetchall()
     pairs: dict[str, str] = {}
-    for rid, name in resources:
+    for rid, name in side.gpu_resources:
         for cand in _host_candidates(rid, name):
             if cand in by_name and rid is not None:
                 pairs[rid] = by_name[cand]
@@ -344,7 +355,7 @@ def allocate(
             dest = str(out / f"{rel}.parquet").replace("'", "''")
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
         write_sql_dir(out, len(keys), method, cost, win, sql_dialect)
-    run_join(con, engine, len(keys), method, cost, win, spark=spark)
+    run_join(con, engine, len(keys), method, cost, win, spark=spark, ready=side.ready)
     return _summarise(bill, keys, method, cost, window, pairs, hosts, side)
 
 

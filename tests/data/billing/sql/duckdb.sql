@@ -56,6 +56,20 @@ CREATE TABLE split_groups (
 
 -- the join: method allocation, cost billed, window 2026-10-05T00:00:00Z .. 2026-10-05T06:00:00Z
 
+CREATE OR REPLACE TEMP TABLE gpu_periods AS
+SELECT currency, charge_start, charge_end, pricing_category, instance, gpu_model, split_key, sum(billed_cost) AS billed_cost,
+       sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
+       sum(billed_gpu_ms) AS billed_gpu_ms, count(*) AS lines
+FROM (
+  SELECT b.currency, b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model,
+         CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') THEN CASE WHEN b.quantity = floor(b.quantity) AND abs(b.quantity) < 1000000 THEN CAST(b.quantity AS BIGINT) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 ELSE CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS DECIMAL(12,0))) AS BIGINT) END WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') THEN CASE WHEN b.quantity = floor(b.quantity) AND abs(b.quantity) < 1000000 THEN CAST(b.quantity AS BIGINT) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 ELSE CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 AS DECIMAL(12,0))) AS BIGINT) END ELSE (epoch_ms(b.charge_end) - epoch_ms(b.charge_start)) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END AS billed_gpu_ms,
+         CASE WHEN b.line_role = 'provider split' THEN (COALESCE(b.allocated_tags, '') || '|' || COALESCE(b.allocated_resource_name, b.allocated_resource_id, '')) END AS split_key
+  FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
+  WHERE b.line_role IS NULL OR b.line_role NOT IN ('commitment purchase', 'unused commitment')
+) x
+GROUP BY currency, charge_start, charge_end, pricing_category, instance, gpu_model, split_key;
+
 CREATE OR REPLACE TEMP TABLE gpu_lines AS
 SELECT currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, split_key, sum(billed_cost) AS billed_cost,
        sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
@@ -63,25 +77,25 @@ SELECT currency, resource_id, host, charge_start, charge_end, pricing_category, 
        CAST(sum(billed_cost) * 1000000000000 AS HUGEINT) AS cost_units,
        count(*) AS lines
 FROM (
-  SELECT b.currency,
-         CASE WHEN b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00'
-              THEN NULL ELSE b.resource_id END AS resource_id,
-         b.charge_start, b.charge_end, b.pricing_category,
-         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model,
-         CASE WHEN b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00'
-              THEN NULL ELSE h.host END AS host,
-         CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS DECIMAL(12,0))) AS BIGINT) WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 AS DECIMAL(12,0))) AS BIGINT) ELSE (epoch_ms(b.charge_end) - epoch_ms(b.charge_start)) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END AS billed_gpu_ms,
+  SELECT b.currency, b.resource_id, b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
+         CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') THEN CASE WHEN b.quantity = floor(b.quantity) AND abs(b.quantity) < 1000000 THEN CAST(b.quantity AS BIGINT) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 ELSE CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS DECIMAL(12,0))) AS BIGINT) END WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') THEN CASE WHEN b.quantity = floor(b.quantity) AND abs(b.quantity) < 1000000 THEN CAST(b.quantity AS BIGINT) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 ELSE CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) * 1000 AS DECIMAL(12,0))) AS BIGINT) END ELSE (epoch_ms(b.charge_end) - epoch_ms(b.charge_start)) * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END AS billed_gpu_ms,
          CASE WHEN b.line_role = 'provider split' THEN NULL
-              WHEN b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00'
-              THEN 'outside telemetry'
               WHEN h.host IS NULL THEN 'no telemetry for this node'
               ELSE NULL END AS no_data_reason,
          CASE WHEN b.line_role = 'provider split' THEN (COALESCE(b.allocated_tags, '') || '|' || COALESCE(b.allocated_resource_name, b.allocated_resource_id, '')) END AS split_key
   FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
   LEFT JOIN host_map h ON b.resource_id = h.resource_id
-  WHERE b.line_role IS NULL OR b.line_role NOT IN ('commitment purchase', 'unused commitment')
+  WHERE NOT COALESCE((b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00'), FALSE) AND (b.line_role IS NULL OR b.line_role NOT IN ('commitment purchase', 'unused commitment'))
 ) x
-GROUP BY currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, split_key;
+GROUP BY currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, split_key
+UNION ALL  -- the charge periods outside the window: their sums, without resource or host
+SELECT b.currency, CAST(NULL AS VARCHAR), CAST(NULL AS VARCHAR), b.charge_start,
+       b.charge_end, b.pricing_category, b.instance, b.gpu_model,
+       CASE WHEN b.split_key IS NULL THEN 'outside telemetry' END, b.split_key,
+       b.billed_cost, b.effective_cost, b.list_cost, b.billed_gpu_ms,
+       CAST(b.billed_cost * 1000000000000 AS HUGEINT), b.lines
+FROM gpu_periods b WHERE (b.charge_end <= TIMESTAMPTZ '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMPTZ '2026-10-05 06:00:00+00');
 
 CREATE OR REPLACE TEMP TABLE split_weights AS
 SELECT x.currency, x.resource_id, x.charge_start, x.charge_end, x.split_key,

@@ -17,9 +17,12 @@ Five input relations (their DDL: :func:`inputs_ddl`):
   time, and a credit, refund or adjustment on the same resource and charge period follows
   that split. Lines of a commitment's purchase or unused part are no GPU time and stay out.
 
-Six relations derived in order (:func:`relations`), each a plain ``SELECT`` over the inputs
+Nine relations derived in order (:func:`relations`), each a plain ``SELECT`` over the inputs
 and the ones before it; an engine adapter materializes each under its name. Three are the
-results: ``gpu_lines``, ``alloc`` and ``period_totals``.
+results: ``gpu_lines``, ``alloc`` and ``period_totals``. The first, ``gpu_periods`` (the GPU
+lines summed per charge period), reads the bill and ``gpu_skus`` alone
+(``BILL_RELATIONS``, :func:`bill_relations`): an engine may make it before the telemetry is
+read (``gpuaudit.bill`` does, while classify reads it).
 
 Money is integer units of 1e-12 (``DECIMAL(38,12)`` scaled) in a 38-digit decimal, so every
 allocation is an integer product and an exact truncating integer division: no float. Each
@@ -41,8 +44,8 @@ from __future__ import annotations
 
 from gpuaudit.price.billing.sql.dialects import DIALECTS, Dialect
 
-__all__ = ["COST_COLUMNS", "INPUTS", "METHODS", "PHASE_COLS", "RESULTS", "UNITS_PER_USD",
-           "inputs_ddl", "relations", "script"]
+__all__ = ["BILL_RELATIONS", "COST_COLUMNS", "INPUTS", "METHODS", "PHASE_COLS", "RESULTS",
+           "UNITS_PER_USD", "bill_relations", "inputs_ddl", "relations", "script"]
 
 METHODS: tuple[str, ...] = ("allocation", "usage")
 UNITS_PER_USD = 1_000_000_000_000  # 1e-12 USD: the scale of DECIMAL(38,12)
@@ -55,6 +58,9 @@ COMMITMENT_ROLES = ("commitment purchase", "unused commitment")
 #: the phase of a line the provider split itself (FOCUS 1.3 Allocated*): no measured phase
 PROVIDER_PHASE = "provider_split"
 RESULTS = ("gpu_lines", "alloc", "period_totals")
+#: the derived relations over the bill and ``gpu_skus`` alone, whatever the telemetry, the
+#: method, the cost basis and the group keys (the first of :func:`relations`)
+BILL_RELATIONS = ("gpu_periods",)
 
 # the columns of bill_lines the join reads (readers.py makes more)
 _BILL_COLUMNS = (
@@ -116,12 +122,20 @@ def _billed_gpu_ms(d: Dialect) -> str:
     def per(ms: int) -> str:
         return f"CAST({gpus} * {ms} AS {d.factor})"
 
+    def rounded(ms: int) -> str:
+        # a whole quantity (an hourly line's 1 hour) is an integer product, the same value
+        # as the decimal one rounded; the 38-digit product and its rounding cost ~0.3 us a
+        # line (1.5 s of CPU over 5.7M GPU lines), the integer one a tenth of that
+        return (f"CASE WHEN b.quantity = floor(b.quantity) AND abs(b.quantity) < 1000000 "
+                f"THEN CAST(b.quantity AS {d.bigint}) * {gpus} * {ms} "
+                f"ELSE CAST(round({q} * {per(ms)}) AS {d.bigint}) END")
+
     return (
         "CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0 "
         "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h') "
-        f"THEN CAST(round({q} * {per(3600000)}) AS {d.bigint}) "
+        f"THEN {rounded(3600000)} "
         "WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's') "
-        f"THEN CAST(round({q} * {per(1000)}) AS {d.bigint}) "
+        f"THEN {rounded(1000)} "
         f"ELSE {d.ms_between('b.charge_start', 'b.charge_end')} * {gpus} END")
 
 
@@ -144,10 +158,32 @@ def relations(n_keys: int, method: str, cost: str = "billed",
 
     # a line outside the telemetry's window keeps neither its resource nor its host: such
     # lines are summed per charge period (a year's bill beside a month of telemetry: ~10x
-    # fewer groups than per node)
+    # fewer groups than per node). The sums per charge period need the bill alone
+    # (``gpu_periods``, one of BILL_RELATIONS: an engine may make it before the telemetry
+    # is read); ``gpu_lines`` takes the periods outside the window from it and groups only
+    # the lines that meet the window.
+    roles = ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
+    gpu_bill = """
+  FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text"""
+    gpu_only = f"b.line_role IS NULL OR b.line_role NOT IN ({roles})"
+    outside = f"(b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)})"
+    split = f"CASE WHEN b.line_role = 'provider split' THEN {split_key('b')} END"
+    period_keys = ("currency, charge_start, charge_end, pricing_category, instance, gpu_model, "
+                   "split_key")
+    gpu_periods = f"""
+SELECT {period_keys}, sum(billed_cost) AS billed_cost,
+       sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
+       sum(billed_gpu_ms) AS billed_gpu_ms, count(*) AS lines
+FROM (
+  SELECT b.currency, b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model,
+         {_billed_gpu_ms(d)} AS billed_gpu_ms,
+         {split} AS split_key{gpu_bill}
+  WHERE {gpu_only}
+) x
+GROUP BY {period_keys}"""
     gpu_lines_keys = ("currency, resource_id, host, charge_start, charge_end, "
                       "pricing_category, instance, gpu_model, no_data_reason, split_key")
-    roles = ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
     gpu_lines = f"""
 SELECT {gpu_lines_keys}, sum(billed_cost) AS billed_cost,
        sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
@@ -155,25 +191,24 @@ SELECT {gpu_lines_keys}, sum(billed_cost) AS billed_cost,
        CAST(sum({cost_col}) * {UNITS_PER_USD} AS {units}) AS cost_units,
        count(*) AS lines
 FROM (
-  SELECT b.currency,
-         CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
-              THEN NULL ELSE b.resource_id END AS resource_id,
-         b.charge_start, b.charge_end, b.pricing_category,
-         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model,
-         CASE WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
-              THEN NULL ELSE h.host END AS host,
+  SELECT b.currency, b.resource_id, b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model, h.host,
          {_billed_gpu_ms(d)} AS billed_gpu_ms,
          CASE WHEN b.line_role = 'provider split' THEN NULL
-              WHEN b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)}
-              THEN 'outside telemetry'
               WHEN h.host IS NULL THEN 'no telemetry for this node'
               ELSE NULL END AS no_data_reason,
-         CASE WHEN b.line_role = 'provider split' THEN {split_key('b')} END AS split_key
-  FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
+         {split} AS split_key{gpu_bill}
   LEFT JOIN host_map h ON b.resource_id = h.resource_id
-  WHERE b.line_role IS NULL OR b.line_role NOT IN ({roles})
+  WHERE NOT COALESCE({outside}, FALSE) AND ({gpu_only})
 ) x
-GROUP BY {gpu_lines_keys}"""
+GROUP BY {gpu_lines_keys}
+UNION ALL  -- the charge periods outside the window: their sums, without resource or host
+SELECT b.currency, CAST(NULL AS {d.string}), CAST(NULL AS {d.string}), b.charge_start,
+       b.charge_end, b.pricing_category, b.instance, b.gpu_model,
+       CASE WHEN b.split_key IS NULL THEN 'outside telemetry' END, b.split_key,
+       b.billed_cost, b.effective_cost, b.list_cost, b.billed_gpu_ms,
+       CAST(b.{cost_col} * {UNITS_PER_USD} AS {units}), b.lines
+FROM gpu_periods b WHERE {outside}"""
 
     # The provider's split (FOCUS 1.3 Allocated*) of each resource and charge period: each
     # target's weight (its cost in 1e-6 of the currency, so a product with a line's units
@@ -317,9 +352,16 @@ GROUP BY {x_keys}"""
 SELECT {p_keys}, CAST(sum(cost_units) AS {units}) AS units,
        sum(billed_gpu_ms) AS billed_gpu_ms
 FROM gpu_lines GROUP BY {p_keys}"""
-    return [("gpu_lines", gpu_lines), ("split_weights", split_weights),
+    return [("gpu_periods", gpu_periods), ("gpu_lines", gpu_lines),
+            ("split_weights", split_weights),
             ("split_totals", split_totals), ("line_groups", line_groups), ("meas", meas),
             ("weights", weights), ("alloc", alloc), ("period_totals", period_totals)]
+
+
+def bill_relations(dialect: str = "duckdb") -> list[tuple[str, str]]:
+    """``(name, SELECT)`` of ``BILL_RELATIONS``, as :func:`relations` gives them."""
+    return [(n, q) for n, q in relations(0, "allocation", dialect=dialect)
+            if n in BILL_RELATIONS]
 
 
 def script(n_keys: int, method: str, cost: str = "billed",

@@ -1,0 +1,101 @@
+"""Issue 27: the join's GPU lines summed per charge period from the bill alone
+(``gpu_periods``, made beside classify), and ``gpu_lines`` grouping only the lines that meet
+the telemetry's window and taking the periods outside it from those sums. Held to the
+single grouping of every GPU line it replaces, over random bills, windows and host maps."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_bill_one_scan import _write, bills
+
+from gpuaudit.price.billing import open_bill
+from gpuaudit.price.billing.allocate import bill_side
+from gpuaudit.price.billing.join import COST_COLUMNS, UNITS_PER_USD
+from gpuaudit.price.billing.sql.engines import run_duckdb
+from gpuaudit.price.billing.sql.join import inputs_ddl
+
+#: gpu_lines before issue 27's split: one grouping of every GPU line, the window's test per
+#: line (DuckDB dialect, no provider split: the random bills have none)
+OLD_GPU_LINES = """
+SELECT currency, resource_id, host, charge_start, charge_end, pricing_category, instance,
+       gpu_model, no_data_reason, split_key, sum(billed_cost) AS billed_cost,
+       sum(effective_cost) AS effective_cost, sum(list_cost) AS list_cost,
+       sum(billed_gpu_ms) AS billed_gpu_ms,
+       CAST(sum({col}) * {units} AS HUGEINT) AS cost_units, count(*) AS lines
+FROM (
+  SELECT b.currency,
+         CASE WHEN b.charge_end <= TIMESTAMPTZ '{ws}' OR b.charge_start >= TIMESTAMPTZ '{we}'
+              THEN NULL ELSE b.resource_id END AS resource_id,
+         b.charge_start, b.charge_end, b.pricing_category,
+         b.billed_cost, b.effective_cost, b.list_cost, s.instance, s.gpu_model,
+         CASE WHEN b.charge_end <= TIMESTAMPTZ '{ws}' OR b.charge_start >= TIMESTAMPTZ '{we}'
+              THEN NULL ELSE h.host END AS host,
+         CASE WHEN b.charge_category <> 'Usage' OR b.billed_cost < 0 THEN 0
+              WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('hrs', 'hr', 'hours', 'hour', 'h')
+              THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu
+                   THEN 1 ELSE s.gpus_per_instance END) * 3600000 AS DECIMAL(12,0))) AS BIGINT)
+              WHEN b.quantity IS NOT NULL AND lower(b.unit) IN ('seconds', 'second', 's')
+              THEN CAST(round(CAST(b.quantity AS DECIMAL(26,12)) * CAST((CASE WHEN s.per_gpu
+                   THEN 1 ELSE s.gpus_per_instance END) * 1000 AS DECIMAL(12,0))) AS BIGINT)
+              ELSE (epoch_ms(b.charge_end) - epoch_ms(b.charge_start))
+                   * (CASE WHEN s.per_gpu THEN 1 ELSE s.gpus_per_instance END) END
+           AS billed_gpu_ms,
+         CASE WHEN b.charge_end <= TIMESTAMPTZ '{ws}' OR b.charge_start >= TIMESTAMPTZ '{we}'
+              THEN 'outside telemetry'
+              WHEN h.host IS NULL THEN 'no telemetry for this node' END AS no_data_reason,
+         CAST(NULL AS VARCHAR) AS split_key
+  FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
+  LEFT JOIN host_map h ON b.resource_id = h.resource_id
+  WHERE b.line_role IS NULL OR b.line_role NOT IN ('commitment purchase', 'unused commitment')
+) x
+GROUP BY ALL"""
+
+WINDOWS = [("2026-10-01T00:00:00Z", "2026-10-01T02:00:00Z"),
+           ("2026-10-01T00:30:00Z", "2026-10-01T01:30:00Z"),
+           ("2026-10-01T01:00:00Z", "2026-10-02T00:00:00Z"),
+           ("2026-09-01T00:00:00Z", "2026-09-02T00:00:00Z")]
+
+
+def _rows(con: Any, sql: str) -> list[tuple[Any, ...]]:
+    return sorted(con.execute(sql).fetchall(), key=repr)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rows=bills(), cost=st.sampled_from(["billed", "effective", "list"]),
+       window=st.sampled_from(WINDOWS), ahead=st.booleans(),
+       mapped=st.sets(st.sampled_from(["i-0", "i-1", "i-2"])))
+def test_gpu_lines_equal_the_grouping_of_every_line(
+        rows: list[dict[str, str]], cost: str, window: tuple[str, str], ahead: bool,
+        mapped: set[str], tmp_path_factory: Any) -> None:
+    b = open_bill(_write(tmp_path_factory.mktemp("periods") / "b.csv", rows))
+    side = bill_side(b, cost=cost, join_ahead=ahead)
+    assert side.ready == (("gpu_periods",) if ahead else ())
+    con = b.con
+    for ddl in inputs_ddl(1, "duckdb").split(";"):
+        if "host_map" in ddl or "usage_hours" in ddl or "split_groups" in ddl:
+            con.execute(ddl.replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
+    con.register("hm", pa.table({"resource_id": sorted(mapped),
+                                 "host": [f"node-{r}" for r in sorted(mapped)]}))
+    con.execute("INSERT INTO host_map SELECT * FROM hm")
+    run_duckdb(con, 1, "allocation", cost, window, ready=side.ready)
+    old = OLD_GPU_LINES.format(col=COST_COLUMNS[cost], units=UNITS_PER_USD,
+                               ws=window[0].replace("T", " ").replace("Z", "+00"),
+                               we=window[1].replace("T", " ").replace("Z", "+00"))
+    assert _rows(con, "SELECT * FROM gpu_lines") == _rows(con, old)
+    assert [str(t) for t in con.execute("DESCRIBE gpu_lines").fetchall()] == [
+        str(t) for t in con.execute(f"DESCRIBE {old}").fetchall()]
+
+
+def test_only_the_bill_relations_can_be_made_ahead() -> None:
+    """``ready`` names relations over the bill alone: a relation that needs the telemetry
+    (``gpu_lines``) given as made is refused, not silently left stale."""
+    with pytest.raises(ValueError, match="made ahead"):
+        run_duckdb(duckdb.connect(), 1, "allocation", "billed", WINDOWS[0],
+                   ready=("gpu_periods", "gpu_lines"))
