@@ -264,7 +264,10 @@ def best_cuts(s1, s2, n, min_steady, penalty, edge):
         t0a = s1[a] - s1[0]
         sse0a = (s2[a] - s2[0]) - t0a * t0a / ma
         mean0a = t0a / ma
-        for b in range(n + 1):
+        # the pairs before b_lo fail the first test below (the steady stretch the longest
+        # of the three, at least min_steady): not visited, the order of the rest unchanged
+        b_lo = max(2 * a, (n + a + 1) // 2, a + min_steady)
+        for b in range(b_lo, n + 1):
             w = b - a
             ok = (w >= min_steady) and (w >= a) and (w >= n - b)
             ok = ok and (a == 0 or a >= 2) and (b == n or n - b >= 2)
