@@ -126,4 +126,3 @@ def spare_the_exit() -> None:
     import gc
 
     gc.freeze()
-
