@@ -289,3 +289,34 @@ def test_property_a_backwards_step_anywhere_is_the_numpy_paths_error(taken, at, 
     finally:
         phases_mod._Engine.feed = real
     assert str(fast.value) == str(slow.value) and fast.value.column == "ts"
+
+
+def test_the_loops_series_record_round_trips_the_state_it_gathers():
+    """Every field of the per-series record (fused.STATE) but the carried row's comes from
+    the statistics or the onsets and goes back there unchanged, for the first n_series."""
+    from gpuaudit.classify.accumulate import SeriesStats
+    from gpuaudit.classify.lag import OnsetAcc
+
+    rng = np.random.default_rng(3)
+    stats, onsets = SeriesStats(), OnsetAcc()
+    stats.grow(5)
+    onsets.grow(5)
+    homes = fused._homes(stats, onsets)
+    assert {f for f, _ in homes} | {"pend", "p_ts", "p_cell", "p_u"} == set(fused.STATE.names)
+    for _, home in homes:
+        home[:] = (rng.integers(0, 2, home.shape[0]) if home.dtype == bool
+                   else rng.integers(0, 99, home.shape[0]))
+    before = [home.copy() for _, home in homes]
+    st_ = fused._state_of(stats, onsets, 4)
+    assert not st_["pend"].any()
+    for field, home in homes:
+        np.testing.assert_array_equal(st_[field], home[:4])
+        st_[field] = 1 - st_[field] if home.dtype == bool else st_[field] + 1
+    fused._state_back(st_, stats, onsets, 4)
+    for (field, home), old in zip(fused._homes(stats, onsets), before):
+        expected = old.copy()
+        expected[:4] = 1 - old[:4] if old.dtype == bool else old[:4] + 1
+        np.testing.assert_array_equal(home, expected, err_msg=field)
+    # without onsets: only the statistics' fields
+    assert {f for f, _ in fused._homes(stats, None)} == {
+        f for f, owner, _ in fused._HOMES if owner != "onsets"}

@@ -473,3 +473,19 @@ def test_a_worker_answers_through_a_wide_pipe():
         proc.stdin.close()
         proc.wait()
         proc.stdout.close()
+
+
+def test_a_worker_ends_with_its_heap_frozen(tmp_path):
+    """The worker's exit (which the command waits for: it reads the answer to its end) does
+    not walk the heap: everything is frozen once the answer is written (_heap.spare_the_exit)."""
+    path = write(_ramp_table(), tmp_path / "r.parquet", 100)
+    recipe = open_samples(path).split(2)[1]
+    task = pickle.dumps((recipe, (), 1.0, 3.0, None, False, None, None))
+    code = ("import gc, sys; from gpuaudit.classify.parallel import _main; "
+            "before = gc.get_freeze_count(); rc = _main(); "
+            "print(before, gc.get_freeze_count() > 1000, rc, file=sys.stderr)")
+    out = subprocess.run([sys.executable, "-c", code], input=task, capture_output=True,
+                         check=True)
+    kind, engine = pickle.loads(out.stdout)
+    assert kind == "ok" and engine.rows_fed > 0
+    assert out.stderr.decode().split() == ["0", "True", "0"]

@@ -82,3 +82,12 @@ def test_a_worker_never_taken_ends_with_the_command_silently(tmp_path):
             assert b"classify.parallel" not in f.read()
     except FileNotFoundError:
         pass
+
+
+def test_the_worker_started_ahead_imports_the_file_reader_before_its_task():
+    """Its task is a Parquet file's range: the reader (PyArrow, Parquet) is imported while
+    it waits, not when the task comes."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-c", _workers._WARM_WORKER],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, check=True)
+    imported = {line.rsplit("|", 1)[-1].strip() for line in out.stderr.splitlines()}
+    assert {"gpuaudit.measure.files.reader", "pyarrow.parquet", "numba"} <= imported

@@ -18,19 +18,16 @@ _N_HIST = len(HIST_EDGES_PCT) - 1
 
 
 @numba.njit(cache=True, nogil=True)
-def stream(code, cell, ts, u, util, cap_s,
-           pend, p_ts, p_cell, p_u,
-           cell_lo, cell_acc, unused_col,
-           u2_w, abs_step, steps, idle_runs,
-           last_u, last_idle, cur_idle, max_idle,
-           started, head_u, head_idle, head_open, head_run,
-           gap_hist, gap_edges,
+def stream(code, cell, ts, u, util, cap_s, st, cell_lo, cell_acc, unused_col,
+           head_u, head_run, gap_hist, gap_edges,
            has_tl, tl_start, tl_width, tl_lo, tl_hi, tl_uw, tl_ph, tl_hist,
-           has_on, on_last_busy, on_head_seen, on_head_busy, on_head_ts, on_kept, max_onsets,
-           out_oc, out_ots):
+           has_on, on_head_ts, max_onsets, out_oc, out_ots):
     """One pass over a batch's rows in file order (see gpuaudit.classify.fused). Each row
     ends its series' carried row, which is accumulated with that duration; the row is then
-    carried. Returns (onsets written to out_oc/out_ots, the latest end accumulated or -1);
+    carried. ``st``: each series' state as one record (fused.STATE: the carried row, the
+    statistics and onset state every row reads), so a row touches one place per series;
+    ``head_u``, ``head_run``, ``gap_hist`` and ``on_head_ts``, written rarely, apart.
+    Returns (onsets written to out_oc/out_ots, the latest end accumulated or -1);
     (-1, -1) at the first row whose timestamp does not come after its series' carried one,
     having accumulated the rows before it (the caller raises the order error).
     The timeline's sums go to ``tl_uw[bucket - tl_lo, series]`` and
@@ -39,32 +36,32 @@ def stream(code, cell, ts, u, util, cap_s,
     n_on = 0
     t_end = -1
     for i in range(code.shape[0]):
-        # unsigned indices: no wraparound fix-up for negative ones at each of the ~30
-        # per-series accesses below
+        # unsigned indices: no wraparound fix-up for negative ones
         c = np.uint64(code[i])
+        r = st[c]
         t = ts[i]
-        if pend[c] and t <= p_ts[c]:
+        if r.pend and t <= r.p_ts:
             return -1, -1
         if has_on:  # busy onsets (classify.lag) read util_gpu_pct alone
             x = util[i]
             if not np.isnan(x):
                 busy = x >= _IDLE
-                if not on_head_seen[c]:
-                    on_head_seen[c] = True
-                    on_head_busy[c] = busy
+                if not r.on_head_seen:
+                    r.on_head_seen = True
+                    r.on_head_busy = busy
                     on_head_ts[c] = t
                 # (& rather than `and`: no branch on busy, which a fleet makes random)
-                if (busy & (not on_last_busy[c])) and on_kept[c] < max_onsets:
+                if (busy & (not r.on_last_busy)) and r.on_kept < max_onsets:
                     out_oc[n_on] = code[i]
                     out_ots[n_on] = t
                     n_on += 1
-                    on_kept[c] += 1
-                on_last_busy[c] = busy
-        if pend[c]:
+                    r.on_kept += 1
+                r.on_last_busy = busy
+        if r.pend:
             # the carried row of series c lasts until this one
-            k = np.uint64(p_cell[c] - cell_lo)
-            ui = p_u[c]
-            dt_s = (t - p_ts[c]) * _INV_NS
+            k = np.uint64(r.p_cell - cell_lo)
+            ui = r.p_u
+            dt_s = (t - r.p_ts) * _INV_NS
             if t > t_end:
                 t_end = t
             obs = min(dt_s, cap_s)
@@ -82,39 +79,39 @@ def stream(code, cell, ts, u, util, cap_s,
             cell_acc[k, 8] += obs - read_w
             cell_acc[k, 9] += 1.0
             # the series' statistics, in time order
-            u2_w[c] += read_w * u_ok * u_ok
+            r.u2_w += read_w * u_ok * u_ok
             idle = reading & (u_ok < _IDLE)
-            if not started[c]:
-                started[c] = True
+            if not r.started:
+                r.started = True
                 head_u[c] = ui
-                head_idle[c] = idle
-                head_open[c] = idle
-            step = abs(ui - last_u[c])
+                r.head_idle = idle
+                r.head_open = idle
+            step = abs(ui - r.last_u)
             if not np.isnan(step):
-                abs_step[c] += step
-                steps[c] += 1.0
+                r.abs_step += step
+                r.steps += 1.0
             # the idle stretch, without a branch on idle (random across a fleet's GPUs): it
             # continues (+ read_w), begins (read_w, one run more) or is 0 past its end
-            was_idle = last_idle[c]
-            length = cur_idle[c]
+            was_idle = r.last_idle
+            length = r.cur_idle
             run = (length + read_w) if was_idle else read_w
             run = run if idle else 0.0
-            idle_runs[c] += 1.0 if (idle & (not was_idle)) else 0.0
-            cur_idle[c] = run
-            top = max_idle[c]
-            max_idle[c] = run if run > top else top  # (run is 0 when not idle; top >= 0)
+            r.idle_runs += 1.0 if (idle & (not was_idle)) else 0.0
+            r.cur_idle = run
+            top = r.max_idle
+            r.max_idle = run if run > top else top  # (run is 0 when not idle; top >= 0)
             if was_idle & (not idle):  # an idle stretch ends here
-                if head_open[c]:  # the leading one: loading, not the loop's cadence
+                if r.head_open:  # the leading one: loading, not the loop's cadence
                     head_run[c] = length
-                    head_open[c] = False
+                    r.head_open = False
                 elif length > 0:
                     gap_hist[c, np.searchsorted(gap_edges, length, side="right")] += 1.0
-            last_u[c] = ui
-            last_idle[c] = idle
+            r.last_u = ui
+            r.last_idle = idle
             if has_tl:
                 # the bucket by comparison, not a 64-bit division: a batch spans a few
                 # (tl_lo .. tl_hi - 1, the clipped buckets of its earliest and latest rows)
-                tp = p_ts[c]
+                tp = r.p_ts
                 bucket = tl_lo
                 while bucket + 1 < tl_hi and tp >= tl_start + (bucket + 1) * tl_width:
                     bucket += 1
@@ -134,10 +131,10 @@ def stream(code, cell, ts, u, util, cap_s,
                 elif hb > _N_HIST - 1:
                     hb = _N_HIST - 1
                 tl_hist[np.uint64(hb)] += read_w
-        pend[c] = True
-        p_ts[c] = t
-        p_cell[c] = cell[i]
-        p_u[c] = u[i]
+        r.pend = True
+        r.p_ts = t
+        r.p_cell = cell[i]
+        r.p_u = u[i]
     return n_on, t_end
 
 
@@ -267,7 +264,10 @@ def best_cuts(s1, s2, n, min_steady, penalty, edge):
         t0a = s1[a] - s1[0]
         sse0a = (s2[a] - s2[0]) - t0a * t0a / ma
         mean0a = t0a / ma
-        for b in range(n + 1):
+        # the pairs before b_lo fail the first test below (the steady stretch the longest
+        # of the three, at least min_steady): not visited, the order of the rest unchanged
+        b_lo = max(2 * a, (n + a + 1) // 2, a + min_steady)
+        for b in range(b_lo, n + 1):
             w = b - a
             ok = (w >= min_steady) and (w >= a) and (w >= n - b)
             ok = ok and (a == 0 or a >= 2) and (b == n or n - b >= 2)

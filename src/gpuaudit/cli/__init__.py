@@ -149,10 +149,12 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the console script; returns the process exit code."""
-    from gpuaudit._heap import keep_freed_memory
+    from gpuaudit._heap import keep_freed_memory, spare_the_exit
 
     keep_freed_memory()  # this process is ours: see gpuaudit._heap
-    return run_argv(argv)
+    code = run_argv(argv)
+    spare_the_exit()  # the command is done: exit without walking its heap
+    return code
 
 
 def run_argv(argv: Sequence[str] | None = None, prog_name: str = "gpuaudit") -> int:

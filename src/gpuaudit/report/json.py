@@ -286,8 +286,9 @@ def presented(value: Any) -> Any:
             return number(v)
         if isinstance(v, dict):
             return {k: walk(x) for k, x in v.items()}
-        if isinstance(v, (list, tuple)):
-            return [x if type(x) in _AS_IS else walk(x) for x in v]
+        if isinstance(v, (list, tuple)):  # (the timeline's lists: floats, one call each)
+            return [number(x) if type(x) is float else x if type(x) in _AS_IS else walk(x)
+                    for x in v]
         return v
 
     return walk(value)
