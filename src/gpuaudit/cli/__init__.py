@@ -148,12 +148,17 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the console script; returns the process exit code."""
+    """Entry point of the console script; returns the process exit code. Called with no
+    ``argv`` (the process's own command line: the console script, ``python -m gpuaudit``)
+    the process is about to end with the command, so its heap is frozen once the command
+    is done and the exit skips walking it; a caller passing ``argv`` (a test, a program
+    running several command lines) keeps an ordinary, collectable heap."""
     from gpuaudit._heap import keep_freed_memory, spare_the_exit
 
     keep_freed_memory()  # this process is ours: see gpuaudit._heap
     code = run_argv(argv)
-    spare_the_exit()  # the command is done: exit without walking its heap
+    if argv is None:
+        spare_the_exit()  # the command is done: exit without walking its heap
     return code
 
 
