@@ -7,9 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import duckdb
 import pyarrow as pa
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_bill_one_scan import _write, bills
@@ -69,14 +67,13 @@ def _rows(con: Any, sql: str) -> list[tuple[Any, ...]]:
 @settings(max_examples=80, deadline=None, suppress_health_check=[
     HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rows=bills(), cost=st.sampled_from(["billed", "effective", "list"]),
-       window=st.sampled_from(WINDOWS), ahead=st.booleans(),
+       window=st.sampled_from(WINDOWS),
        mapped=st.sets(st.sampled_from(["i-0", "i-1", "i-2"])))
 def test_gpu_lines_equal_the_grouping_of_every_line(
-        rows: list[dict[str, str]], cost: str, window: tuple[str, str], ahead: bool,
+        rows: list[dict[str, str]], cost: str, window: tuple[str, str],
         mapped: set[str], tmp_path_factory: Any) -> None:
     b = open_bill(_write(tmp_path_factory.mktemp("periods") / "b.csv", rows))
-    side = bill_side(b, cost=cost, join_ahead=ahead)
-    assert side.ready == (("gpu_periods",) if ahead else ())
+    bill_side(b, cost=cost)
     con = b.con
     for ddl in inputs_ddl(1, "duckdb").split(";"):
         if "host_map" in ddl or "usage_hours" in ddl or "split_groups" in ddl:
@@ -84,7 +81,7 @@ def test_gpu_lines_equal_the_grouping_of_every_line(
     con.register("hm", pa.table({"resource_id": sorted(mapped),
                                  "host": [f"node-{r}" for r in sorted(mapped)]}))
     con.execute("INSERT INTO host_map SELECT * FROM hm")
-    run_duckdb(con, 1, "allocation", cost, window, ready=side.ready)
+    run_duckdb(con, 1, "allocation", cost, window)
     old = OLD_GPU_LINES.format(col=COST_COLUMNS[cost], units=UNITS_PER_USD,
                                ws=window[0].replace("T", " ").replace("Z", "+00"),
                                we=window[1].replace("T", " ").replace("Z", "+00"))
@@ -92,10 +89,3 @@ def test_gpu_lines_equal_the_grouping_of_every_line(
     assert [str(t) for t in con.execute("DESCRIBE gpu_lines").fetchall()] == [
         str(t) for t in con.execute(f"DESCRIBE {old}").fetchall()]
 
-
-def test_only_the_bill_relations_can_be_made_ahead() -> None:
-    """``ready`` names relations over the bill alone: a relation that needs the telemetry
-    (``gpu_lines``) given as made is refused, not silently left stale."""
-    with pytest.raises(ValueError, match="made ahead"):
-        run_duckdb(duckdb.connect(), 1, "allocation", "billed", WINDOWS[0],
-                   ready=("gpu_periods", "gpu_lines"))

@@ -107,11 +107,12 @@ def bill(
     keys = group_key_names(() if by is None else group_keys(by) or ("team",))
     names = [k[6:] if k.startswith("label:") else k for k in keys]
     fine = tuple(dict.fromkeys([*keys, "pod"]))
-    # the bill is read, checked and summed (what needs no telemetry, the DuckDB join's sums
-    # per charge period included) in a second thread while the telemetry is classified:
-    # DuckDB works outside the interpreter lock
+    # the bill is read, checked and summed (what needs no telemetry) in a second thread
+    # while the telemetry is classified: DuckDB works outside the interpreter lock (the
+    # join's sums per charge period, which need the bill alone, are not made there: on 2
+    # cores that took CPU from classify and lengthened the command; docs/benchmarks.md)
     bill_f = _in_thread(lambda: _open(
-        open_bill(bill_path, fmt=fmt, memory_limit=memory_limit), cost, engine == "duckdb"))
+        open_bill(bill_path, fmt=fmt, memory_limit=memory_limit), cost))
     if telemetry is not None:
         try:
             source = open_source(telemetry)
@@ -204,10 +205,10 @@ def _in_thread(work: Callable[[], T]) -> Future[T]:
     return fut
 
 
-def _open(opened: Bill, cost: str, join_ahead: bool) -> tuple[Bill, BillSide]:
+def _open(opened: Bill, cost: str) -> tuple[Bill, BillSide]:
     from gpuaudit.price.billing.allocate import bill_side
 
-    return opened, bill_side(opened, cost=cost, join_ahead=join_ahead)
+    return opened, bill_side(opened, cost=cost)
 
 
 def _epoch_text(ts: Any) -> pa.Array:

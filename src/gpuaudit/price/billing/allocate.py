@@ -31,7 +31,7 @@ from gpuaudit.price.billing.reconcile import (
     reconcile_cents,
     split_cents,
 )
-from gpuaudit.price.billing.sql.engines import run_bill_relations, run_join
+from gpuaudit.price.billing.sql.engines import run_join
 from gpuaudit.price.billing.sql.join import COMMITMENT_ROLES, INPUTS, PROVIDER_PHASE, split_key
 from gpuaudit.price.billing.sql.out import write_sql_dir
 from gpuaudit.price.catalog import CatalogEntry
@@ -197,21 +197,14 @@ class BillSide:
     duplicates: dict[str, Any]
     #: the distinct (resource id, resource name) of the GPU lines (matched to telemetry hosts)
     gpu_resources: tuple[tuple[str | None, str | None], ...]
-    #: the join's relations over the bill alone made on the connection (``BILL_RELATIONS``,
-    #: ``sql/engines.py`` ``run_bill_relations``): the DuckDB join does not make them again
-    ready: tuple[str, ...] = ()
 
 
 def bill_side(bill: Bill, *, cost: str = "billed",
-              catalog: Sequence[CatalogEntry] | None = None,
-              join_ahead: bool = True) -> BillSide:
+              catalog: Sequence[CatalogEntry] | None = None) -> BillSide:
     """The GPU SKUs of ``bill`` (matched in ``catalog``, else the embedded one) as the
     ``gpu_skus`` temp table on its connection, and every figure of the report that depends on
     the bill alone (:class:`BillSide`). Nothing here needs the telemetry, so it can run while
-    the telemetry is classified (DuckDB works outside the interpreter lock). ``join_ahead``:
-    also make the DuckDB join's relations over the bill alone (``BILL_RELATIONS``) on the
-    connection (the GPU lines summed per charge period: most of the join's reading of the
-    bill)."""
+    the telemetry is classified (DuckDB works outside the interpreter lock)."""
     if cost not in COST_COLUMNS:
         raise InputError(f"unknown cost {cost!r}", fix="use billed, effective or list")
     con = bill.con
@@ -291,8 +284,7 @@ def bill_side(bill: Bill, *, cost: str = "billed",
                     bucket_kinds=kinds, bucket_gpu=gpu,
                     commitments={c: _commitments(con, c) for c in currencies},
                     overlaps=_overlaps(con), duplicates=_duplicates(con),
-                    gpu_resources=tuple((r[0], r[1]) for r in resources),
-                    ready=run_bill_relations(con) if join_ahead else ())
+                    gpu_resources=tuple((r[0], r[1]) for r in resources))
 
 
 def allocate(
@@ -355,7 +347,7 @@ def allocate(
             dest = str(out / f"{rel}.parquet").replace("'", "''")
             con.execute(f"COPY (SELECT * FROM {rel}) TO '{dest}' (FORMAT parquet)")
         write_sql_dir(out, len(keys), method, cost, win, sql_dialect)
-    run_join(con, engine, len(keys), method, cost, win, spark=spark, ready=side.ready)
+    run_join(con, engine, len(keys), method, cost, win, spark=spark)
     return _summarise(bill, keys, method, cost, window, pairs, hosts, side)
 
 

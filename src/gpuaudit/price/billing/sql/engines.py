@@ -10,7 +10,7 @@ or Arrow tables, registers each derived relation as a temp view, and collects th
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +18,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from gpuaudit.errors import InputError
-from gpuaudit.price.billing.sql.join import (
-    BILL_RELATIONS,
-    INPUTS,
-    RESULTS,
-    bill_relations,
-    relations,
-)
+from gpuaudit.price.billing.sql.join import INPUTS, RESULTS, relations
 
-__all__ = ["ENGINES", "load_results", "run_bill_relations", "run_duckdb", "run_join",
-           "run_spark", "session_conf", "spark_session"]
+__all__ = ["ENGINES", "load_results", "run_duckdb", "run_join", "run_spark", "session_conf",
+           "spark_session"]
 
 ENGINES = ("duckdb", "spark")
 # the results' integer-unit columns: HUGEINT when read back into DuckDB
@@ -36,17 +30,14 @@ _UNIT_COLUMNS = {"gpu_lines": ("cost_units",), "alloc": ("units",),
 
 
 def run_join(con: Any, engine: str, n_keys: int, method: str, cost: str,
-             window: tuple[str, str] | None, *, spark: Any = None,
-             ready: Collection[str] = ()) -> None:
+             window: tuple[str, str] | None, *, spark: Any = None) -> None:
     """Run the join over the five inputs in DuckDB ``con`` on ``engine``; the results
     (``gpu_lines``, ``alloc``, ``period_totals``) are left in ``con`` as temp tables either way.
 
     ``spark``: the session for ``engine="spark"`` (else the active one, else local mode); the
-    inputs go to it as Parquet (the bill partitioned by currency). ``ready``: relations of
-    ``BILL_RELATIONS`` already made in ``con`` (:func:`run_duckdb`; DuckDB only, Spark makes
-    every relation)."""
+    inputs go to it as Parquet (the bill partitioned by currency)."""
     if engine == "duckdb":
-        run_duckdb(con, n_keys, method, cost, window, ready=ready)
+        run_duckdb(con, n_keys, method, cost, window)
         return
     if engine != "spark":
         raise InputError(f"unknown engine {engine!r}", fix="use duckdb or spark")
@@ -64,25 +55,11 @@ def run_join(con: Any, engine: str, n_keys: int, method: str, cost: str,
 
 
 def run_duckdb(con: Any, n_keys: int, method: str, cost: str,
-               window: tuple[str, str] | None, *, ready: Collection[str] = ()) -> None:
+               window: tuple[str, str] | None) -> None:
     """Run the join in ``con`` over its ``bill_lines``, ``gpu_skus``, ``host_map`` and
-    ``usage_hours``; leaves every derived relation as a temp table there. ``ready``: the
-    relations of ``BILL_RELATIONS`` made earlier in ``con`` (by :func:`run_bill_relations`,
-    over the same bill and ``gpu_skus``), not made again."""
-    if not set(ready) <= set(BILL_RELATIONS):
-        raise ValueError(f"only {BILL_RELATIONS} can be made ahead, not {sorted(ready)}")
+    ``usage_hours``; leaves every derived relation as a temp table there."""
     for name, sql in relations(n_keys, method, cost, window, "duckdb"):
-        if name not in ready:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
-
-
-def run_bill_relations(con: Any) -> tuple[str, ...]:
-    """Make ``BILL_RELATIONS`` in ``con`` from its ``bill_lines`` and ``gpu_skus`` (before the
-    telemetry is read: they need neither it nor the method, cost basis or keys); their names,
-    for :func:`run_duckdb`'s ``ready``."""
-    for name, sql in bill_relations("duckdb"):
         con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
-    return BILL_RELATIONS
 
 
 def session_conf(shuffle_partitions: int = 4, driver_memory: str = "2g",

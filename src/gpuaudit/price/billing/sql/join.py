@@ -20,9 +20,7 @@ Five input relations (their DDL: :func:`inputs_ddl`):
 Nine relations derived in order (:func:`relations`), each a plain ``SELECT`` over the inputs
 and the ones before it; an engine adapter materializes each under its name. Three are the
 results: ``gpu_lines``, ``alloc`` and ``period_totals``. The first, ``gpu_periods`` (the GPU
-lines summed per charge period), reads the bill and ``gpu_skus`` alone
-(``BILL_RELATIONS``, :func:`bill_relations`): an engine may make it before the telemetry is
-read (``gpuaudit.bill`` does, while classify reads it).
+lines summed per charge period), reads the bill and ``gpu_skus`` alone.
 
 Money is integer units of 1e-12 (``DECIMAL(38,12)`` scaled) in a 38-digit decimal, so every
 allocation is an integer product and an exact truncating integer division: no float. Each
@@ -44,8 +42,8 @@ from __future__ import annotations
 
 from gpuaudit.price.billing.sql.dialects import DIALECTS, Dialect
 
-__all__ = ["BILL_RELATIONS", "COST_COLUMNS", "INPUTS", "METHODS", "PHASE_COLS", "RESULTS",
-           "UNITS_PER_USD", "bill_relations", "inputs_ddl", "relations", "script"]
+__all__ = ["COST_COLUMNS", "INPUTS", "METHODS", "PHASE_COLS", "RESULTS", "UNITS_PER_USD",
+           "inputs_ddl", "relations", "script"]
 
 METHODS: tuple[str, ...] = ("allocation", "usage")
 UNITS_PER_USD = 1_000_000_000_000  # 1e-12 USD: the scale of DECIMAL(38,12)
@@ -58,9 +56,6 @@ COMMITMENT_ROLES = ("commitment purchase", "unused commitment")
 #: the phase of a line the provider split itself (FOCUS 1.3 Allocated*): no measured phase
 PROVIDER_PHASE = "provider_split"
 RESULTS = ("gpu_lines", "alloc", "period_totals")
-#: the derived relations over the bill and ``gpu_skus`` alone, whatever the telemetry, the
-#: method, the cost basis and the group keys (the first of :func:`relations`)
-BILL_RELATIONS = ("gpu_periods",)
 
 # the columns of bill_lines the join reads (readers.py makes more)
 _BILL_COLUMNS = (
@@ -159,9 +154,8 @@ def relations(n_keys: int, method: str, cost: str = "billed",
     # a line outside the telemetry's window keeps neither its resource nor its host: such
     # lines are summed per charge period (a year's bill beside a month of telemetry: ~10x
     # fewer groups than per node). The sums per charge period need the bill alone
-    # (``gpu_periods``, one of BILL_RELATIONS: an engine may make it before the telemetry
-    # is read); ``gpu_lines`` takes the periods outside the window from it and groups only
-    # the lines that meet the window.
+    # (``gpu_periods``); ``gpu_lines`` takes the periods outside the window from it and
+    # groups only the lines that meet the window.
     roles = ", ".join(f"'{r}'" for r in COMMITMENT_ROLES)
     gpu_bill = """
   FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text"""
@@ -357,11 +351,6 @@ FROM gpu_lines GROUP BY {p_keys}"""
             ("split_totals", split_totals), ("line_groups", line_groups), ("meas", meas),
             ("weights", weights), ("alloc", alloc), ("period_totals", period_totals)]
 
-
-def bill_relations(dialect: str = "duckdb") -> list[tuple[str, str]]:
-    """``(name, SELECT)`` of ``BILL_RELATIONS``, as :func:`relations` gives them."""
-    return [(n, q) for n, q in relations(0, "allocation", dialect=dialect)
-            if n in BILL_RELATIONS]
 
 
 def script(n_keys: int, method: str, cost: str = "billed",
