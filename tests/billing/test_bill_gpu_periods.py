@@ -89,3 +89,41 @@ def test_gpu_lines_equal_the_grouping_of_every_line(
     assert [str(t) for t in con.execute("DESCRIBE gpu_lines").fetchall()] == [
         str(t) for t in con.execute(f"DESCRIBE {old}").fetchall()]
 
+
+
+def test_gpu_lines_keep_lines_whose_period_is_null_or_on_the_window_edges() -> None:
+    """The window's test in ``gpu_lines`` is two conjuncts of plain comparisons (so a
+    Parquet scan skips row groups outside the window); a line whose start or end is null, or
+    that ends exactly at the window's start or starts at its end, lands where the single
+    grouping (``NOT COALESCE(outside, FALSE)``) puts it: a ``>=`` for ``>`` or a dropped
+    ``IS NULL`` fails this."""
+    import duckdb
+
+    con = duckdb.connect()
+    con.execute("SET TimeZone='UTC'")
+    for ddl in inputs_ddl(1, "duckdb").split(";"):
+        if ddl.strip():
+            con.execute(ddl.replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
+    con.execute("INSERT INTO gpu_skus VALUES ('p4d', 'p4d.24xlarge', 'A100', 8, false)")
+    con.execute("INSERT INTO host_map VALUES ('i-0', 'node-0')")
+    ws, we = "2026-10-01 00:00:00+00", "2026-10-01 02:00:00+00"
+    periods = [("2026-09-30 23:00:00+00", "2026-10-01 00:00:00+00"),  # ends at the start
+               ("2026-10-01 02:00:00+00", "2026-10-01 03:00:00+00"),  # starts at the end
+               ("2026-10-01 01:00:00+00", "2026-10-01 02:00:00+00"),  # inside
+               ("2026-09-30 23:30:00+00", "2026-10-01 00:30:00+00"),  # across the start
+               (None, "2026-10-01 01:00:00+00"), (None, "2026-09-30 01:00:00+00"),
+               ("2026-10-01 01:00:00+00", None), ("2026-10-01 05:00:00+00", None),
+               (None, None)]
+    for i, (start, end) in enumerate(periods):
+        con.execute(
+            "INSERT INTO bill_lines (currency, resource_id, sku_text, charge_category, "
+            "charge_start, charge_end, quantity, unit, billed_cost, effective_cost, list_cost) "
+            "VALUES ('USD', 'i-0', 'p4d', 'Usage', CAST(? AS TIMESTAMPTZ), "
+            "CAST(? AS TIMESTAMPTZ), 1, 'Hrs', ?, ?, ?)",
+            [start, end, f"{i + 1}.25", f"{i + 1}.5", f"{i + 2}"])
+    run_duckdb(con, 1, "allocation", "billed", ("2026-10-01T00:00:00Z", "2026-10-01T02:00:00Z"))
+    old = OLD_GPU_LINES.format(col=COST_COLUMNS["billed"], units=UNITS_PER_USD, ws=ws, we=we)
+    got = _rows(con, "SELECT * FROM gpu_lines")
+    assert got == _rows(con, old)
+    # each line its own group: 4 outside the window, 5 kept with their node (nulls included)
+    assert sum(r[1] == "i-0" for r in got) == 5

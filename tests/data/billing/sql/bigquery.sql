@@ -86,7 +86,7 @@ FROM (
          CASE WHEN b.line_role = 'provider split' THEN (COALESCE(b.allocated_tags, '') || '|' || COALESCE(b.allocated_resource_name, b.allocated_resource_id, '')) END AS split_key
   FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text
   LEFT JOIN host_map h ON b.resource_id = h.resource_id
-  WHERE NOT COALESCE((b.charge_end <= TIMESTAMP '2026-10-05 00:00:00+00' OR b.charge_start >= TIMESTAMP '2026-10-05 06:00:00+00'), FALSE) AND (b.line_role IS NULL OR b.line_role NOT IN ('commitment purchase', 'unused commitment'))
+  WHERE (b.charge_end > TIMESTAMP '2026-10-05 00:00:00+00' OR b.charge_end IS NULL) AND (b.charge_start < TIMESTAMP '2026-10-05 06:00:00+00' OR b.charge_start IS NULL) AND (b.line_role IS NULL OR b.line_role NOT IN ('commitment purchase', 'unused commitment'))
 ) x
 GROUP BY currency, resource_id, host, charge_start, charge_end, pricing_category, instance, gpu_model, no_data_reason, split_key
 UNION ALL  -- the charge periods outside the window: their sums, without resource or host

