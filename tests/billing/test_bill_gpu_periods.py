@@ -127,3 +127,38 @@ def test_gpu_lines_keep_lines_whose_period_is_null_or_on_the_window_edges() -> N
     assert got == _rows(con, old)
     # each line its own group: 4 outside the window, 5 kept with their node (nulls included)
     assert sum(r[1] == "i-0" for r in got) == 5
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[
+    HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rows=bills(), method=st.sampled_from(["allocation", "usage"]),
+       window=st.sampled_from(WINDOWS))
+def test_weights_streamed_into_alloc_give_the_materialized_results(
+        rows: list[dict[str, str]], method: str, window: tuple[str, str],
+        tmp_path_factory: Any) -> None:
+    """``weights`` is a view DuckDB streams into ``alloc`` (not written out as a table);
+    ``alloc`` is row for row what it is over ``weights`` materialized."""
+    from gpuaudit.price.billing.sql.engines import STREAMED
+    from gpuaudit.price.billing.sql.join import relations
+
+    b = open_bill(_write(tmp_path_factory.mktemp("streamed") / "b.csv", rows))
+    bill_side(b, cost="billed")
+    con = b.con
+    for ddl in inputs_ddl(1, "duckdb").split(";"):
+        if "host_map" in ddl or "usage_hours" in ddl or "split_groups" in ddl:
+            con.execute(ddl.replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
+    con.execute("INSERT INTO host_map VALUES ('i-0', 'node-i-0'), ('i-1', 'node-i-1')")
+    con.execute("INSERT INTO usage_hours SELECT 'node-i-0', TIMESTAMPTZ '2026-10-01 00:00:00+00'"
+                " + INTERVAL (h) HOUR, h % 2 = 0, 'team-' || (h % 3), 600000 * (h % 4), "
+                "300000, 1200000, 60000 * h, 0 FROM range(30) t(h)")
+    run_duckdb(con, 1, method, "billed", window)
+    assert STREAMED == {"weights"}
+    assert con.execute("SELECT count(*) FROM duckdb_views() WHERE view_name = 'weights'"
+                       ).fetchone() == (1,)
+    sql = dict(relations(1, method, "billed", window, "duckdb"))
+    con.execute(f"CREATE TEMP TABLE weights_t AS {sql['weights']}")
+    alloc_t = sql["alloc"].replace("FROM weights w", "FROM weights_t w")
+    assert alloc_t != sql["alloc"]
+    assert _rows(con, "SELECT * FROM alloc") == _rows(con, alloc_t)
+    assert [str(t) for t in con.execute("DESCRIBE alloc").fetchall()] == [
+        str(t) for t in con.execute(f"DESCRIBE {alloc_t}").fetchall()]

@@ -20,10 +20,14 @@ import pyarrow.parquet as pq
 from gpuaudit.errors import InputError
 from gpuaudit.price.billing.sql.join import INPUTS, RESULTS, relations
 
-__all__ = ["ENGINES", "load_results", "run_duckdb", "run_join", "run_spark", "session_conf",
-           "spark_session"]
+__all__ = ["ENGINES", "STREAMED", "load_results", "run_duckdb", "run_join", "run_spark",
+           "session_conf", "spark_session"]
 
 ENGINES = ("duckdb", "spark")
+#: derived relations DuckDB streams into the one relation that reads them (temp views)
+#: rather than writing them out: ``weights`` (~950,000 rows for 1,000 GPUs x 30 days, read
+#: by ``alloc`` alone; as a table its writing cost as much as ``alloc``'s grouping)
+STREAMED = frozenset({"weights"})
 # the results' integer-unit columns: HUGEINT when read back into DuckDB
 _UNIT_COLUMNS = {"gpu_lines": ("cost_units",), "alloc": ("units",),
                  "period_totals": ("units",)}
@@ -57,9 +61,11 @@ def run_join(con: Any, engine: str, n_keys: int, method: str, cost: str,
 def run_duckdb(con: Any, n_keys: int, method: str, cost: str,
                window: tuple[str, str] | None) -> None:
     """Run the join in ``con`` over its ``bill_lines``, ``gpu_skus``, ``host_map`` and
-    ``usage_hours``; leaves every derived relation as a temp table there."""
+    ``usage_hours``; leaves every derived relation as a temp table there, but those in
+    :data:`STREAMED` (temp views: read once, by the next relation)."""
     for name, sql in relations(n_keys, method, cost, window, "duckdb"):
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}")
+        kind = "VIEW" if name in STREAMED else "TABLE"
+        con.execute(f"CREATE OR REPLACE TEMP {kind} {name} AS {sql}")
 
 
 def session_conf(shuffle_partitions: int = 4, driver_memory: str = "2g",
