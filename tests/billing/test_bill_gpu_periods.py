@@ -60,6 +60,14 @@ WINDOWS = [("2026-10-01T00:00:00Z", "2026-10-01T02:00:00Z"),
            ("2026-09-01T00:00:00Z", "2026-09-02T00:00:00Z")]
 
 
+def _empty_telemetry_inputs(con: Any) -> None:
+    """The join's inputs besides the bill's (``host_map``, ``usage_hours``, ``split_groups``),
+    empty, one group key."""
+    for ddl in inputs_ddl(1, "duckdb").split(";"):
+        if "host_map" in ddl or "usage_hours" in ddl or "split_groups" in ddl:
+            con.execute(ddl.replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
+
+
 def _rows(con: Any, sql: str) -> list[tuple[Any, ...]]:
     return sorted(con.execute(sql).fetchall(), key=repr)
 
@@ -75,9 +83,7 @@ def test_gpu_lines_equal_the_grouping_of_every_line(
     b = open_bill(_write(tmp_path_factory.mktemp("periods") / "b.csv", rows))
     bill_side(b, cost=cost)
     con = b.con
-    for ddl in inputs_ddl(1, "duckdb").split(";"):
-        if "host_map" in ddl or "usage_hours" in ddl or "split_groups" in ddl:
-            con.execute(ddl.replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
+    _empty_telemetry_inputs(con)
     con.register("hm", pa.table({"resource_id": sorted(mapped),
                                  "host": [f"node-{r}" for r in sorted(mapped)]}))
     con.execute("INSERT INTO host_map SELECT * FROM hm")
@@ -144,9 +150,7 @@ def test_weights_streamed_into_alloc_give_the_materialized_results(
     b = open_bill(_write(tmp_path_factory.mktemp("streamed") / "b.csv", rows))
     bill_side(b, cost="billed")
     con = b.con
-    for ddl in inputs_ddl(1, "duckdb").split(";"):
-        if "host_map" in ddl or "usage_hours" in ddl or "split_groups" in ddl:
-            con.execute(ddl.replace("CREATE TABLE", "CREATE OR REPLACE TEMP TABLE"))
+    _empty_telemetry_inputs(con)
     con.execute("INSERT INTO host_map VALUES ('i-0', 'node-i-0'), ('i-1', 'node-i-1')")
     con.execute("INSERT INTO usage_hours SELECT 'node-i-0', TIMESTAMPTZ '2026-10-01 00:00:00+00'"
                 " + INTERVAL (h) HOUR, h % 2 = 0, 'team-' || (h % 3), 600000 * (h % 4), "
