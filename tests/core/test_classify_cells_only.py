@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from gpuaudit import schema
 from gpuaudit.classify import classify
-from gpuaudit.classify.coding import LEAN_LABEL_KEYS
 from gpuaudit.classify.passes import classify_cells
+from gpuaudit.series import LEAN_LABEL_KEYS
 
 NS = 1_000_000_000
 

@@ -433,11 +433,11 @@ def test_lean_batches_are_the_native_rows(prom: str, fleet: Fleet) -> None:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from gpuaudit.classify.coding import LEAN_LABEL_KEYS
     from gpuaudit.measure.fleet.dcgm import LEAN_IDENTITY
     from gpuaudit.measure.fleet.native import NativeSource
     from gpuaudit.price.attribution import Attributor, attribute_table, load_mapping
     from gpuaudit.schema import SAMPLE_SCHEMA
+    from gpuaudit.series import LEAN_LABEL_KEYS
 
     c = PromClient(prom)
     kw = {"start_s": float(fleet.start_s + 15), "end_s": float(fleet.end_s), "step_s": 15.0}
