@@ -19,12 +19,16 @@ unless the user chose a pool with ``ARROW_DEFAULT_MEMORY_POOL``.
 from __future__ import annotations
 
 import ctypes
+import gc
 import os
 import platform
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["arrow_on_heap", "cap_arenas", "keep_freed_memory", "spare_the_exit"]
+__all__ = ["arrow_on_heap", "cap_arenas", "keep_freed_memory", "loading_code", "own_process",
+           "spare_the_exit"]
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
@@ -112,6 +116,38 @@ def cap_arenas(arenas: int = 2) -> bool:
         return False
     _arenas_capped = bool(mallopt(_M_ARENA_MAX, max(1, arenas)))
     return _arenas_capped
+
+
+_ours = False
+
+
+def own_process() -> None:
+    """Say that gpuaudit owns this process (the command line's process, classify's worker):
+    :func:`loading_code` may then freeze what it loaded."""
+    global _ours
+    _ours = True
+
+
+@contextmanager
+def loading_code() -> Iterator[None]:
+    """The cyclic collector paused while the block runs: for imports and numba loading its
+    machine code. Such a load makes ~10^5 long-lived objects (numba's and pyarrow's types,
+    functions, registries) and no garbage, and the collector, counting the allocations,
+    walks the growing heap again and again meanwhile: ~0.15-0.2 s of a core per process
+    for classify's imports and compiled loops (the command's and its worker's, before
+    either reads a row: docs/benchmarks.md). In a process gpuaudit owns
+    (:func:`own_process`) what the block loaded is then frozen (``gc.freeze()``), so no
+    later collection walks it either; elsewhere (gpuaudit imported as a library) the
+    collector is only paused, and walks those objects after the block as it would have."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            if _ours:
+                gc.freeze()
+            gc.enable()
 
 
 def spare_the_exit() -> None:

@@ -25,9 +25,12 @@ __all__ = ["PRESTART_BYTES", "WORKER", "prestart", "spawn", "take"]
 WORKER = "import sys; from gpuaudit.classify.parallel import _main; sys.exit(_main())"
 #: ... and started ahead, loading the compiled loop while it waits for its task, and the
 #: file reader its task opens the range with (PyArrow, Parquet: ~0.15 s of imports, else
-#: paid when the task arrives, unpickling it)
-_WARM_WORKER = ("import sys; import gpuaudit.measure.files; "
-                "from gpuaudit.classify.parallel import _main; sys.exit(_main(True))")
+#: paid when the task arrives, unpickling it); the cyclic collector paused while it
+#: imports and what they made frozen after (as :func:`gpuaudit._heap.loading_code` does in
+#: a process of ours: see there)
+_WARM_WORKER = ("import gc, sys; gc.disable(); import gpuaudit.measure.files; "
+                "from gpuaudit.classify.parallel import _main; gc.freeze(); gc.enable(); "
+                "sys.exit(_main(True))")
 #: A Parquet file from this size on is worth a worker started ahead (two processes share a
 #: file of 16M rows or more; a gpuaudit recording holds ~0.7 bytes a row at its smallest)
 PRESTART_BYTES = 12 << 20

@@ -87,26 +87,35 @@ _state: bool | None = None
 
 
 def available() -> bool:
-    """Whether the compiled loop can be used (numba imports)."""
+    """Whether the compiled loop can be used (numba imports). The first call imports numba
+    and loads the loop's machine code (:func:`warm`), with the cyclic collector paused
+    (:func:`gpuaudit._heap.loading_code`)."""
     global _state, _kernel
     if _state is None:
         _state = False
         if not os.environ.get("GPUAUDIT_NO_NUMBA"):
-            try:
-                from gpuaudit.classify import _kernel as kernel
+            from gpuaudit._heap import loading_code
 
+            with loading_code():
+                try:
+                    from gpuaudit.classify import _kernel as kernel
+                except ImportError:
+                    return False
                 _kernel = kernel
                 _state = True
-            except ImportError:
-                _state = False
+                _load()
     return _state
 
 
 def warm() -> None:
-    """Load the loop's machine code now, through one tiny batch (a worker started ahead of
-    its task does this while it waits); nothing where numba is not available."""
-    if not available():
-        return
+    """Load the loop's machine code now (a worker started ahead of its task does this while
+    it waits); nothing where numba is not available."""
+    available()
+
+
+def _load() -> None:
+    """The loop's machine code loaded (compiled on a machine's first run, then from numba's
+    cache) through one tiny batch."""
     from gpuaudit.classify.accumulate import new_cells
     from gpuaudit.classify.lag import OnsetAcc
 

@@ -237,6 +237,9 @@ def _collect(proc: subprocess.Popen[bytes]) -> Any:
 def _main(warm: bool = False) -> int:
     """A worker's life: the task on stdin, the answer on stdout. ``warm``: started ahead of
     its task (gpuaudit._workers): load the compiled loop while waiting for it."""
+    from gpuaudit._heap import own_process
+
+    own_process()  # (what it loads is frozen once loaded: gpuaudit._heap.loading_code)
     if warm:
         from gpuaudit.classify import fused
 

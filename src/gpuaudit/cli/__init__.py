@@ -95,7 +95,10 @@ class _LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attr = target.split(":")
-        module = importlib.import_module(f"gpuaudit.cli.{module_name}")
+        from gpuaudit._heap import loading_code
+
+        with loading_code():
+            module = importlib.import_module(f"gpuaudit.cli.{module_name}")
         command: click.Command = getattr(module, attr)
         names = {p.name for p in command.params}
         if cmd_name in READS_FILES and "max_input_bytes" not in names:
@@ -153,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     the process is about to end with the command, so its heap is frozen once the command
     is done and the exit skips walking it; a caller passing ``argv`` (a test, a program
     running several command lines) keeps an ordinary, collectable heap."""
-    from gpuaudit._heap import keep_freed_memory, spare_the_exit
+    from gpuaudit._heap import keep_freed_memory, own_process, spare_the_exit
 
     keep_freed_memory()  # this process is ours: see gpuaudit._heap
+    if argv is None:
+        own_process()  # what the command loads is frozen once loaded (_heap.loading_code)
     code = run_argv(argv)
     if argv is None:
         spare_the_exit()  # the command is done: exit without walking its heap

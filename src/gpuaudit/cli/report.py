@@ -37,16 +37,17 @@ def report_cmd(path: Path, mapping: str | None, fields: str | None, by: tuple[st
                host: str | None, tz: str, interval_s: float | None, workers: int | None,
                fmt: str, output: Path | None, **kw: Any) -> None:
     """Audit PATH: a gpuaudit Parquet recording, an nvidia-smi CSV log, or any CSV/JSONL."""
-    from gpuaudit._heap import arrow_on_heap
+    from gpuaudit._heap import arrow_on_heap, loading_code
 
     arrow_on_heap()  # before pyarrow is imported, here and in the worker (see gpuaudit._heap)
     if workers != 1:  # a large Parquet file's worker imports beside this process's imports
         from gpuaudit._workers import prestart
 
         prestart(path)
-    from gpuaudit.api import audit
-    from gpuaudit.measure.files import open_samples, parse_mapping
-    from gpuaudit.report.progress import progress
+    with loading_code():
+        from gpuaudit.api import audit
+        from gpuaudit.measure.files import open_samples, parse_mapping
+        from gpuaudit.report.progress import progress
 
     groups = tuple(k for item in by for k in item.split(",") if k.strip())
     pricing = pricing_kwargs(kw)
