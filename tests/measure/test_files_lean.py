@@ -181,3 +181,25 @@ def test_a_range_of_an_opened_file_reads_nothing_until_asked(tmp_path, monkeypat
     assert sum(b.num_rows for b in rows) == 60
     assert pa.Table.from_batches(rows).column("util_gpu_pct").equals(
         table.column("util_gpu_pct"))
+
+
+def test_lean_batches_are_larger_than_full_ones_and_keep_to_batch_rows(tmp_path, monkeypatch):
+    """Classify's lean read decodes up to _LEAN_CHUNK_ROWS rows at a time (its per-batch
+    costs, not cache sizes, decide there), a full read up to _CHUNK_ROWS, and neither more
+    than the caller's batch_rows."""
+    from gpuaudit.measure.files import reader
+
+    monkeypatch.setattr(reader, "_CHUNK_ROWS", 8)
+    monkeypatch.setattr(reader, "_LEAN_CHUNK_ROWS", 32)
+    n = 100
+    table = build_table({
+        "ts": pa.array((np.arange(n) // 2 + 1_700_000_000) * NS).cast(schema.TS_TYPE),
+        "host": ["h1"] * n, "gpu_uuid": ["GPU-a", "GPU-b"] * (n // 2),
+        "util_gpu_pct": [float(i % 100) for i in range(n)]})
+    path = tmp_path / "r.parquet"
+    write_recording(Recording(table=table, source="t", origin="t", interval_s=1.0), path,
+                    row_group_rows=64)
+    sizes = [b.num_rows for b in open_samples(path).batches(lean=True)]
+    assert sizes == [32, 32, 32, 4]  # (a batch ends at a row group's end)
+    assert {b.num_rows for b in open_samples(path).batches()} <= {8, 4}
+    assert max(b.num_rows for b in open_samples(path, batch_rows=5).batches(lean=True)) == 5

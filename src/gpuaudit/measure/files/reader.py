@@ -55,6 +55,12 @@ _HEAD_BYTES = 1 << 16
 _MAX_BLOCK = 1 << 20
 #: Rows converted at a time: larger batches cost memory and, past cache sizes, speed.
 _CHUNK_ROWS = 1 << 17
+#: ... and decoded at a time for classify's engine from a gpuaudit recording (a lean read):
+#: its few plain columns go to the compiled loop, where each batch's fixed costs (Arrow's
+#: table steps, the checks, the loop's per-batch set-up: ~1 ms) matter more than cache
+#: sizes: 2^19 rows took ~18 % less CPU than 2^17 on 100.8M rows, for ~80 MiB more memory
+#: (docs/benchmarks.md)
+_LEAN_CHUNK_ROWS = 1 << 19
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 _DATA_CELL = re.compile(r"^\s*([+-]?\d|\[|$)")
 
@@ -187,6 +193,7 @@ class FileSource:
         self.tz = check_time_zone(tz, "tz")
         self.batch_rows = batch_rows
         self._chunk = min(batch_rows, _CHUNK_ROWS)
+        self._lean_chunk = min(batch_rows, _LEAN_CHUNK_ROWS)
         self.row_groups = row_groups
         #: check each GPU's time order while streaming (see :meth:`defer_order_check`)
         self.checks_order = True
@@ -518,7 +525,7 @@ class FileSource:
             # a row-group range runs beside the others' processes, one per core: Arrow's
             # decoding threads would only wake and wait on one another there
             for batch in pq.ParquetFile(path, read_dictionary=read_dictionary(cols)
-                                        ).iter_batches(batch_size=self._chunk,
+                                        ).iter_batches(batch_size=self._lean_chunk,
                                                        columns=cols,
                                                        row_groups=groups,
                                                        use_threads=groups is None):
