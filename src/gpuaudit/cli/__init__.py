@@ -161,10 +161,23 @@ def main(argv: list[str] | None = None) -> int:
     keep_freed_memory()  # this process is ours: see gpuaudit._heap
     if argv is None:
         own_process()  # what the command loads is frozen once loaded (_heap.loading_code)
+        one_blas_thread()
     code = run_argv(argv)
     if argv is None:
         spare_the_exit()  # the command is done: exit without walking its heap
     return code
+
+
+def one_blas_thread() -> None:
+    """OpenBLAS (in NumPy's wheels) starts a thread per core as NumPy is imported, and they
+    spin a while: ~0.08 s of a core per process, in the command and in each of classify's
+    worker processes (which inherit the setting), while both cores load their code. gpuaudit
+    multiplies matrices in two places only (the trace's number parsing, the capacity
+    profiles' hour-of-day sums: tens of milliseconds at most), so one thread is the better
+    trade; a value the user set is kept. Before NumPy is imported, in a process of ours."""
+    import os
+
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 
 def run_argv(argv: Sequence[str] | None = None, prog_name: str = "gpuaudit") -> int:
