@@ -141,24 +141,44 @@ def _replay(d: np.ndarray, gpu_of: np.ndarray, gpus: int, cap: np.ndarray | None
     demand exceeds it; otherwise the co-located demand per GPU and step is summed."""
     if gpus == 0 or d.shape[1] == 0:
         return 0.0, 0.0, 0.0
-    order = np.argsort(gpu_of, kind="stable")
-    g_sorted = gpu_of[order]
-    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+    # one row of load per GPU with workloads (ascending GPU number), each workload's demand
+    # added to its GPU's row in workload order: the sums np.add.reduceat over the rows
+    # sorted by GPU gives, bit for bit, without gathering the whole (workloads x steps)
+    # matrix in that order (172-345 MB for 1,000 workloads x 30 days, faulted in fresh)
+    present, row = np.unique(gpu_of, return_inverse=True)
+    first = np.zeros(present.shape[0], dtype=bool)
     if cap is not None:
-        served = np.minimum(d, cap[:, None])
-        over = d > cap[:, None] + _EPS
-        load = np.add.reduceat(served[order], starts, axis=0)
-        per_gpu_over = np.logical_or.reduceat(over[order], starts, axis=0)
+        load = np.empty((present.shape[0], d.shape[1]), dtype=np.result_type(d, cap))
+        per_gpu_over = np.zeros((present.shape[0], d.shape[1]), dtype=bool)
+        n_over = 0
+        for w in range(d.shape[0]):
+            g = row[w]
+            served = np.minimum(d[w], cap[w])
+            over = d[w] > cap[w] + _EPS
+            if first[g]:
+                load[g] += served
+            else:
+                load[g] = served
+                first[g] = True
+            per_gpu_over[g] |= over
+            n_over += int(np.count_nonzero(over))
         util = float(load.sum()) / (gpus * d.shape[1]) * 100.0
-        return util, float(per_gpu_over.sum()) / (gpus * d.shape[1]), float(over.mean())
-    load = np.add.reduceat(d[order], starts, axis=0)
+        return (util, float(per_gpu_over.sum()) / (gpus * d.shape[1]),
+                float(np.float64(n_over) / d.size))
+    load = np.empty((present.shape[0], d.shape[1]), dtype=d.dtype)
+    for w in range(d.shape[0]):
+        g = row[w]
+        if first[g]:
+            load[g] += d[w]
+        else:
+            load[g] = d[w]
+            first[g] = True
     over_gpu = load > 1.0 + _EPS
     util = float(np.minimum(load, 1.0).sum()) / (gpus * d.shape[1]) * 100.0
     # a workload is throttled where its GPU is over
-    over_w = over_gpu[np.searchsorted(starts, np.arange(len(order)), side="right") - 1]
-    active = d[order] > 0
-    throttled = float((over_w & active).sum()) / max(1, d.size)
-    return util, float(over_gpu.sum()) / (gpus * d.shape[1]), throttled
+    throttled = sum(int(np.count_nonzero(over_gpu[row[w]] & (d[w] > 0)))
+                    for w in range(d.shape[0]))
+    return util, float(over_gpu.sum()) / (gpus * d.shape[1]), throttled / max(1, d.size)
 
 
 def _mig_choose(profiles: Sequence[MigProfile], mem_mib: float, p95: float
