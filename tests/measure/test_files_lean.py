@@ -183,14 +183,15 @@ def test_a_range_of_an_opened_file_reads_nothing_until_asked(tmp_path, monkeypat
         table.column("util_gpu_pct"))
 
 
-def test_lean_batches_are_larger_than_full_ones_and_keep_to_batch_rows(tmp_path, monkeypatch):
-    """Classify's lean read decodes up to _LEAN_CHUNK_ROWS rows at a time (its per-batch
-    costs, not cache sizes, decide there), a full read up to _CHUNK_ROWS, and neither more
-    than the caller's batch_rows."""
+def test_parquet_batches_are_larger_than_text_ones_and_keep_to_batch_rows(tmp_path,
+                                                                          monkeypatch):
+    """A Parquet file is decoded up to _PARQUET_CHUNK_ROWS rows at a time, lean (classify's
+    read) or whole (per-batch costs, not cache sizes, decide there; the text formats'
+    _CHUNK_ROWS does not apply), and never more than the caller's batch_rows."""
     from gpuaudit.measure.files import reader
 
     monkeypatch.setattr(reader, "_CHUNK_ROWS", 8)
-    monkeypatch.setattr(reader, "_LEAN_CHUNK_ROWS", 32)
+    monkeypatch.setattr(reader, "_PARQUET_CHUNK_ROWS", 32)
     n = 100
     table = build_table({
         "ts": pa.array((np.arange(n) // 2 + 1_700_000_000) * NS).cast(schema.TS_TYPE),
@@ -199,7 +200,6 @@ def test_lean_batches_are_larger_than_full_ones_and_keep_to_batch_rows(tmp_path,
     path = tmp_path / "r.parquet"
     write_recording(Recording(table=table, source="t", origin="t", interval_s=1.0), path,
                     row_group_rows=64)
-    sizes = [b.num_rows for b in open_samples(path).batches(lean=True)]
-    assert sizes == [32, 32, 32, 4]  # (a batch ends at a row group's end)
-    assert {b.num_rows for b in open_samples(path).batches()} <= {8, 4}
+    for lean in (True, False):  # (a batch ends at a row group's end)
+        assert [b.num_rows for b in open_samples(path).batches(lean=lean)] == [32, 32, 32, 4]
     assert max(b.num_rows for b in open_samples(path, batch_rows=5).batches(lean=True)) == 5

@@ -33,7 +33,8 @@ from gpuaudit.schema import Recording, SampleSource
 __all__ = ["profiles_and_usage"]
 
 _END = object()
-#: batches in flight between the reader and classify (each at most 131,072 rows)
+#: batches in flight between the reader and classify (each at most 524,288 rows: a Parquet
+#: file's, measure.files.reader._PARQUET_CHUNK_ROWS)
 _QUEUE_BATCHES = 4
 
 

@@ -53,14 +53,15 @@ FORMATS = ("parquet", "csv", "jsonl", "nvidia-smi")
 _HEAD_BYTES = 1 << 16
 #: Parser block cap: Arrow reads up to 32 blocks ahead, so this bounds read-ahead memory.
 _MAX_BLOCK = 1 << 20
-#: Rows converted at a time: larger batches cost memory and, past cache sizes, speed.
+#: Rows converted at a time from a text file (CSV, JSONL): larger batches cost memory and,
+#: past cache sizes, speed.
 _CHUNK_ROWS = 1 << 17
-#: ... and decoded at a time for classify's engine from a gpuaudit recording (a lean read):
-#: its few plain columns go to the compiled loop, where each batch's fixed costs (Arrow's
-#: table steps, the checks, the loop's per-batch set-up: ~1 ms) matter more than cache
-#: sizes: 2^19 rows took ~18 % less CPU than 2^17 on 100.8M rows, for ~80 MiB more memory
-#: (docs/benchmarks.md)
-_LEAN_CHUNK_ROWS = 1 << 19
+#: ... and decoded at a time from a Parquet file: each batch has fixed costs (Arrow's table
+#: steps, the checks, the null columns, classify's per-batch set-up: ~1 ms) that matter more
+#: than cache sizes there: 2^19 rows took ~18 % less CPU than 2^17 in classify's lean read
+#: of 100.8M rows, and `simulate`'s shared read of 43.2M ~15-20 % less wall, for ~80-190
+#: MiB more memory (docs/benchmarks.md)
+_PARQUET_CHUNK_ROWS = 1 << 19
 _COMPRESSED = (".gz", ".bz2", ".zst", ".lz4")
 _DATA_CELL = re.compile(r"^\s*([+-]?\d|\[|$)")
 
@@ -193,7 +194,7 @@ class FileSource:
         self.tz = check_time_zone(tz, "tz")
         self.batch_rows = batch_rows
         self._chunk = min(batch_rows, _CHUNK_ROWS)
-        self._lean_chunk = min(batch_rows, _LEAN_CHUNK_ROWS)
+        self._parquet_chunk = min(batch_rows, _PARQUET_CHUNK_ROWS)
         self.row_groups = row_groups
         #: check each GPU's time order while streaming (see :meth:`defer_order_check`)
         self.checks_order = True
@@ -508,7 +509,7 @@ class FileSource:
         def raw() -> Iterator[tuple[pa.RecordBatch, Locate]]:
             row = first_row
             for batch in pq.ParquetFile(path, read_dictionary=read_dictionary(read_cols)
-                                        ).iter_batches(batch_size=self._chunk,
+                                        ).iter_batches(batch_size=self._parquet_chunk,
                                                        columns=read_cols,
                                                        row_groups=groups):
                 base = row
@@ -525,7 +526,7 @@ class FileSource:
             # a row-group range runs beside the others' processes, one per core: Arrow's
             # decoding threads would only wake and wait on one another there
             for batch in pq.ParquetFile(path, read_dictionary=read_dictionary(cols)
-                                        ).iter_batches(batch_size=self._lean_chunk,
+                                        ).iter_batches(batch_size=self._parquet_chunk,
                                                        columns=cols,
                                                        row_groups=groups,
                                                        use_threads=groups is None):
