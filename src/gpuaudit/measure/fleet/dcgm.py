@@ -48,12 +48,18 @@ __all__ = [
     "IDENTITY_LABELS",
     "KNOWN_UNUSED",
     "LEAN_IDENTITY",
+    "UTIL_METRICS",
     "SeriesId",
     "lean_columns",
     "parse_metrics_text",
     "series_id",
     "series_table",
 ]
+
+#: The utilization metrics, the first preferred: ``util_gpu_pct``, and the graphics engine's
+#: activity that classify falls back to where it is missing (MIG instances). A series with
+#: either has samples (the scrape interval is found on them; the raw fetch keeps their rows).
+UTIL_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
 
 #: dcgm-exporter metric -> (sample-table column, factor applied once on import).
 DCGM_COLUMNS: dict[str, tuple[str, float]] = {

@@ -592,7 +592,7 @@ def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.
     points (series ``code``, ``metric`` index, step ``k``, value): one row per (code, step)
     where GPU_UTIL or GR_ENGINE_ACTIVE has a point, in (code, step) order, each metric's
     value or NaN; put on a dense grid of the chunk's codes x steps (no sort)."""
-    from gpuaudit.measure.fleet.dcgm import series_table
+    from gpuaudit.measure.fleet.dcgm import UTIL_METRICS, series_table
 
     if code.shape[0] == 0:
         out: tuple[Any, list[Any]] = series_table(
@@ -601,8 +601,7 @@ def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.
     seen = np.bincount(code, minlength=len(ids)) > 0
     present = np.flatnonzero(seen)
     local = (np.cumsum(seen) - 1)[code]
-    is_util = np.array([m in ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-                        for m in metrics], dtype=bool)
+    is_util = np.array([m in UTIL_METRICS for m in metrics], dtype=bool)
     rows, grid, has = _kernel().dense_rows(local, k, metric, val, n_steps,
                                            present.shape[0], is_util)
     values = {m: grid[i] for i, m in enumerate(metrics) if has[i]}

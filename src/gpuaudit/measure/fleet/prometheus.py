@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.measure.fleet.dcgm import UTIL_METRICS
 from gpuaudit.promql import (
     NODE_CPU,
     duration,
@@ -633,9 +634,6 @@ def pod_labels(client: PromClient, *, start_s: float, end_s: float,
     return out
 
 
-_INTERVAL_METRICS = ("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE")
-
-
 def detect_interval_s(client: PromClient, *, end_s: float, start_s: float | None = None,
                       matchers: Mapping[str, str] | None = None) -> float | None:
     """The scrape interval of the dcgm-exporter series (``DCGM_FI_DEV_GPU_UTIL``, else
@@ -650,7 +648,7 @@ def detect_interval_s(client: PromClient, *, end_s: float, start_s: float | None
     ``None``: no series anywhere in the range.
     """
     sel = selector(matchers)
-    for metric in _INTERVAL_METRICS:
+    for metric in UTIL_METRICS:
         found = _interval_at(client, metric, sel, end_s, 3600.0)
         if found is not None:
             return found
@@ -658,7 +656,7 @@ def detect_interval_s(client: PromClient, *, end_s: float, start_s: float | None
         return None
     window = max(3600.0, (end_s - start_s) / 10_000)
     steps = int((end_s - start_s) // window)
-    for metric in _INTERVAL_METRICS:
+    for metric in UTIL_METRICS:
         expr = f"count(count_over_time({metric}{sel}[{duration(window)}]) >= 2)"
         latest = [int(r.ts_ns[-1]) for r in client.query_range_once(
             expr, end_s - steps * window, end_s, window) if len(r.ts_ns)]
