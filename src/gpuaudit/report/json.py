@@ -271,10 +271,12 @@ def presented(value: Any) -> Any:
     memo: dict[float, float] = {}
 
     def number(x: float) -> float:
+        if not x:  # a zero presents as itself, its sign too (and 0.0 == -0.0: not memoized)
+            return x if type(x) is float else float(x)  # (numpy's as a float)
         y = memo.get(x)
         if y is None:
             y = _present_float(x)
-            if x and y is not x:  # (0.0 == -0.0: zeros are never shared; NaN, inf kept as is)
+            if y is not x:  # (NaN and the infinities are kept as they are)
                 memo[x] = y
         return y
 
