@@ -143,6 +143,15 @@ def bill_cmd(bill_path: Path, telemetry: Path | None, prometheus: str | None,
              spark_master: str | None, spark_conf: tuple[str, ...],
              timeline: bool | None, memory_limit: int | None) -> None:
     """Split a cloud bill over the GPU time measured, by team, reconciled to the cent."""
+    from gpuaudit._heap import arrow_on_heap
+
+    arrow_on_heap()  # before pyarrow is imported, here and in the worker (see gpuaudit._heap)
+    if telemetry is not None and workers != 1:
+        # a large telemetry recording is classified on two cores: its worker imports beside
+        # this process's imports and the bill's read, not after them (gpuaudit._workers)
+        from gpuaudit._workers import prestart
+
+        prestart(telemetry)
     from gpuaudit.api import bill
     from gpuaudit.cli.fleet import _matchers
 
