@@ -124,10 +124,10 @@ def test_usage_hours_equal_the_acero_grouping() -> None:
 def test_first_seen_groups(values: list[int], scale: int) -> None:
     """Groups numbered in order of first appearance, by direct address (a small range) or by
     a sort (``scale``: keys spread over a range far larger than the rows)."""
-    from gpuaudit.price.billing.allocate import _first_seen_groups
+    from gpuaudit.classify.coding import first_seen_groups
 
     key = np.array(values, dtype=np.int64) * scale
-    gid, first = _first_seen_groups(key)
+    gid, first = first_seen_groups(key)
     order = list(dict.fromkeys(key.tolist()))
     assert gid.tolist() == [order.index(k) for k in key.tolist()]
     assert first.tolist() == [key.tolist().index(k) for k in order]

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -92,6 +93,85 @@ def test_cell_ids_equal_the_text_encoding(parts: list[pa.RecordBatch],
         codes = new.series_codes(batch, ts)
         assert np.array_equal(codes, old.series_codes(batch, ts))
         got = new.cell_ids(codes, batch)
+        want = _text_cell_ids(old, codes, batch)
+        assert got.tolist() == want.tolist()
+        assert new.cell_index == old.cell_index
+
+
+@pytest.fixture
+def compiled() -> None:
+    """The compiled pass of ``first_seen_groups`` in use (numba loaded, as after a large
+    source's first batch)."""
+    from gpuaudit.classify import fused
+
+    if not fused.available():
+        pytest.skip("numba is not installed")
+
+
+def _first_seen_by_dict(key: np.ndarray) -> tuple[list[int], list[int]]:
+    order: dict[int, int] = {}
+    first: list[int] = []
+    group = []
+    for i, k in enumerate(key.tolist()):
+        if k not in order:
+            order[k] = len(order)
+            first.append(i)
+        group.append(order[k])
+    return group, first
+
+
+@pytest.mark.parametrize("distinct, scale", [(7, 10**15), (5000, 10**12), (40_000, -3)])
+def test_first_seen_groups_compiled_equal_the_dictionary(compiled: None, distinct: int,
+                                                         scale: int) -> None:
+    """The compiled hash pass (keys spread far wider than the rows: no direct address;
+    past 2,048 distinct values its table and arrays grow; negative keys) numbers the groups
+    as a dictionary of first appearances does, and so does the Arrow path it replaces."""
+    from gpuaudit.classify import fused
+    from gpuaudit.classify.coding import first_seen_groups
+
+    rng = np.random.default_rng(distinct)
+    key = rng.integers(0, distinct, 100_000).astype(np.int64) * scale + 12_345
+    want_group, want_first = _first_seen_by_dict(key)
+    for min_rows in (fused.MIN_ROWS, 10**9):  # compiled, then the Arrow path
+        old = fused.MIN_ROWS
+        fused.MIN_ROWS = min_rows
+        try:
+            group, first = first_seen_groups(key)
+        finally:
+            fused.MIN_ROWS = old
+        assert group.tolist() == want_group
+        assert first.tolist() == want_first
+
+
+def test_cell_ids_of_a_large_batch_equal_the_text_encoding(compiled: None) -> None:
+    """A batch of 1,000 GPUs over 100 minutes (combinations spread wider than direct
+    address takes: the compiled pass), batch after batch: the ids of the text encoding."""
+    rng = np.random.default_rng(7)
+    by = ("namespace", "pod", "period:60")
+    new, old = Coding(by), Coding(by)
+    for part in range(2):
+        n_gpu, n_min = 1000, 100
+        n = n_gpu * n_min
+        gpu = np.tile(np.arange(n_gpu), n_min)
+        ts = (part * n_min + np.repeat(np.arange(n_min), n_gpu)) * 60 * NS
+        ns = rng.choice(np.array(["t1", "t2", "t3", None], dtype=object), n)
+        pod = [f"p{(g * 7 + m // 50) % 900}" for g, m in zip(gpu.tolist(),
+                                                             (ts // (60 * NS)).tolist())]
+        batch = pa.record_batch({
+            "ts": pa.array(ts, pa.timestamp("ns", "UTC")),
+            "gpu_uuid": pa.DictionaryArray.from_arrays(
+                pa.array(gpu, pa.int32()), pa.array([f"GPU-{i}" for i in range(n_gpu)])),
+            "host": pa.array([f"h{g // 8}" for g in gpu.tolist()]),
+            "gpu_model": pa.array(["H100"] * n),
+            "mig_profile": pa.array([None] * n, pa.string()),
+            "namespace": pa.array(ns.tolist(), pa.string()),
+            "pod": pa.array(pod).dictionary_encode(),
+            "labels": pa.array([[]] * n, pa.map_(pa.string(), pa.string())),
+        })
+        tsn = batch.column("ts").cast(pa.int64()).to_numpy()
+        codes = new.series_codes(batch, tsn)
+        assert np.array_equal(codes, old.series_codes(batch, tsn))
+        got = new.cell_ids(codes, new.encode_keys(batch))
         want = _text_cell_ids(old, codes, batch)
         assert got.tolist() == want.tolist()
         assert new.cell_index == old.cell_index

@@ -26,7 +26,7 @@ from gpuaudit.series import LEAN_LABEL_KEYS
 if TYPE_CHECKING:
     import pyarrow as pa
 
-__all__ = ["CellKey", "Coding"]
+__all__ = ["CellKey", "Coding", "first_seen_groups"]
 
 #: A cell: (series code, the row's value of each ``--by`` key, None where it has none).
 CellKey = tuple[int, tuple[str | None, ...]]
@@ -92,6 +92,39 @@ def _unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     rank = np.empty(order.shape[0], dtype=np.int64)
     rank[order] = np.arange(order.shape[0])
     return distinct[order], rank[enc.indices.to_numpy(zero_copy_only=False)]
+
+
+def first_seen_groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's group (its distinct value of the int64 array ``key``, numbered in order of
+    first appearance) and each group's first row. Non-negative keys of a small range by
+    direct address; a large array, where the classify loop's numba is loaded already, in
+    one compiled pass through a hash table (:mod:`gpuaudit.classify._coding_kernel`, ~10 ns
+    a row); else by Arrow's hash encoding, its rank and a scatter of first rows (~30 ns)."""
+    from gpuaudit.classify import fused
+
+    n = key.shape[0]
+    span = int(key.max()) + 1 if n else 0
+    if n and int(key.min()) >= 0 and span <= 8 * n + 1024:
+        first_at = np.full(span, n, dtype=np.int64)
+        first_at[key[::-1]] = np.arange(n - 1, -1, -1)
+        used = np.flatnonzero(first_at < n)
+        first = first_at[used]
+        order = np.argsort(first, kind="stable")
+        rank = np.empty(span, dtype=np.int64)
+        rank[used[order]] = np.arange(used.shape[0])
+        return np.take(rank, key), first[order]
+    if n >= fused.MIN_ROWS and fused.loaded():
+        from gpuaudit.classify._coding_kernel import first_seen
+
+        group, first = first_seen(key)
+        return group, first
+    _, inverse = _unique_inverse(key)
+    at = np.zeros(int(inverse.max()) + 1 if n else 0, dtype=np.int64)
+    at[inverse[::-1]] = np.arange(n - 1, -1, -1)
+    order = np.argsort(at, kind="stable")
+    rank = np.empty(order.shape[0], dtype=np.int64)
+    rank[order] = np.arange(order.shape[0])
+    return np.take(rank, inverse), at[order]
 
 
 class _Cells:
@@ -346,43 +379,51 @@ class Coding:
             if self._cells_are_codes:  # cell ids given in code order: the same numbers
                 return codes
             return np.take(self._cell_of_code, codes)
-        # Each key's value per row as a small integer into a table of its values (None last):
-        # a dictionary column by its indices, a period by its offset from the batch's first,
-        # anything else dictionary-encoded; then the combination of series and values, and
-        # the text only over the distinct combinations (few), never per row.
-        combo_codes = np.zeros(codes.shape[0], dtype=np.int64)
-        key_tables: list[list[str | None]] = []
-        key_inds: list[np.ndarray] = []
-        for table, ind in self._group_codes(batch):
-            key_tables.append(table)
-            key_inds.append(ind)
-            if combo_codes.size and int(combo_codes.max()) >= (1 << 62) // max(len(table), 1):
-                combo_codes = _renumber(combo_codes)  # keep the product in 64 bits
-            combo_codes = combo_codes * len(table) + ind
-        if combo_codes.size and int(combo_codes.max()) >= (1 << 62) // max(len(codes), 1):
-            combo_codes = _renumber(combo_codes)
-        combined = codes.astype(np.int64) * int(combo_codes.max() + 1 if combo_codes.size else 1)
-        combined = combined + combo_codes
-        uniq, inverse = _unique_inverse(combined)
-        first_rows = np.zeros(uniq.shape[0], dtype=np.int64)
-        first_rows[inverse[::-1]] = np.arange(codes.shape[0])[::-1]
-        # the distinct combinations' keys as value ids (each batch table's few entries
-        # looked up once), then their cells, new ones numbered in this order
+        # Each key's value per row as a small integer into a table of its values (the
+        # batch's own numbering: a dictionary column by its indices, a period by its offset
+        # from the batch's first, anything else dictionary-encoded); the combinations of
+        # series and values numbered in one pass over the rows (first_seen_groups), and all
+        # the rest over the distinct combinations (few), never per row.
+        keys = self._group_codes(batch)
+        combined = codes.astype(np.int64)
+        bound = max(len(self.series_index), 1)  # (combined < bound)
+        for table, ind, _ in keys:
+            if bound >= (1 << 62) // max(len(table), 1):
+                combined = _renumber(combined)  # keep the product in 64 bits
+                bound = int(combined.max()) + 1 if combined.size else 1
+            combined = combined * len(table) + ind
+            bound *= max(len(table), 1)
+        group, first = first_seen_groups(combined)
+        # each key's values ordered by their first use (the order a dictionary encoding of
+        # the text gives, the null last): the combinations come in order of first use, so
+        # the first combination with a value holds its first row; then the combinations in
+        # the order of (series, each key's value), new cells numbered in that order
+        code = codes[first].astype(np.int64)
+        tables: list[list[str | None]] = []
+        ranks: list[np.ndarray] = []
+        for table, ind, last in keys:
+            order, rank = _first_seen(np.asarray(ind[first], dtype=np.int64), len(table), last)
+            tables.append([table[i] for i in order])
+            ranks.append(rank)
+        by_key = np.lexsort([*ranks[::-1], code]) if code.size else code
         cells = self._cells
-        value_ids = [cells.value_ids(j, tbl)[ind[first_rows]]
-                     for j, (tbl, ind) in enumerate(zip(key_tables, key_inds))]
-        cell_of_uniq = cells.ids(codes[first_rows].astype(np.int64), value_ids)
-        return np.asarray(cell_of_uniq[inverse])
+        value_ids = [cells.value_ids(j, tbl)[rank[by_key]]
+                     for j, (tbl, rank) in enumerate(zip(tables, ranks))]
+        cell_of_group = np.empty(by_key.shape[0], dtype=np.int64)
+        cell_of_group[by_key] = cells.ids(code[by_key], value_ids)
+        return np.asarray(np.take(cell_of_group, group))
 
-    def _group_codes(self, batch: pa.RecordBatch) -> list[tuple[list[str | None], np.ndarray]]:
-        """Per ``--by`` key: a table of its values as text (None: no value) and each row's
-        index into it. A table may list a value twice (a dictionary's repeats) or values no
-        row has: the cells are told apart by the text, not by the index."""
+    def _group_codes(self, batch: pa.RecordBatch
+                     ) -> list[tuple[list[str | None], np.ndarray, int | None]]:
+        """Per ``--by`` key: a table of its values as text (None: no value), each row's
+        index into it (an integer array), and the null's index (put last when the table is
+        ordered by first use). A table may list a value twice (a dictionary's repeats) or
+        values no row has: the cells are told apart by the text, not by the index."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         arrays = iter(self._group_values(batch, text=False))
-        out: list[tuple[list[str | None], np.ndarray]] = []
+        out: list[tuple[list[str | None], np.ndarray, int | None]] = []
         for key in self.by:
             arr = next(arrays)
             if isinstance(arr, pa.ChunkedArray):
@@ -395,24 +436,23 @@ class Coding:
                     lo, hi = int(p.min()), int(p.max())
                     if hi - lo < max(4 * p.shape[0], 1024):
                         vals = [str((lo + i) * secs) for i in range(hi - lo + 1)]
-                        order, ind = _first_seen(p - lo, hi - lo + 1)
-                        out.append(([vals[i] for i in order] + [None], ind))
+                        out.append(([*vals, None], p - lo, len(vals)))  # (no row's null)
                         continue
                 arr = pc.multiply(pc.divide(pc.cast(batch.column("ts"), pa.int64()),
                                             secs * NS), secs)  # ts >= 0: floor
             if pa.types.is_dictionary(arr.type) and len(
                     vals := arr.dictionary.cast(pa.string()).to_pylist()) == len(set(vals)):
                 # (a dictionary that repeats a value takes the text's encoding below)
-                ind = arr.indices.fill_null(len(vals)).to_numpy(
-                    zero_copy_only=False).astype(np.int64)
-                order, ind = _first_seen(ind, len(vals) + 1, last=len(vals))
-                full = [*vals, None]
-                out.append(([full[i] for i in order], ind))
+                indices = arr.indices
+                if indices.null_count:
+                    indices = indices.fill_null(len(vals))
+                out.append(([*vals, None], indices.to_numpy(zero_copy_only=False), len(vals)))
                 continue
             enc = pc.dictionary_encode(arr.cast(pa.string()))
             table = [*enc.dictionary.to_pylist(), None]  # last: null
+            # (the encoding's order is the rows' first use already, the null last)
             out.append((table, enc.indices.fill_null(len(table) - 1).to_numpy(
-                zero_copy_only=False).astype(np.int64)))
+                zero_copy_only=False), len(table) - 1))
         return out
 
     def _group_values(self, batch: pa.RecordBatch, text: bool = True) -> list[pa.Array]:

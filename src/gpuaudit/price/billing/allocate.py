@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from gpuaudit.classify.coding import first_seen_groups
 from gpuaudit.errors import InputError
 from gpuaudit.price.billing.currency import digits, units_per_minor
 from gpuaudit.price.billing.gpu_lines import match_skus
@@ -74,28 +75,6 @@ def usage_hours(cells: pa.Table, keys: Sequence[str]) -> pa.Table:
     return agg.rename_columns([c[:-4] if c.endswith("_sum") else c for c in agg.column_names])
 
 
-def _first_seen_groups(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each row's group (its distinct value of ``key``, numbered in order of first
-    appearance) and each group's first row. Non-negative keys of a small range by direct
-    address; else by a sort of the values."""
-    n = key.shape[0]
-    span = int(key.max()) + 1
-    if span <= 8 * n + 1024:
-        first_at = np.full(span, n, dtype=np.int64)
-        first_at[key[::-1]] = np.arange(n - 1, -1, -1)
-        used = np.flatnonzero(first_at < n)
-        first = first_at[used]
-        order = np.argsort(first, kind="stable")
-        rank = np.empty(span, dtype=np.int64)
-        rank[used[order]] = np.arange(used.shape[0])
-        return np.take(rank, key), first[order]
-    _, at, inverse = np.unique(key, return_index=True, return_inverse=True)
-    order = np.argsort(at, kind="stable")
-    rank = np.empty(order.shape[0], dtype=np.int64)
-    rank[order] = np.arange(order.shape[0])
-    return rank[inverse.reshape(-1)], at[order]
-
-
 def _ms(seconds: Any) -> pa.Array:
     """Seconds (float64, no nulls) as whole milliseconds, rounded half to even: numpy's
     ``rint``, the rounding of ``pc.round`` (Arrow's kernel took ~60 ns a value)."""
@@ -130,7 +109,7 @@ def group_sums(t: pa.Table, group: Sequence[str], sums: Sequence[str]) -> pa.Tab
             return acero()
         ind = enc.indices.fill_null(size - 1).to_numpy(zero_copy_only=False)
         combined = combined * size + ind.astype(np.int64)
-    gid, first = _first_seen_groups(combined)
+    gid, first = first_seen_groups(combined)
     groups = first.shape[0]
     out = {k: t.column(k).take(pa.array(first)) for k in group}
     for c in sums:
