@@ -580,12 +580,16 @@ def group_diagnoses(usage: Usage, diagnoses: Sequence[Diagnosis]
                     ) -> tuple[GroupDiagnosis, ...]:
     """Per ``--by`` group (``usage.by``): each GPU's top diagnosis weighted by the seconds
     the group held it; the kind with the most seconds is the group's (ties: the earlier in
-    :data:`KINDS`)."""
+    :data:`KINDS`). A group's GPUs are listed in the usage's series order (as the report
+    lists its GPUs), the example is the first of them with that kind: neither depends on
+    how the cells were numbered, which follows where the read cut its batches."""
     if not usage.by or usage.cells.num_rows == 0:
         return ()
     tops = {d.gpu_uuid: d for d in diagnoses if d.top}
+    rank = {s.gpu_uuid: i for i, s in enumerate(usage.series)}
     out = []
-    for key, per_gpu in _group_seconds(usage).items():
+    for key, seconds in _group_seconds(usage).items():
+        per_gpu = {u: seconds[u] for u in sorted(seconds, key=lambda u: rank.get(u, len(rank)))}
         weights: dict[str, float] = {}
         for uuid, secs in per_gpu.items():
             d = tops.get(uuid)
