@@ -37,6 +37,7 @@ __all__ = [
     "build_table",
     "empty_table",
     "float_blanks",
+    "lean_table",
     "null_sentinels",
     "series_order",
     "validate",
@@ -242,6 +243,37 @@ def build_table(columns: Mapping[str, Any], length: int | None = None) -> pa.Tab
         length = len(columns["ts"])
     arrays = [_as_array(columns.get(c.name), c, length) for c in COLUMNS]
     return pa.Table.from_arrays(arrays, schema=SAMPLE_SCHEMA)
+
+
+def lean_table(columns: Mapping[str, Any], coded: Mapping[str, pa.Array], *,
+               length: int) -> pa.Table:
+    """A table in the lean layout classify's engine reads (see
+    :func:`~gpuaudit.measure.fleet.dcgm.series_table`): the sample table's columns in its
+    order, those of ``coded`` (dictionary columns) in their place or, for names outside
+    the sample table (``label:<key>``), appended; every other column that no row has a
+    value in (or that ``columns`` lacks) of type null, with no buffers. ``columns`` as for
+    :func:`build_table`; ``ts`` is required."""
+    fields: list[pa.Field] = []
+    arrays: list[pa.Array] = []
+    for c in COLUMNS:
+        if c.name in coded:
+            arr = coded[c.name]
+            fields.append(pa.field(c.name, arr.type))
+            arrays.append(arr)
+            continue
+        values = columns.get(c.name)
+        arr = None if values is None else _as_array(values, c, length)
+        if c.name != "ts" and (arr is None or arr.null_count == length):
+            fields.append(pa.field(c.name, pa.null()))
+            arrays.append(pa.nulls(length))
+        else:
+            fields.append(SAMPLE_SCHEMA.field(c.name))
+            arrays.append(arr)
+    for name, arr in coded.items():
+        if name not in _BY_NAME:
+            fields.append(pa.field(name, arr.type))
+            arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def float_blanks(x: np.ndarray) -> np.ndarray:

@@ -226,15 +226,20 @@ def _crc32c(data: bytes) -> int:
 
 
 def frames(series: list[tuple[dict[str, str], list[tuple[list[int], list[float]]]]],
-           per_frame: int = 2) -> bytes:
-    """A streamed remote-read answer: ``per_frame`` ChunkedSeries messages a frame."""
+           per_frame: int = 2, *, labels_after: int = 0) -> bytes:
+    """A streamed remote-read answer: ``per_frame`` ChunkedSeries messages a frame; the
+    last ``labels_after`` labels of each series written after its chunks (protobuf
+    allows fields in any order; Prometheus writes the labels first)."""
     msgs = []
     for labels, chunks in series:
-        m = b"".join(_msg(1, _msg(1, k.encode()) + _msg(2, v.encode()))
-                     for k, v in sorted(labels.items()))
+        fields = [_msg(1, _msg(1, k.encode()) + _msg(2, v.encode()))
+                  for k, v in sorted(labels.items())]
+        cut = len(fields) - labels_after
+        m = b"".join(fields[:cut])
         for ts, vals in chunks:
             m += _msg(2, _varint_field(1, ts[0]) + _varint_field(2, ts[-1])
                       + _varint_field(3, 1) + _msg(4, xor_chunk(ts, vals)))
+        m += b"".join(fields[cut:])
         msgs.append(_msg(1, m))
     out = b""
     for i in range(0, len(msgs), per_frame):
@@ -274,6 +279,33 @@ def test_xor_decoder_equals_the_encoder(series: list[tuple[list[int], list[float
         assert s.ts_ms.tolist() == ts
         assert np.array_equal(s.values.view(np.uint64),
                               np.array(vals, dtype=np.float64).view(np.uint64))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 2), _series()), min_size=1,
+                max_size=6), st.integers(1, 3))
+def test_labels_seen_across_answers_decode_as_new(
+        picks: list[tuple[int, int, tuple[list[int], list[float]]]], per_frame: int) -> None:
+    """A store's answers for successive ranges repeat its series: label sets looked up by
+    their bytes in ``labels_seen`` (kept across answers) decode as a fresh decode does,
+    labels written after the chunks included (those are decoded each time)."""
+    seen: dict[bytes, tuple[tuple[str, str], ...]] = {}
+    for answer in range(2):
+        data = [({"__name__": "m", "gpu": str(g), "pod": f"p{answer % 2}"}, [s])
+                for g, _after, s in picks]
+        after = picks[0][1]
+        body = frames(data, per_frame, labels_after=after)
+        fresh = decode_chunked_frames(body, where="test")
+        again = decode_chunked_frames(body, where="test", labels_seen=seen)
+        assert [q for q, _s in again] == [q for q, _s in fresh]
+        for (_q, a), (_q2, f) in zip(again, fresh):
+            assert a.labels == f.labels and list(a.labels) == list(f.labels)
+            assert np.array_equal(a.ts_ms, f.ts_ms)
+            assert np.array_equal(a.values.view(np.uint64), f.values.view(np.uint64))
+        if after:  # no prefix holds every label: nothing is looked up
+            assert not seen
+        else:
+            assert len(seen) == len({g for g, _a, _s in picks}) * (answer + 1)
 
 
 def test_a_series_split_over_frames_is_one_series() -> None:

@@ -166,3 +166,121 @@ def test_dense_join_equals_a_dictionary_join(points: list[tuple[int, int, int, f
         assert (c, kk) == (wc, wk)
         assert util == got.get(0) or (util is None and got.get(0) is None)
         assert power == got.get(1) or (power is None and got.get(1) is None)
+
+
+@st.composite
+def _near_grid(draw: st.DrawFn, start_ms: int, step_ms: int, n_steps: int) -> RawSeries:
+    """A series whose times sit on, just before and just after the grid's steps and its
+    edges (a step before the first, one past the last)."""
+    ts = [start_ms + j * step_ms + d for j, d in draw(st.lists(st.tuples(
+        st.integers(-2, n_steps + 1), st.sampled_from([-step_ms, -1, 0, 1])), max_size=12))]
+    if draw(st.booleans()):
+        ts = sorted(ts)
+    vals = draw(st.lists(st.floats(allow_nan=False), min_size=len(ts), max_size=len(ts)))
+    return RawSeries({}, np.array(ts, dtype=np.int64), np.array(vals, dtype=np.float64))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data(), st.integers(-5_000, 5_000), st.sampled_from([1, 1000, 15_000]),
+       st.integers(1, 20))
+def test_grid_cells_equals_the_grid_then_the_dense_join(
+        data: st.DataObject, start_ms: int, step_ms: int, n_steps: int) -> None:
+    """The one-pass kernel gives what on_grid's points joined by dense_rows give: the codes
+    with a point, the rows, every metric's values and which metrics have a point; or
+    says the times descend (then the caller takes that two-step path)."""
+    from gpuaudit.measure.fleet import _xor
+    from gpuaudit.measure.fleet.native import _joined
+
+    picks = data.draw(st.lists(st.tuples(
+        st.one_of(_series(), _near_grid(start_ms, step_ms, n_steps)), st.integers(0, 3),
+        st.integers(0, 2)), min_size=1, max_size=6))
+    series = [s for s, _c, _m in picks]
+    code_of = np.array([c for _s, c, _m in picks], dtype=np.int64)
+    metric_of = np.array([m for _s, _c, m in picks], dtype=np.int64)
+    is_util = np.array([True, False, True])
+    ts, val, bounds = _joined(series)
+    ok, present, rows, grid, has = _xor.grid_cells(ts, val, bounds, code_of, metric_of, 4,
+                                                   start_ms, step_ms, n_steps, is_util)
+    descends = any((np.diff(s.ts_ms) < 0).any() for s in series)
+    assert ok == (not descends)
+    if not ok:
+        return
+    sidx, k, v = on_grid(series, start_ms, step_ms, n_steps)
+    code = code_of[sidx]
+    seen = np.bincount(code, minlength=4) > 0
+    local = (np.cumsum(seen) - 1)[code]
+    want_rows, want_grid, want_has = _xor.dense_rows(local, k, metric_of[sidx], v, n_steps,
+                                                     int(seen.sum()), is_util)
+    assert np.array_equal(present, np.flatnonzero(seen))
+    assert np.array_equal(rows, want_rows)
+    assert np.array_equal(has, want_has)
+    assert grid.shape == want_grid.shape
+    assert np.array_equal(grid.view(np.uint64), want_grid.view(np.uint64))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 6), st.integers(0, 4)),
+                max_size=40), st.booleans())
+def test_row_order_is_the_lexsort(rows: list[tuple[int, int, int]], by_code: bool) -> None:
+    """series_table's row order equals np.lexsort((codes, ts, g)) (None: the rows are in
+    it already), for rows in any order and for rows in (code, time) order as the native
+    join gives them (there a stable sort by one key stands in for the lexsort)."""
+    from gpuaudit.measure.fleet.dcgm import _row_order
+
+    if by_code:
+        rows = sorted(rows, key=lambda r: (r[2], r[1]))
+    g = np.array([r[0] for r in rows], dtype=np.int64)
+    ts = np.array([r[1] for r in rows], dtype=np.int64) * 15_000_000_000 + 1_700_000_000
+    codes = np.array([r[2] for r in rows], dtype=np.int64)
+    got = _row_order(g, ts, codes)
+    want = np.lexsort((codes, ts, g))
+    if got is None:
+        assert np.array_equal(want, np.arange(len(rows)))
+    else:
+        assert np.array_equal(got, want)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 5),
+                          st.one_of(st.none(), st.floats(0, 100, width=32))),
+                min_size=1, max_size=30), st.booleans())
+def test_lean_table_holds_the_sample_table_rows(
+        points: list[tuple[int, int, float | None]], by_code: bool) -> None:
+    """series_table's lean layout (built by lean_table) holds the rows of its plain
+    sample table: the same order, every identity column's text, every value; columns no
+    row has a value in are of type null; the series' label keys in the metadata."""
+    import pyarrow as pa
+
+    from gpuaudit.measure.fleet.dcgm import LEAN_IDENTITY, series_id, series_table
+    from gpuaudit.schema import LEAN_LABEL_KEYS
+
+    ids = [series_id({"UUID": f"GPU-{i % 2}", "Hostname": "h", "gpu": str(i % 2),
+                      "exported_pod": f"p{i}", "exported_namespace": "ns", "team": f"t{i}"},
+                     default_host="h", where="t") for i in range(4)]
+    if by_code:
+        points = sorted(points, key=lambda p: (p[0], p[1]))
+    codes = np.array([p[0] for p in points], dtype=np.int64)
+    ts = np.array([p[1] for p in points], dtype=np.int64) * 15_000_000_000
+    util = np.array([np.nan if p[2] is None else p[2] for p in points])
+    maps = [dict(s.labels) for s in ids]
+    plain, notes = series_table(ids, codes, ts, {"DCGM_FI_DEV_GPU_UTIL": util}, where="t")
+    lean, lean_notes = series_table(ids, codes, ts, {"DCGM_FI_DEV_GPU_UTIL": util},
+                                    where="t", lean=(maps, ["team"]))
+    assert [str(n) for n in notes] == [str(n) for n in lean_notes]
+    assert lean.num_rows == plain.num_rows
+    for name in lean.column_names:
+        col = lean.column(name)
+        if name in plain.column_names and name not in LEAN_IDENTITY and name != "ts" and \
+                plain.column(name).null_count == plain.num_rows:
+            assert col.type == pa.null(), name  # (no buffers for a column of nothing)
+        if name.startswith("label:"):
+            want = [dict(m).get("team") for m in plain.column("labels").to_pylist()]
+            assert col.to_pylist() == want
+        elif name == "labels":
+            assert col.type == pa.null()
+        elif col.type == pa.null():
+            assert plain.column(name).null_count == plain.num_rows
+        else:
+            assert col.to_pylist() == plain.column(name).to_pylist(), name
+    keys = lean.schema.metadata[LEAN_LABEL_KEYS].decode().split("\x1f")
+    assert keys == sorted({k for c in set(codes.tolist()) for k in maps[c]})

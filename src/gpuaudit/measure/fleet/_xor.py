@@ -74,7 +74,9 @@ def _skip(buf, pos, end, wire):
 def scan_frames(buf, series_lab, chunk_meta, out_counts):
     """Frames ``uvarint length | CRC32-C (big-endian) | ChunkedReadResponse`` in ``buf``
     (all of them, back to back) -> per ChunkedSeries message: (start, end) of its bytes'
-    labels part as offsets, query index (``series_lab[i] = [msg_start, msg_end, query]``);
+    labels part as offsets, query index, and where its leading labels end (``series_lab[i]
+    = [msg_start, msg_end, query, labels_end]``; labels_end -2 when a label field follows
+    another field);
     per XOR chunk: (series message, min_t, max_t, data offset, data length, samples).
     ``out_counts`` receives (series, chunks, frames). Returns 0, or -1 a truncated frame,
     -2 a CRC mismatch, -3 malformed protobuf, -4 a chunk encoding other than XOR, -5 more
@@ -119,12 +121,18 @@ def scan_frames(buf, series_lab, chunk_meta, out_counts):
                 series_lab[ns, 1] = me
                 # ChunkedSeries: 1 labels (message), 2 chunks (message)
                 r = ms
+                lab_end = np.int64(-1)  # where the leading labels end (-2: one comes later)
                 while r < me:
+                    r0 = r
                     k2, r = _uvarint(buf, r, me)
                     if r < 0:
                         return -3
                     f2 = np.int64(k2 >> np.uint64(3))
                     w2 = np.int64(k2 & np.uint64(7))
+                    if f2 != 1 and lab_end == -1:
+                        lab_end = r0
+                    elif f2 == 1 and lab_end >= 0:
+                        lab_end = np.int64(-2)
                     if f2 == 2 and w2 == 2:
                         l2, r = _uvarint(buf, r, me)
                         if r < 0 or r + np.int64(l2) > me:
@@ -183,6 +191,7 @@ def scan_frames(buf, series_lab, chunk_meta, out_counts):
                         r = _skip(buf, r, me, w2)
                         if r < 0:
                             return -3
+                series_lab[ns, 3] = me if lab_end == -1 else lab_end
                 ns += 1
                 q = me
             elif field == 2 and wire == 0:
@@ -400,3 +409,74 @@ def dense_rows(local, k, metric, val, n_steps, n_local, is_util):
         if p >= 0:
             values[metric[i], p] = val[i]
     return rows, values, seen
+
+
+@numba.njit(cache=True, nogil=True)
+def grid_cells(ts_ms, vals, bounds, code_of, metric_of, n_codes, start_ms, step_ms, n_steps,
+               is_util):
+    """:func:`grid_points` and :func:`dense_rows` in one pass over the samples, with no
+    per-point arrays: series j (``ts_ms[bounds[j]:bounds[j + 1]]``, not descending) of code
+    ``code_of[j]`` and metric ``metric_of[j]``, onto the step grid as ``grid_points`` puts
+    it, then joined as ``dense_rows`` joins the points (the codes numbered in order among
+    those with a point; a later point of a cell wins, which within a series is the step's
+    last sample). Returns (ok, the codes with a point, rows, values, seen) as ``dense_rows``
+    returns the last three; ok False (nothing else filled) when a series' times descend
+    somewhere (the caller sorts, then takes the two-step path)."""
+    n_series = bounds.shape[0] - 1
+    empty = np.zeros(0, dtype=np.int64)
+    for j in range(n_series):
+        for i in range(bounds[j] + 1, bounds[j + 1]):
+            if ts_ms[i] < ts_ms[i - 1]:
+                return False, empty, empty, np.zeros((0, 0)), np.zeros(0, dtype=np.bool_)
+    # each series' samples on the grid: t in (start - step, start + (n_steps - 1) * step]
+    lo_t, hi_t = start_ms - step_ms, start_ms + (n_steps - 1) * step_ms
+    first = np.empty(n_series, dtype=np.int64)
+    last = np.empty(n_series, dtype=np.int64)
+    present = np.zeros(n_codes, dtype=np.bool_)
+    for j in range(n_series):
+        a, b = bounds[j], bounds[j + 1]
+        while a < b and ts_ms[a] <= lo_t:
+            a += 1
+        e = a
+        while e < b and ts_ms[e] <= hi_t:
+            e += 1
+        first[j], last[j] = a, e
+        if e > a:
+            present[code_of[j]] = True
+    local = np.empty(n_codes, dtype=np.int64)
+    n_local = 0
+    for c in range(n_codes):
+        local[c] = n_local
+        if present[c]:
+            n_local += 1
+    codes = np.empty(n_local, dtype=np.int64)
+    for c in range(n_codes):
+        if present[c]:
+            codes[local[c]] = c
+    pos = np.full(n_local * n_steps, -1, dtype=np.int64)
+    for j in range(n_series):
+        if is_util[metric_of[j]]:
+            base = local[code_of[j]] * n_steps
+            for i in range(first[j], last[j]):
+                pos[base + (ts_ms[i] - lo_t - 1) // step_ms] = 0
+    n = 0
+    for c in range(pos.shape[0]):
+        if pos[c] == 0:
+            pos[c] = n
+            n += 1
+    rows = np.empty(n, dtype=np.int64)
+    for c in range(pos.shape[0]):
+        if pos[c] >= 0:
+            rows[pos[c]] = c
+    values = np.full((is_util.shape[0], n), np.nan)
+    seen = np.zeros(is_util.shape[0], dtype=np.bool_)
+    for j in range(n_series):
+        if last[j] > first[j]:
+            m = metric_of[j]
+            seen[m] = True
+            base = local[code_of[j]] * n_steps
+            for i in range(first[j], last[j]):
+                p = pos[base + (ts_ms[i] - lo_t - 1) // step_ms]
+                if p >= 0:
+                    values[m, p] = vals[i]
+    return True, codes, rows, values, seen

@@ -178,16 +178,20 @@ _SCAN_ERRORS = {
 }
 
 
-def decode_chunked_frames(buf: bytes, *, where: str) -> list[tuple[int, RawSeries]]:
+def decode_chunked_frames(buf: bytes, *, where: str,
+                          labels_seen: dict[bytes, tuple[tuple[str, str], ...]] | None = None,
+                          ) -> list[tuple[int, RawSeries]]:
     """A whole streamed remote-read answer -> (query index, series) in the stream's order;
-    a series split over several frames is joined. Errors name ``where``."""
+    a series split over several frames is joined. Errors name ``where``. ``labels_seen``:
+    label sets decoded before, by their bytes (a store's answers for successive time
+    ranges repeat its series); new ones are added."""
     k = _kernel()
     arr = np.frombuffer(buf, dtype=np.uint8)
     counts = np.zeros(4, dtype=np.int64)
     n_series = max(16, len(buf) // 2048)
     n_chunks = max(64, len(buf) // 64)
     while True:
-        series = np.zeros((n_series, 3), dtype=np.int64)
+        series = np.zeros((n_series, 4), dtype=np.int64)
         meta = np.zeros((n_chunks, 6), dtype=np.int64)
         rc = k.scan_frames(arr, series, meta, counts)
         if rc != -5:
@@ -225,9 +229,15 @@ def decode_chunked_frames(buf: bytes, *, where: str) -> list[tuple[int, RawSerie
     bounds = np.searchsorted(meta[:, 0], np.arange(ns + 1))
     prev: tuple[int, tuple[tuple[str, str], ...]] | None = None
     lo = 0
-    for i in range(ns):
-        labels = _labels_of(buf, int(series[i, 0]), int(series[i, 1]))
-        key = (int(series[i, 2]), labels)
+    seen = {} if labels_seen is None else labels_seen
+    for i, (a, b, query, lab_end) in enumerate(series[:ns].tolist()):
+        if lab_end < 0:  # (labels after the chunks: not a prefix to look up)
+            labels = _labels_of(buf, a, b)
+        else:
+            raw = buf[a:lab_end]
+            got = seen.get(raw)
+            labels = seen[raw] = _labels_of(buf, a, lab_end) if got is None else got
+        key = (query, labels)
         if key != prev:
             if prev is not None:
                 hi = int(off[bounds[i]])
@@ -240,11 +250,14 @@ def decode_chunked_frames(buf: bytes, *, where: str) -> list[tuple[int, RawSerie
 
 
 def remote_read(client: PromClient, queries: Sequence[
-        tuple[int, int, Sequence[tuple[str, str, str]]]]) -> list[tuple[int, RawSeries]]:
+        tuple[int, int, Sequence[tuple[str, str, str]]]], *,
+        labels_seen: dict[bytes, tuple[tuple[str, str], ...]] | None = None,
+        ) -> list[tuple[int, RawSeries]]:
     """One remote-read request of ``queries`` (see :func:`encode_read_request`) to the
     store ``client`` reads: (query index, series). A store that does not answer remote
     read with streamed chunks: :class:`RemoteReadRefused`; a corrupt or truncated answer:
-    :class:`~gpuaudit.errors.SourceUnavailableError`; both name the store's URL."""
+    :class:`~gpuaudit.errors.SourceUnavailableError`; both name the store's URL.
+    ``labels_seen``: see :func:`decode_chunked_frames`."""
     where = f"{client.url}/api/v1/read"
     body = snappy_literal(encode_read_request(queries))
     resp = client.post_raw("/api/v1/read", content=body, headers={
@@ -258,13 +271,16 @@ def remote_read(client: PromClient, queries: Sequence[
             f"{resp.status_code}, {ctype or 'no content type'}{': ' + text if text else ''})",
             where=where, fix="use --fetch pushdown, or --fetch auto (remote read where a "
             "store answers it, VictoriaMetrics' export, else the pushdown)")
-    return decode_chunked_frames(resp.content, where=where)
+    return decode_chunked_frames(resp.content, where=where, labels_seen=labels_seen)
 
 
-def export_series(client: PromClient, match: str, start_s: float, end_s: float,
+def export_series(client: PromClient, match: str, start_s: float, end_s: float, *,
+                  labels_seen: dict[bytes, dict[str, str]] | None = None,
                   ) -> list[RawSeries]:
     """VictoriaMetrics' ``/api/v1/export`` of the series ``match`` selects in [start, end]
-    (labels with ``__name__``, raw samples). A store without it: :class:`RemoteReadRefused`."""
+    (labels with ``__name__``, raw samples). A store without it: :class:`RemoteReadRefused`.
+    ``labels_seen``: label sets decoded before, by their JSON text (a store's answers for
+    successive time ranges repeat its series); new ones are added."""
     where = f"{client.url}/api/v1/export"
     resp = client.post_raw("/api/v1/export", data={
         "match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"},
@@ -277,13 +293,16 @@ def export_series(client: PromClient, match: str, start_s: float, end_s: float,
     content = resp.content
     if not content.strip():
         return []
-    got = _scan_export(content, where)
+    got = _scan_export(content, where, labels_seen=labels_seen)
     return got if got is not None else _read_export_json(content, where)
 
 
-def _scan_export(content: bytes, where: str) -> list[RawSeries] | None:
+def _scan_export(content: bytes, where: str, *,
+                 labels_seen: dict[bytes, dict[str, str]] | None = None,
+                 ) -> list[RawSeries] | None:
     """The export answer read by the compiled scan (:mod:`~gpuaudit.measure.fleet._export`);
-    None when it is not of the shape that scan reads (then a general JSON reader does)."""
+    None when it is not of the shape that scan reads (then a general JSON reader does).
+    ``labels_seen``: see :func:`export_series`."""
     import json
 
     from gpuaudit.measure.fleet import _export
@@ -306,7 +325,7 @@ def _scan_export(content: bytes, where: str) -> list[RawSeries] | None:
         return None
     for j, a, b in slow[:int(counts[2])].tolist():
         vals[j] = float(content[a:b])
-    labels_of: dict[bytes, dict[str, str]] = {}  # a series' labels decoded once
+    labels_of = {} if labels_seen is None else labels_seen  # a series' labels decoded once
     out = []
     for a, b, lo, hi in lines[:int(counts[0])].tolist():
         text = content[a:b]
@@ -388,10 +407,7 @@ def on_grid(series: Sequence[RawSeries], start_ms: int, step_ms: int, n_steps: i
     if not series:
         z = np.zeros(0, np.int64)
         return z, z, np.zeros(0)
-    bounds = np.zeros(len(series) + 1, dtype=np.int64)
-    np.cumsum([s.ts_ms.shape[0] for s in series], out=bounds[1:])
-    ts = np.concatenate([s.ts_ms for s in series]).astype(np.int64, copy=False)
-    val = np.concatenate([s.values for s in series]).astype(np.float64, copy=False)
+    ts, val, bounds = _joined(series)
     kern = _kernel()
     sid, k, out = (np.empty(ts.shape[0], np.int64), np.empty(ts.shape[0], np.int64),
                    np.empty(ts.shape[0]))
@@ -401,6 +417,42 @@ def on_grid(series: Sequence[RawSeries], start_ms: int, step_ms: int, n_steps: i
         ts, val = ts[order], val[order]
         n = kern.grid_points(ts, val, bounds, start_ms, step_ms, n_steps, sid, k, out)
     return sid[:n], k[:n], out[:n]
+
+
+def _joined(series: Sequence[RawSeries]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The series' times and values end to end, and where each series starts (and the
+    last ends)."""
+    bounds = np.zeros(len(series) + 1, dtype=np.int64)
+    np.cumsum([s.ts_ms.shape[0] for s in series], out=bounds[1:])
+    ts = np.concatenate([s.ts_ms for s in series]).astype(np.int64, copy=False) \
+        if series else np.zeros(0, np.int64)
+    val = np.concatenate([s.values for s in series]).astype(np.float64, copy=False) \
+        if series else np.zeros(0)
+    return ts, val, bounds
+
+
+def _grid_join(ids: Sequence[Any], series: Sequence[RawSeries], code_of: np.ndarray,
+               metric_of: np.ndarray, metrics: Sequence[str], start_ms: int, step_ms: int,
+               n_steps: int, *, where: str,
+               lean: tuple[Sequence[Mapping[str, str]], Sequence[str]] | None = None,
+               ) -> tuple[Any, list[Any]]:
+    """:func:`on_grid` then :func:`_dense_join` of series ``series`` (series j of code
+    ``code_of[j]``, metric index ``metric_of[j]``), in one compiled pass when every
+    series' times ascend (``_xor.grid_cells``: no per-point arrays), else in those two
+    steps."""
+    from gpuaudit.measure.fleet.dcgm import UTIL_METRICS
+
+    start_ns, step_ns = start_ms * 1_000_000, step_ms * 1_000_000
+    ts, val, bounds = _joined(series)
+    is_util = np.array([m in UTIL_METRICS for m in metrics], dtype=bool)
+    ok, present, rows, grid, has = _kernel().grid_cells(
+        ts, val, bounds, code_of, metric_of, len(ids), start_ms, step_ms, n_steps, is_util)
+    if not ok or present.shape[0] == 0:  # (no point at all: as _dense_join has it)
+        sidx, k, v = on_grid(series, start_ms, step_ms, n_steps)
+        return _dense_join(ids, code_of[sidx], metric_of[sidx], k, v, metrics, start_ns,
+                           step_ns, n_steps, where=where, lean=lean)
+    return _rows_table(ids, present, rows, grid, has, metrics, start_ns, step_ns, n_steps,
+                       where=where, lean=lean)
 
 
 class NativeSource:
@@ -431,6 +483,9 @@ class NativeSource:
         how = "remote read, XOR chunks" if form == "remote-read" else "export"
         self.origin = f"Prometheus {client.url} (raw samples, {how}; step {step_s:g} s)"
         self._notes: list[Any] = []
+        # a series' labels decoded once across the chunks' answers (by their bytes)
+        self._labels_seen: dict[bytes, tuple[tuple[str, str], ...]] = {}
+        self._export_labels: dict[bytes, dict[str, str]] = {}
 
     @property
     def notes(self) -> tuple[Any, ...]:
@@ -450,13 +505,15 @@ class NativeSource:
         if self.form == "remote-read":
             m = [("__name__", "=~", names), *((k, "=", v) for k, v in
                                               sorted(self.matchers.items()))]
-            return [s for _q, s in remote_read(self.client, [(a_ms, b_ms, m)])]
+            return [s for _q, s in remote_read(self.client, [(a_ms, b_ms, m)],
+                                                labels_seen=self._labels_seen)]
         from gpuaudit.promql import escape_label_value
 
         sel = ",".join([f'__name__=~"{escape_label_value(names)}"',
                         *(f'{k}="{escape_label_value(v)}"'
                           for k, v in sorted(self.matchers.items()))])
-        return export_series(self.client, "{" + sel + "}", a_ms / 1000, b_ms / 1000)
+        return export_series(self.client, "{" + sel + "}", a_ms / 1000, b_ms / 1000,
+                             labels_seen=self._export_labels)
 
     def batches(self) -> Iterator[Any]:
         for table in self._tables(None, ()):
@@ -492,6 +549,7 @@ class NativeSource:
         id_index: dict[SeriesId, int] = {}
         resolved: list[Mapping[str, str]] = []  # per series, when lean
         known: dict[tuple[tuple[str, str], ...], tuple[int, int]] = {}  # labels -> codes
+        ranks: dict[tuple[tuple[str, str], ...], tuple[Any, ...]] = {}  # labels -> sort key
         step_ms = round(self.step_s * 1000)
         where = f"{self.client.url}"
         order = {m: i for i, m in enumerate(self.metrics)}
@@ -507,18 +565,26 @@ class NativeSource:
                 # the order of their label sets (Prometheus answers in it; VictoriaMetrics'
                 # export in whatever order its search finishes, which would otherwise
                 # number the series, and list the report's patterns, differently per run)
-                got = sorted((s for s in got if s.labels.get("__name__") in order),
-                             key=lambda s: (order[s.labels["__name__"]],
-                                            sorted(s.labels.items())))
-                sidx, k, val = on_grid(got, round(a * 1000), step_ms, n_steps)
+                # (a label set's sort key made once: later chunks repeat the series)
+                keyed = []
+                for s in got:
+                    rank = ranks.get(key := tuple(s.labels.items()))
+                    if rank is None:
+                        name = s.labels.get("__name__")
+                        rank = ranks[key] = (order[name], tuple(sorted(key))) \
+                            if name in order else ()
+                    if rank:
+                        keyed.append((rank, key, s))
+                keyed.sort(key=lambda x: x[0])
+                got = [s for _r, _k, s in keyed]
                 # each series' code (its identity without __name__), then the rows of
                 # _join_chunk (steps carrying GPU_UTIL or GR_ENGINE_ACTIVE, every metric's
                 # value or NaN) from a dense (code, step) grid instead of a sort
                 code_of = np.empty(len(got), dtype=np.int64)
                 metric_of = np.empty(len(got), dtype=np.int64)
-                for j, s in enumerate(got):
+                for j, (_r, key, s) in enumerate(keyed):
                     # a series' labels are decoded once (later chunks: a dictionary hit)
-                    hit = known.get(key := tuple(s.labels.items()))
+                    hit = known.get(key)
                     if hit is None:
                         labels = {k2: v for k2, v in s.labels.items() if k2 != "__name__"}
                         metric = s.labels["__name__"]
@@ -533,10 +599,9 @@ class NativeSource:
                         hit = known[key] = (code, order[metric])
                     code_of[j], metric_of[j] = hit
                 lean = None if resolve is None else (resolved, label_keys)
-                table, notes = _dense_join(ids, code_of[sidx], metric_of[sidx], k, val,
-                                           self.metrics, round(a * 1e9),
-                                           round(self.step_s * 1e9), n_steps, where=where,
-                                           lean=lean)
+                table, notes = _grid_join(ids, got, code_of, metric_of, self.metrics,
+                                          round(a * 1000), step_ms, n_steps, where=where,
+                                          lean=lean)
                 self._notes.extend(notes)
                 if has_cpu and table.num_rows:
                     cpu = node_cpu_by_host(self.client, a, b, self.step_s)
@@ -604,6 +669,20 @@ def _dense_join(ids: Sequence[Any], code: np.ndarray, metric: np.ndarray, k: np.
     is_util = np.array([m in UTIL_METRICS for m in metrics], dtype=bool)
     rows, grid, has = _kernel().dense_rows(local, k, metric, val, n_steps,
                                            present.shape[0], is_util)
+    return _rows_table(ids, present, rows, grid, has, metrics, start_ns, step_ns, n_steps,
+                       where=where, lean=lean)
+
+
+def _rows_table(ids: Sequence[Any], present: np.ndarray, rows: np.ndarray, grid: np.ndarray,
+                has: np.ndarray, metrics: Sequence[str], start_ns: int, step_ns: int,
+                n_steps: int, *, where: str,
+                lean: tuple[Sequence[Mapping[str, str]], Sequence[str]] | None = None,
+                ) -> tuple[Any, list[Any]]:
+    """The sample table of a chunk's joined rows: row r is code ``present[rows[r] //
+    n_steps]`` at step ``rows[r] % n_steps``, metric i's values ``grid[i]`` (those with
+    ``has[i]``)."""
+    from gpuaudit.measure.fleet.dcgm import series_table
+
     values = {m: grid[i] for i, m in enumerate(metrics) if has[i]}
     codes = present[rows // n_steps]
     ts_ns = start_ns + (rows % n_steps) * step_ns
