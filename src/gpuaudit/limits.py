@@ -128,6 +128,28 @@ def inflate_gzip(raw: bytes | bytearray, where: str, limit: int | None = None,
         raise zlib.error(str(exc)) from exc
 
 
+def inflate_gzip_bytes(raw: bytes, where: str, limit: int | None = None) -> bytes:
+    """:func:`inflate_gzip` for a body held whole (an HTTP answer): one decompression call
+    straight into the result (no buffer zeroed up front, no copy of each step into it),
+    within the same limit; a body of several gzip members goes through
+    :func:`inflate_gzip`."""
+    limit = max_input_bytes() if limit is None else limit
+    d = _inflater()
+    try:
+        out = d.decompress(raw, limit + 1)
+    except Exception as exc:  # isal's IsalError: the same corrupt stream zlib reports
+        if type(exc).__name__ != "IsalError":
+            raise
+        raise zlib.error(str(exc)) from exc
+    if len(out) > limit:
+        raise _too_big(where, limit)
+    if not d.eof:
+        raise EOFError("compressed body ended before the end-of-stream marker")
+    if d.unused_data.strip(b"\0"):  # (another member follows)
+        return bytes(inflate_gzip(raw, where, limit))
+    return bytes(out)
+
+
 def _inflate(view: memoryview, out: bytearray, where: str, limit: int,
              inflater: Any) -> bytearray:
     pos = 0

@@ -170,3 +170,48 @@ def test_hostile_label_values_do_not_break_real_promql(prom, value):
     # matches nothing, and must parse: no injection, no error
     assert c.query(f"DCGM_FI_DEV_GPU_UTIL{selector({'Hostname': value})}", 1_704_067_200) \
         == [] or value in ("ip-10-0-0-0.ec2.internal",)
+
+
+@pytest.mark.parametrize("coding", ["gzip", "identity", "deflate"])
+def test_a_gzip_body_is_inflated_here_and_counted(coding: str) -> None:
+    """post_raw(gzip=True) asks for gzip and inflates the body itself (ISA-L), whatever
+    coding the server answers in (one it did not ask for is decoded by httpx); the
+    wire bytes count the compressed body, the decoded bytes the inflated one."""
+    import gzip as gz
+    import zlib
+
+    body = b'{"metric":{"__name__":"m"},"values":[1],"timestamps":[2]}\n' * 2000
+    asked: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        asked.append(req.headers.get("accept-encoding", ""))
+        if coding == "gzip":
+            wire = gz.compress(body)
+        elif coding == "deflate":
+            wire = zlib.compress(body)
+        else:
+            wire = body
+        headers = {} if coding == "identity" else {"content-encoding": coding}
+        # (a stream, as a network answer: not read before the client reads it)
+        return httpx.Response(200, headers=headers, stream=httpx.ByteStream(wire))
+
+    c = client(handler)
+    resp = c.post_raw("/api/v1/export", data={"match[]": "m"}, gzip=True)
+    assert resp.status_code == 200 and resp.content == body
+    assert asked == ["gzip"]
+    assert c.body_bytes == len(body)
+    assert c.wire_bytes < len(body) if coding != "identity" else c.wire_bytes == len(body)
+
+
+def test_a_gzip_body_that_does_not_inflate_is_retried_then_an_error() -> None:
+    calls: list[int] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(200, headers={"content-encoding": "gzip"},
+                              stream=httpx.ByteStream(b"\x1f\x8b\x08\x00not gzip at all"))
+
+    c = client(handler, retries=2)
+    with pytest.raises(SourceUnavailableError, match="does not inflate"):
+        c.post_raw("/api/v1/export", data={"match[]": "m"}, gzip=True)
+    assert len(calls) == 3

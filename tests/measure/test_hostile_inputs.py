@@ -17,6 +17,7 @@ from gpuaudit.limits import (
     BoundedStream,
     check_json_depth,
     inflate_gzip,
+    inflate_gzip_bytes,
     parse_bytes,
 )
 
@@ -203,3 +204,23 @@ def test_inflate_gzip_backends_agree() -> None:
             inflate_gzip(blob[: len(blob) // 3], "x", inflater=make)
         with pytest.raises(zlib.error):
             inflate_gzip(blob[:30] + b"\xff" * 64 + blob[94:], "x", inflater=make)
+
+
+def test_inflate_gzip_bytes_is_inflate_gzip_in_one_call() -> None:
+    """The one-call inflate of a whole HTTP body: the same bytes as the stepwise one,
+    several members included, and the same refusals (over the limit, truncated, corrupt)."""
+    import zlib
+
+    doc = b'{"metric":{"a":"b"},"values":[1,2],"timestamps":[3,4]}\n' * 5000
+    blob = gzip.compress(doc)
+    assert inflate_gzip_bytes(blob, "x") == doc == bytes(inflate_gzip(blob, "x"))
+    assert type(inflate_gzip_bytes(blob, "x")) is bytes
+    two = gzip.compress(b"ab") + b"\0\0" + gzip.compress(b"cd")
+    assert inflate_gzip_bytes(two, "x") == b"abcd"
+    with pytest.raises(InputError, match="more than 1,000 bytes"):
+        inflate_gzip_bytes(blob, "http://vm:8428/api/v1/export", limit=1000)
+    assert inflate_gzip_bytes(blob, "x", limit=len(doc)) == doc
+    with pytest.raises(EOFError):
+        inflate_gzip_bytes(blob[: len(blob) // 2], "x")
+    with pytest.raises(zlib.error):
+        inflate_gzip_bytes(blob[:30] + b"\xff" * 64 + blob[94:], "x")

@@ -283,8 +283,7 @@ def export_series(client: PromClient, match: str, start_s: float, end_s: float, 
     successive time ranges repeat its series); new ones are added."""
     where = f"{client.url}/api/v1/export"
     resp = client.post_raw("/api/v1/export", data={
-        "match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"},
-        headers={"Accept-Encoding": "gzip"})
+        "match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}, gzip=True)
     if resp.status_code != 200:
         raise RemoteReadRefused(
             f"the store does not answer /api/v1/export (HTTP {resp.status_code}: "
