@@ -532,6 +532,7 @@ class NativeSource:
 
     def _tables(self, resolve: Callable[[Any], Mapping[str, str]] | None,
                 label_keys: tuple[str, ...]) -> Iterator[Any]:
+        import bisect
         import concurrent.futures as cf
 
         from gpuaudit.measure.fleet.dcgm import SeriesId, series_id
@@ -549,6 +550,8 @@ class NativeSource:
         resolved: list[Mapping[str, str]] = []  # per series, when lean
         known: dict[tuple[tuple[str, str], ...], tuple[int, int]] = {}  # labels -> codes
         ranks: dict[tuple[tuple[str, str], ...], tuple[Any, ...]] = {}  # labels -> sort key
+        ordered: list[tuple[Any, ...]] = []  # the sort keys met, in order
+        place: dict[tuple[Any, ...], int] = {}  # a sort key's place in ordered
         step_ms = round(self.step_s * 1000)
         where = f"{self.client.url}"
         order = {m: i for i, m in enumerate(self.metrics)}
@@ -574,7 +577,14 @@ class NativeSource:
                             if name in order else ()
                     if rank:
                         keyed.append((rank, key, s))
-                keyed.sort(key=lambda x: x[0])
+                # sorted by each key's place among the keys met so far (new ones put in
+                # place once) rather than comparing the keys' label pairs in every chunk
+                fresh = {r for r, _k, _s in keyed if r not in place}
+                if fresh:
+                    for r in sorted(fresh):
+                        bisect.insort(ordered, r)
+                    place = {r: i for i, r in enumerate(ordered)}
+                keyed.sort(key=lambda x: place[x[0]])
                 got = [s for _r, _k, s in keyed]
                 # each series' code (its identity without __name__), then the rows of
                 # _join_chunk (steps carrying GPU_UTIL or GR_ENGINE_ACTIVE, every metric's
