@@ -170,6 +170,59 @@ def test_property_the_maxima_take_the_compiled_pass(taken, table, rows_per_group
     assert fast.onset_lags == slow.onset_lags
 
 
+#: sample-table columns of the time-weighted mean signals (power, PCIe with its idle share,
+#: the host's CPU with its idle and busy shares, tensor activity)
+MEANS = {"power_w": 700.0, "pcie_tx_bytes_per_s": 3e10, "pcie_rx_bytes_per_s": 3e10,
+         "host_cpu_util_pct": 100.0, "tensor_active": 1.0}
+
+
+@st.composite
+def tables_with_means(draw):
+    """:func:`tables_with_maxima` with mean signals (dcgm-exporter records power on every
+    GPU), some missing on some rows or for the whole recording."""
+    table = draw(tables_with_maxima())
+    n = table.num_rows
+    for name, top in MEANS.items():
+        if draw(st.booleans()):
+            continue  # never measured
+        vals = draw(st.lists(st.one_of(st.none(), st.floats(0.0, top)),
+                             min_size=n, max_size=n))
+        i = table.schema.get_field_index(name)
+        table = table.set_column(i, name, pa.array(vals, table.schema.field(i).type))
+    return table
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(tables_with_means(), st.integers(1, 9), st.integers(1, 4), st.integers(1, 7),
+       st.sampled_from([(), ("pod",)]))
+def test_property_the_mean_signals_take_the_compiled_pass(taken, table, rows_per_group,
+                                                          workers, batch_rows, by):
+    """Power, PCIe, the host's CPU and tensor activity no longer send a batch to the NumPy
+    path: each GPU's time-weighted means (power's spread too) and the signals bucketed on
+    the timeline are the NumPy path's."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "r.parquet"
+        write_recording(recording(table), path, row_group_rows=rows_per_group)
+
+        def run() -> Usage:
+            return classify(open_samples(path, batch_rows=batch_rows), by=by,
+                            workers=workers)
+
+        before = taken[0]
+        fast = run()
+        assert taken[0] > before  # the compiled pass did take batches
+        slow = _numpy_path(run)
+    assert_same_usage(fast, slow)  # the series' means, power's spread among the rest
+    _same_timeline(fast, slow)
+    assert fast.timeline is not None and slow.timeline is not None
+    assert set(fast.timeline.signals) == set(slow.timeline.signals)
+    for name, arr in slow.timeline.signals.items():
+        np.testing.assert_allclose(fast.timeline.signals[name], arr, rtol=1e-9, atol=1e-9,
+                                   err_msg=name)
+    assert fast.onset_lags == slow.onset_lags
+
+
 def test_a_time_sliced_batch_after_compiled_ones_continues_them(taken):
     """Rows with gpu_share (time-slicing) take the NumPy path; a GPU carried over from a
     compiled batch continues there as if one path had read both."""

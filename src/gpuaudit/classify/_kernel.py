@@ -194,6 +194,51 @@ def max_signals(code, ts, u, xs, cap_s, pend, p_ts, p_u, p_x, smax,
 
 
 @numba.njit(cache=True, nogil=True)
+def mean_signals(code, ts, u, xs, cap_s, pend, p_ts, p_u, p_x, sums_w, sums_t, power_row,
+                 power2_w, tl_on, tl_start, tl_width, tl_lo, tl_hi, tl_t, tl_x):
+    """The ``sig_*`` (time-weighted mean) signal columns of a batch's rows (``xs``, one row
+    per column, NaN: not measured) in file order, beside :func:`stream`, as
+    ``Signals.add`` and ``TimelineAcc.add`` take them: each series' carried row, once the
+    series' next row gives its duration, adds its observed seconds (the duration, capped
+    at ``cap_s``) to ``sums_t[column, series]`` and those seconds x its value to
+    ``sums_w`` (and x its value squared to ``power2_w`` for the column ``power_row``) where
+    it has a value; where ``tl_on[column]``, its reading seconds (the observed seconds
+    where it has a utilization reading) and those x its value into the timeline's bucket
+    sums ``tl_t[column]`` and ``tl_x[column]``, bucket-major as in :func:`stream`.
+
+    ``pend``/``p_ts``/``p_u``: copies of the carried rows' state (changed here, as
+    :func:`stream` changes its own); ``p_x[column, series]``: the carried rows' values,
+    replaced by each row's own."""
+    n = code.shape[0]
+    n_cols = xs.shape[0]
+    for i in range(n):
+        c = code[i]
+        if pend[c]:
+            tp = p_ts[c]
+            obs = min((ts[i] - tp) * _INV_NS, cap_s)
+            read = not np.isnan(p_u[c])
+            bucket = tl_lo
+            while bucket + 1 < tl_hi and tp >= tl_start + (bucket + 1) * tl_width:
+                bucket += 1
+            for k in range(n_cols):
+                v = p_x[k, c]
+                if np.isnan(v):
+                    continue
+                sums_t[k, c] += obs
+                sums_w[k, c] += obs * v
+                if k == power_row:
+                    power2_w[c] += obs * (v * v)
+                if read and tl_on[k]:
+                    tl_t[k, bucket - tl_lo, c] += obs
+                    tl_x[k, bucket - tl_lo, c] += obs * v
+        pend[c] = True
+        p_ts[c] = ts[i]
+        p_u[c] = u[i]
+        for k in range(n_cols):
+            p_x[k, c] = xs[k, i]
+
+
+@numba.njit(cache=True, nogil=True)
 def lag_steps(mine, theirs, bounds, half_ns, out):
     """Per onset of ``mine``: the median, over the peers, of the time from the peer's
     nearest onset (ns; NaN where no peer has one within ``half_ns``), as

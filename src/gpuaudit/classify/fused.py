@@ -22,7 +22,11 @@ finishes, exactly as before):
 The per-GPU maxima (memory used and total, temperature, the power limit: every nvidia-smi
 log and sampler recording has the first two) go through a loop of their own beside it
 (:func:`_max_signals`): each series' largest value, and the memory used bucketed on the
-timeline as the NumPy path buckets it.
+timeline as the NumPy path buckets it. So do the time-weighted mean signals (power, which
+dcgm-exporter records on every GPU, PCIe and NVLink traffic, tensor and DRAM activity, the
+host's and the process's CPU, with their idle and busy shares: :func:`_mean_signals`): each
+series' value x seconds and seconds (power squared too, for its spread), and those the
+timeline shows bucketed as the NumPy path buckets them.
 
 Each series' state the loop reads and writes per row (its carried row, the statistics and
 the onsets' state) is gathered into one record per series for the batch (:data:`STATE`) and
@@ -31,8 +35,8 @@ put back after it: a row touches one place for its series rather than some twent
 
 The loop checks each row's time against its series' carried row as it goes; at the first
 that does not come after it, the batch goes to the NumPy path, which raises the error naming
-the GPU and time. Batches with time-sliced rows, SM activity or any
-other signal column (but the maxima) take the NumPy path (DCGM-rich recordings: a few more columns per row),
+the GPU and time. Batches with time-sliced rows (``share``), SM activity (which also splits
+the phases) or the throttle reasons take the NumPy path,
 and so do batches under :data:`MIN_ROWS` and sources under :data:`MIN_SOURCE_ROWS`, where
 the one-off cost of the loop (importing numba, ~0.5 s, and loading its machine code, compiled
 once per machine and cached) would not pay back. Sums are added row by row rather than per batch, so a total may differ from the NumPy
@@ -47,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuaudit.classify.accumulate import GAP_EDGES_S, Grow, SeriesStats
-from gpuaudit.classify.signals import MAX_SIGNALS
+from gpuaudit.classify.signals import MAX_SIGNALS, MEAN_SIGNALS, timeline_signals
 from gpuaudit.classify.usage import HIST_EDGES_PCT
 
 if TYPE_CHECKING:
@@ -55,7 +59,8 @@ if TYPE_CHECKING:
     from gpuaudit.classify.signals import Signals
     from gpuaudit.classify.timeline import TimelineAcc
 
-__all__ = ["COLUMNS", "MAX_KEYS", "MIN_ROWS", "MIN_SOURCE_ROWS", "STATE", "available",
+__all__ = ["COLUMNS", "MAX_KEYS", "MEAN_KEYS", "MIN_ROWS", "MIN_SOURCE_ROWS", "STATE",
+           "available",
            "loaded", "stream_batch", "warm"]
 
 #: From this many rows in a batch on, the compiled loop is used (when numba imports and
@@ -69,8 +74,11 @@ MIN_ROWS = 32_768
 MIN_SOURCE_ROWS = 4_000_000
 #: The per-series maxima the loop takes beside (:func:`_max_signals`): their row-dict keys
 MAX_KEYS = frozenset(f"max_{name}" for name in MAX_SIGNALS)
+#: The time-weighted mean signals the loop takes beside (:func:`_mean_signals`; SM activity,
+#: the row dict's ``sm``, also splits the phases and keeps the NumPy path): their keys
+MEAN_KEYS = frozenset(f"sig_{name}" for name in MEAN_SIGNALS if name != "sm_active")
 #: The row-dict keys the loop handles (see gpuaudit.classify.rows); any other takes NumPy.
-COLUMNS = frozenset(("code", "ts", "cell", "u", "util")) | MAX_KEYS
+COLUMNS = frozenset(("code", "ts", "cell", "u", "util")) | MAX_KEYS | MEAN_KEYS
 #: the maximum the timeline buckets as a mean too (classify.signals.timeline_signals)
 _TIMELINE_MAX = ("max_mem_used_mib", "mem_used_mib")
 
@@ -200,6 +208,8 @@ def stream_batch(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
     util = np.ascontiguousarray(rows.get("util", u), dtype=np.float64)
     maxima = _max_signals(rows, pending, code, ts, u, float(cap_s), st, n_series, signals,
                           timeline, tl)
+    maxima.update(_mean_signals(rows, pending, code, ts, u, float(cap_s), st, n_series,
+                                signals, timeline, tl))
     n_on, t_end = _kernel.stream(
         code, cell, ts, u, util, float(cap_s), st, c_lo, cell_acc, _UNUSED_COL,
         stats.head_u, stats.head_run, stats.gap_hist, GAP_EDGES_S, *tl, *on,
@@ -322,6 +332,64 @@ def _max_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
         t_sum, x_sum = timeline.acc.signal(name_tl)
         t_sum[:n_series, tl[3]:tl[4]] += tl_t.T
         x_sum[:n_series, tl[3]:tl[4]] += tl_x.T
+    return dict(zip(keys, p_x))
+
+
+def _mean_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | None,
+                  code: np.ndarray, ts: np.ndarray, u: np.ndarray, cap_s: float,
+                  st: np.ndarray, n_series: int,
+                  signals: Signals | None, timeline: TimelineAcc | None, tl: tuple[Any, ...]
+                  ) -> dict[str, np.ndarray]:
+    """The rows' ``sig_*`` columns (and the carried rows'): each series' time-weighted sums
+    into ``signals`` as ``Signals.add`` makes them, and each signal the timeline shows
+    bucketed as :meth:`~gpuaudit.classify.timeline.TimelineAcc.add` buckets it, by a loop
+    of their own (:func:`gpuaudit.classify._kernel.mean_signals`, over copies of the
+    carried rows' state in ``st``), before :func:`stream` changes it. Returns each key's
+    value per series for the rows carried on."""
+    keys = sorted(k for k in MEAN_KEYS if k in rows or (pending is not None and k in pending))
+    if not keys:
+        return {}
+    assert signals is not None
+    n = code.shape[0]
+    xs = np.stack([rows[k] if k in rows else np.full(n, np.nan) for k in keys]
+                  ).astype(np.float64, copy=False)
+    p_x = np.full((len(keys), n_series), np.nan)
+    for j, key in enumerate(keys):
+        if pending is not None and key in pending:
+            p_x[j, pending["code"]] = pending[key]
+    names = [k.removeprefix("sig_") for k in keys]
+    sums = signals.sums.data
+    sums_w = np.stack([sums[f"{name}_w"][:n_series] for name in names])
+    sums_t = np.stack([sums[f"{name}_t"][:n_series] for name in names])
+    power2_w = sums["power2_w"][:n_series].copy()
+    power_row = names.index("power") if "power" in names else -1
+    n_b = tl[4] - tl[3]
+    tl_on = np.zeros(len(keys), dtype=np.bool_)
+    tl_names: list[str | None] = []
+    for j, key in enumerate(keys):
+        shown = next(iter(timeline_signals({key: xs[j]})), None)
+        # (bucketed from the first batch with a value, as the NumPy path makes its sums)
+        tl_on[j] = timeline is not None and shown is not None and (
+            shown in timeline.acc.sig
+            or not (np.isnan(xs[j]).all() and np.isnan(p_x[j]).all()))
+        tl_names.append(shown)
+    tl_t = np.zeros((len(keys), n_b if tl_on.any() else 1, n_series if tl_on.any() else 1))
+    tl_x = np.zeros_like(tl_t)
+    pend, p_ts, p_u = (st[name].copy() for name in ("pend", "p_ts", "p_u"))
+    _kernel.mean_signals(code, ts, u, xs, cap_s, pend, p_ts, p_u, p_x, sums_w, sums_t,
+                         power_row, power2_w, tl_on, *tl[1:5], tl_t, tl_x)
+    for j, name in enumerate(names):
+        sums[f"{name}_w"][:n_series] = sums_w[j]
+        sums[f"{name}_t"][:n_series] = sums_t[j]
+    sums["power2_w"][:n_series] = power2_w
+    if tl_on.any():
+        assert timeline is not None
+        timeline.acc.ensure(n_series)
+        for j, shown in enumerate(tl_names):
+            if tl_on[j] and shown is not None:
+                t_sum, x_sum = timeline.acc.signal(shown)
+                t_sum[:n_series, tl[3]:tl[4]] += tl_t[j].T
+                x_sum[:n_series, tl[3]:tl[4]] += tl_x[j].T
     return dict(zip(keys, p_x))
 
 
