@@ -302,8 +302,10 @@ def _native_usage(
     """Every store's raw samples in its native form, classified here as the raw pull
     classifies them (see :func:`fleet_usage`); None when ``auto`` and a store answers no
     native form (the caller runs the pushdown)."""
+    import concurrent.futures as cf
     import time
 
+    from gpuaudit.classify import fused
     from gpuaudit.classify.phases import group_key_names
     from gpuaudit.measure.fleet.native import LeanSamples, NativeSource, probe_form
     from gpuaudit.measure.fleet.prometheus import PromClient
@@ -370,9 +372,17 @@ def _native_usage(
         origin = "; ".join(sources[st.name].origin for st, _b in parts)
         samples = LeanSamples([b for _st, bs in parts for b in bs], origin=origin,
                               interval_s=step, notes=notes)
-        usage_fine = classify(samples, by=tuple(by), interval_s=step, cap_intervals=1.0)
-        daily, util_window = local_kpis(samples, tuple(by), step, start_s=start,
-                                        chunk_s=chunk_s)
+        # the per-day cells and windows read the same held rows beside the main classify
+        # (two engines, no shared state; the NumPy passes of each let the other run). The
+        # compiled loop is loaded first where classify will take it, so neither thread
+        # finds it half-loaded (and takes the NumPy path for a batch: not the same bits)
+        if samples.num_rows >= fused.MIN_SOURCE_ROWS:
+            fused.available()
+        with cf.ThreadPoolExecutor(1) as pool:
+            kpis = pool.submit(local_kpis, samples, tuple(by), step, start_s=start,
+                               chunk_s=chunk_s)
+            usage_fine = classify(samples, by=tuple(by), interval_s=step, cap_intervals=1.0)
+            daily, util_window = kpis.result()
         transfer = _transfer("native raw samples", stores, clients, forms=forms, step=step,
                              start=start, end=end, kube=kube, time_shards=1, missing=missing)
     finally:
