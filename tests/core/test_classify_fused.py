@@ -236,6 +236,35 @@ def test_a_time_sliced_batch_after_compiled_ones_continues_them(taken):
     assert_same_usage(fast, _numpy_path(lambda: classify(rec)))
 
 
+def test_unsliced_rows_after_a_time_sliced_batch_take_the_compiled_pass(taken):
+    """A batch with time-sliced rows takes the NumPy path and leaves every carried row with
+    a share (1 where the GPU was not sliced). When no carried row is sliced, the batches
+    after it (none sliced) take the compiled pass again, a share of 1 weighing as none;
+    a GPU still sliced at the batch's end sends the next batch to the NumPy path first.
+    Either way the figures are the NumPy path's."""
+    after = series_table({"GPU-a": [0.0, 50.0, 95.0, 5.0, 5.0, 80.0] * 4,
+                          "GPU-b": [90.0, 3.0, 40.0] * 8}, t0_s=1_700_000_024)
+    for last_sliced, compiled in ((False, 6), (True, 5)):
+        shares = [0.5, 0.5, 0.5, 0.5 if last_sliced else None]
+        shared = series_table({"GPU-a": [30.0, 0.0, 0.0, 100.0], "GPU-b": [5.0, 95.0] * 2},
+                              extra={"gpu_share": {"GPU-a": shares, "GPU-b": [None] * 4}})
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "r.parquet"
+            write_recording(recording(pa.concat_tables([shared, after])), path,
+                            row_group_rows=8)
+
+            def run(path: Path = path) -> Usage:
+                return classify(open_samples(path, batch_rows=8), workers=1)
+
+            before = taken[0]
+            fast = run()
+            took = taken[0] - before
+            slow = _numpy_path(run)
+        assert took == compiled  # of the 6 batches after the sliced one
+        assert_same_usage(fast, slow)
+        _same_timeline(fast, slow)
+
+
 def test_time_running_backwards_is_the_same_error_on_both_paths(taken):
     util = {f"GPU-{g}": [float(10 * (i % 11)) for i in range(40)] for g in range(3)}
     table = series_table(util)

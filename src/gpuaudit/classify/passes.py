@@ -202,6 +202,10 @@ def classify_cells(samples: SampleSource | Recording | pa.Table, *, by: Sequence
                 else samples.interval_s)
     engine = _Engine(keys, interval, CAP_INTERVALS.check(cap_intervals, "cap_intervals"),
                      cells_only=True)
+    # (a source that says its size up front takes the compiled loop from its first batch,
+    # as classify's engine does: the same path, so the same bits, as classify's cells)
+    rows = getattr(samples, "num_rows", None)
+    engine.expected_rows = rows if isinstance(rows, int) else None
     for i, batch in enumerate(engine_batches(samples, keys)):
         engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))

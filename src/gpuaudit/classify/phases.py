@@ -268,17 +268,23 @@ class _Engine:
         False: the NumPy path below takes it (small, time-sliced, signal columns, no numba,
         or out of order, whose error the NumPy path raises)."""
         size = self.expected_rows if self.expected_rows is not None else self.rows_fed
+        pending = self.pending
+        if pending is not None and "share" in pending and bool(
+                (pending["share"] == 1.0).all()):
+            # carried after a batch with time-sliced rows, but none of them sliced: a share
+            # of 1 weighs as no share does (x * 1.0 == x), so the loop may take them on
+            pending = {k: v for k, v in pending.items() if k != "share"}
         # (a small batch takes the loop too once it is loaded: a row group's last rows, say)
         if ((rows["code"].shape[0] < fused.MIN_ROWS and not fused.loaded())
                 or size < fused.MIN_SOURCE_ROWS
                 or not fused.COLUMNS.issuperset(rows)
-                or (self.pending is not None and not fused.COLUMNS.issuperset(self.pending))
+                or (pending is not None and not fused.COLUMNS.issuperset(pending))
                 or not fused.available()):
             return False
         if self.timeline is not None and self.coding.n_series > _TIMELINE_MAX_SERIES:
             self.timeline = None  # too wide to hold here: the caller makes a second pass
         assert self.interval_s is not None
-        out = fused.stream_batch(rows, self.pending, self.coding.n_series,
+        out = fused.stream_batch(rows, pending, self.coding.n_series,
                                  self.cap_intervals * self.interval_s, self.cells, self.stats,
                                  self.timeline, self.onsets, self.signals)
         if out is None:
