@@ -26,7 +26,9 @@ from pathlib import Path
 WORK = Path(__file__).resolve().parent / "_work"
 
 
-def generate(path: Path, gpus: int, hours: float, hz: float) -> None:
+def generate(path: Path, gpus: int, hours: float, hz: float, power: bool = False) -> None:
+    """The synthetic fleet's recording at ``path``; ``power``: with each GPU's power too
+    (``90 + 6.1 x utilization`` W, as dcgm-exporter records power on every GPU)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -68,6 +70,8 @@ def generate(path: Path, gpus: int, hours: float, hz: float) -> None:
                 "gpu_model": pa.DictionaryArray.from_arrays(
                     pa.array(np.zeros(g.shape[0], np.int32)), pa.array(["NVIDIA H100 80GB HBM3"])),
                 "util_gpu_pct": pa.array(u.astype(np.float32)),
+                **({"power_w": pa.array((90.0 + 6.1 * u).astype(np.float32))}
+                   if power else {}),
             })
             w.write_table(table)
     meta = {b"gpuaudit.version": b"0.1.0",
@@ -156,13 +160,21 @@ def main() -> None:
                     help="classify(workers=N); default: one per core for large files")
     ap.add_argument("--cli", action="store_true",
                     help="also time the whole `gpuaudit report ... --format json` command once")
+    ap.add_argument("--power", action="store_true",
+                    help="a recording with power_w beside utilization (its own file)")
+    ap.add_argument("--generate-only", action="store_true",
+                    help="write the recording (if absent), print its path, time nothing")
     args = ap.parse_args()
-    path = WORK / f"fleet_{args.gpus}gpu_{args.hours:g}h_{args.hz:g}hz.parquet"
+    path = WORK / (f"fleet_{args.gpus}gpu_{args.hours:g}h_{args.hz:g}hz"
+                   f"{'_power' if args.power else ''}.parquet")
     if not path.exists():
         t = time.perf_counter()
-        generate(path, args.gpus, args.hours, args.hz)
+        generate(path, args.gpus, args.hours, args.hz, power=args.power)
         print(f"generated {path} in {time.perf_counter() - t:.0f} s "
               f"({path.stat().st_size / 2**20:.0f} MiB)", file=sys.stderr)
+    if args.generate_only:
+        print(path)
+        return
     cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
                 if ln.startswith("model name")), platform.processor())
     print(f"machine: {os.cpu_count()} cores, {cpu}; python {platform.python_version()}")
