@@ -94,12 +94,10 @@ def _same_timeline(a: Usage, b: Usage) -> None:
     assert (ta.phase == tb.phase).all()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(tables(), st.integers(1, 9), st.integers(1, 4), st.integers(1, 7),
-       st.sampled_from([(), ("pod",), ("host",)]))
-def test_property_the_compiled_pass_equals_the_numpy_path(taken, table, rows_per_group,
-                                                          workers, batch_rows, by):
+def _both_paths(taken, table: pa.Table, rows_per_group: int, workers: int,
+                batch_rows: int, by: tuple[str, ...]) -> tuple[Usage, Usage]:
+    """``table`` written as a recording and classified by the compiled pass (which must
+    take some batch) and by the NumPy path."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "r.parquet"
         write_recording(recording(table), path, row_group_rows=rows_per_group)
@@ -112,6 +110,24 @@ def test_property_the_compiled_pass_equals_the_numpy_path(taken, table, rows_per
         fast = run()
         assert taken[0] > before  # the compiled pass did take batches
         slow = _numpy_path(run)
+    return fast, slow
+
+
+def _same_timeline_signals(a: Usage, b: Usage) -> None:
+    assert a.timeline is not None and b.timeline is not None
+    assert set(a.timeline.signals) == set(b.timeline.signals)
+    for name, arr in b.timeline.signals.items():
+        np.testing.assert_allclose(a.timeline.signals[name], arr, rtol=1e-9, atol=1e-9,
+                                   err_msg=name)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[
+    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(tables(), st.integers(1, 9), st.integers(1, 4), st.integers(1, 7),
+       st.sampled_from([(), ("pod",), ("host",)]))
+def test_property_the_compiled_pass_equals_the_numpy_path(taken, table, rows_per_group,
+                                                          workers, batch_rows, by):
+    fast, slow = _both_paths(taken, table, rows_per_group, workers, batch_rows, by)
     assert_same_usage(fast, slow)
     _same_timeline(fast, slow)
     assert fast.onset_lags == slow.onset_lags
@@ -148,25 +164,10 @@ def test_property_the_maxima_take_the_compiled_pass(taken, table, rows_per_group
     """Memory used and total, temperature and the power limit (every nvidia-smi log has the
     first two) no longer send a batch to the NumPy path: each GPU's maxima and the memory
     bucketed on the timeline are the NumPy path's."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "r.parquet"
-        write_recording(recording(table), path, row_group_rows=rows_per_group)
-
-        def run() -> Usage:
-            return classify(open_samples(path, batch_rows=batch_rows), by=by,
-                            workers=workers)
-
-        before = taken[0]
-        fast = run()
-        assert taken[0] > before  # the compiled pass did take batches
-        slow = _numpy_path(run)
+    fast, slow = _both_paths(taken, table, rows_per_group, workers, batch_rows, by)
     assert_same_usage(fast, slow)  # the series' maxima among the rest
     _same_timeline(fast, slow)
-    assert fast.timeline is not None and slow.timeline is not None
-    assert set(fast.timeline.signals) == set(slow.timeline.signals)
-    for name, arr in slow.timeline.signals.items():
-        np.testing.assert_allclose(fast.timeline.signals[name], arr, rtol=1e-9, atol=1e-9,
-                                   err_msg=name)
+    _same_timeline_signals(fast, slow)
     assert fast.onset_lags == slow.onset_lags
 
 
@@ -201,25 +202,10 @@ def test_property_the_mean_signals_take_the_compiled_pass(taken, table, rows_per
     """Power, PCIe, the host's CPU and tensor activity no longer send a batch to the NumPy
     path: each GPU's time-weighted means (power's spread too) and the signals bucketed on
     the timeline are the NumPy path's."""
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "r.parquet"
-        write_recording(recording(table), path, row_group_rows=rows_per_group)
-
-        def run() -> Usage:
-            return classify(open_samples(path, batch_rows=batch_rows), by=by,
-                            workers=workers)
-
-        before = taken[0]
-        fast = run()
-        assert taken[0] > before  # the compiled pass did take batches
-        slow = _numpy_path(run)
+    fast, slow = _both_paths(taken, table, rows_per_group, workers, batch_rows, by)
     assert_same_usage(fast, slow)  # the series' means, power's spread among the rest
     _same_timeline(fast, slow)
-    assert fast.timeline is not None and slow.timeline is not None
-    assert set(fast.timeline.signals) == set(slow.timeline.signals)
-    for name, arr in slow.timeline.signals.items():
-        np.testing.assert_allclose(fast.timeline.signals[name], arr, rtol=1e-9, atol=1e-9,
-                                   err_msg=name)
+    _same_timeline_signals(fast, slow)
     assert fast.onset_lags == slow.onset_lags
 
 

@@ -295,17 +295,10 @@ def _max_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
     a loop of their own (:func:`gpuaudit.classify._kernel.max_signals`, over copies of the
     carried rows' state in ``st``), before :func:`stream` changes it. Returns each key's
     value per series for the rows carried on."""
-    keys = sorted(k for k in MAX_KEYS if k in rows or (pending is not None and k in pending))
+    keys, xs, p_x = _signal_columns(MAX_KEYS, rows, pending, code.shape[0], n_series)
     if not keys:
         return {}
     assert signals is not None
-    n = code.shape[0]
-    xs = np.stack([rows[k] if k in rows else np.full(n, np.nan) for k in keys]
-                  ).astype(np.float64, copy=False)
-    p_x = np.full((len(keys), n_series), np.nan)
-    for j, key in enumerate(keys):
-        if pending is not None and key in pending:
-            p_x[j, pending["code"]] = pending[key]
     names = [k.removeprefix("max_") for k in keys]
     smax = np.stack([signals.series_max[name][:n_series] for name in names])
     tl_col = -1
@@ -335,28 +328,35 @@ def _max_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | N
     return dict(zip(keys, p_x))
 
 
+def _signal_columns(wanted: frozenset[str], rows: dict[str, np.ndarray],
+                    pending: dict[str, np.ndarray] | None, n: int, n_series: int,
+                    ) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The keys of ``wanted`` the rows or the carried rows have (sorted), the rows' values
+    one row per key (NaN where a row lacks the key) and the carried rows' values per
+    series (``[key, series]``, NaN where none is carried)."""
+    keys = sorted(k for k in wanted if k in rows or (pending is not None and k in pending))
+    xs = np.stack([rows[k] if k in rows else np.full(n, np.nan) for k in keys]
+                  ).astype(np.float64, copy=False) if keys else np.zeros((0, n))
+    p_x = np.full((len(keys), n_series), np.nan)
+    for j, key in enumerate(keys):
+        if pending is not None and key in pending:
+            p_x[j, pending["code"]] = pending[key]
+    return keys, xs, p_x
+
+
 def _mean_signals(rows: dict[str, np.ndarray], pending: dict[str, np.ndarray] | None,
                   code: np.ndarray, ts: np.ndarray, u: np.ndarray, cap_s: float,
                   st: np.ndarray, n_series: int,
                   signals: Signals | None, timeline: TimelineAcc | None, tl: tuple[Any, ...]
                   ) -> dict[str, np.ndarray]:
-    """The rows' ``sig_*`` columns (and the carried rows'): each series' time-weighted sums
-    into ``signals`` as ``Signals.add`` makes them, and each signal the timeline shows
-    bucketed as :meth:`~gpuaudit.classify.timeline.TimelineAcc.add` buckets it, by a loop
-    of their own (:func:`gpuaudit.classify._kernel.mean_signals`, over copies of the
-    carried rows' state in ``st``), before :func:`stream` changes it. Returns each key's
-    value per series for the rows carried on."""
-    keys = sorted(k for k in MEAN_KEYS if k in rows or (pending is not None and k in pending))
+    """:func:`_max_signals` for the rows' ``sig_*`` columns: each series' time-weighted
+    sums into ``signals`` as ``Signals.add`` makes them, and each signal the timeline shows
+    bucketed as :meth:`~gpuaudit.classify.timeline.TimelineAcc.add` buckets it
+    (:func:`gpuaudit.classify._kernel.mean_signals`)."""
+    keys, xs, p_x = _signal_columns(MEAN_KEYS, rows, pending, code.shape[0], n_series)
     if not keys:
         return {}
-    assert signals is not None
-    n = code.shape[0]
-    xs = np.stack([rows[k] if k in rows else np.full(n, np.nan) for k in keys]
-                  ).astype(np.float64, copy=False)
-    p_x = np.full((len(keys), n_series), np.nan)
-    for j, key in enumerate(keys):
-        if pending is not None and key in pending:
-            p_x[j, pending["code"]] = pending[key]
+    assert signals is not None  # (stream_batch's caller passes them with such rows)
     names = [k.removeprefix("sig_") for k in keys]
     sums = signals.sums.data
     sums_w = np.stack([sums[f"{name}_w"][:n_series] for name in names])

@@ -381,6 +381,22 @@ def grid_points(ts_ms, vals, bounds, start_ms, step_ms, n_steps, sid, k, val):
 
 
 @numba.njit(cache=True, nogil=True)
+def _number_cells(pos):
+    """The cells marked 0 in ``pos`` (unmarked: -1) numbered in cell order, in place (each
+    becomes its row); returns each row's cell."""
+    n = 0
+    for c in range(pos.shape[0]):
+        if pos[c] == 0:
+            pos[c] = n
+            n += 1
+    rows = np.empty(n, dtype=np.int64)
+    for c in range(pos.shape[0]):
+        if pos[c] >= 0:
+            rows[pos[c]] = c
+    return rows
+
+
+@numba.njit(cache=True, nogil=True)
 def dense_rows(local, k, metric, val, n_steps, n_local, is_util):
     """The joined rows of one chunk from its points (series' chunk-local code ``local``,
     step ``k``, ``metric`` index, value): a row per (code, step) cell where a metric with
@@ -392,15 +408,8 @@ def dense_rows(local, k, metric, val, n_steps, n_local, is_util):
     for i in range(local.shape[0]):
         if is_util[metric[i]]:
             pos[local[i] * n_steps + k[i]] = 0
-    n = 0
-    for c in range(pos.shape[0]):
-        if pos[c] == 0:
-            pos[c] = n
-            n += 1
-    rows = np.empty(n, dtype=np.int64)
-    for c in range(pos.shape[0]):
-        if pos[c] >= 0:
-            rows[pos[c]] = c
+    rows = _number_cells(pos)
+    n = rows.shape[0]
     values = np.full((n_metrics, n), np.nan)
     seen = np.zeros(n_metrics, dtype=np.bool_)
     for i in range(local.shape[0]):
@@ -459,15 +468,8 @@ def grid_cells(ts_ms, vals, bounds, code_of, metric_of, n_codes, start_ms, step_
             base = local[code_of[j]] * n_steps
             for i in range(first[j], last[j]):
                 pos[base + (ts_ms[i] - lo_t - 1) // step_ms] = 0
-    n = 0
-    for c in range(pos.shape[0]):
-        if pos[c] == 0:
-            pos[c] = n
-            n += 1
-    rows = np.empty(n, dtype=np.int64)
-    for c in range(pos.shape[0]):
-        if pos[c] >= 0:
-            rows[pos[c]] = c
+    rows = _number_cells(pos)
+    n = rows.shape[0]
     values = np.full((is_util.shape[0], n), np.nan)
     seen = np.zeros(is_util.shape[0], dtype=np.bool_)
     for j in range(n_series):
