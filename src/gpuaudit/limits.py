@@ -16,6 +16,7 @@ docs/options-and-errors.md lists the limits.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import re
@@ -118,11 +119,19 @@ def inflate_gzip(raw: bytes | bytearray, where: str, limit: int | None = None,
     # whose trailer claims 2 GiB must not cost 2 GiB of zeroed memory before a byte inflates
     out = bytearray(min(hint, limit, _HINT_RATIO * len(raw)))
     view = memoryview(raw)
-    try:
+    with _isal_errors_as_zlib():
         return _inflate(view, out, where, limit, inflater or _inflater)
+
+
+@contextlib.contextmanager
+def _isal_errors_as_zlib() -> Iterator[None]:
+    """isal's ``IsalError`` (the same corrupt stream zlib reports) raised as ``zlib.error``,
+    so callers catch one type whichever decompressor ran."""
+    try:
+        yield
     except zlib.error:
         raise
-    except Exception as exc:  # isal's IsalError: the same corrupt stream zlib reports
+    except Exception as exc:
         if type(exc).__name__ != "IsalError":
             raise
         raise zlib.error(str(exc)) from exc
@@ -135,12 +144,8 @@ def inflate_gzip_bytes(raw: bytes, where: str, limit: int | None = None) -> byte
     :func:`inflate_gzip`."""
     limit = max_input_bytes() if limit is None else limit
     d = _inflater()
-    try:
+    with _isal_errors_as_zlib():
         out = d.decompress(raw, limit + 1)
-    except Exception as exc:  # isal's IsalError: the same corrupt stream zlib reports
-        if type(exc).__name__ != "IsalError":
-            raise
-        raise zlib.error(str(exc)) from exc
     if len(out) > limit:
         raise _too_big(where, limit)
     if not d.eof:

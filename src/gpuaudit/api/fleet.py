@@ -377,7 +377,7 @@ def _native_usage(
         # compiled loop is loaded first where classify will take it, so neither thread
         # finds it half-loaded (and takes the NumPy path for a batch: not the same bits)
         if samples.num_rows >= fused.MIN_SOURCE_ROWS:
-            fused.available()
+            fused.warm()
         with cf.ThreadPoolExecutor(1) as pool:
             kpis = pool.submit(local_kpis, samples, tuple(by), step, start_s=start,
                                chunk_s=chunk_s)

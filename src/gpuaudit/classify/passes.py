@@ -112,8 +112,8 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     from gpuaudit.schema import Recording
 
     interval = interval_s if interval_s is not None else samples.interval_s
-    rows = getattr(samples, "num_rows", None)
-    if isinstance(rows, int) and rows >= _LARGE_ROWS:
+    rows = _rows_up_front(samples)
+    if rows is not None and rows >= _LARGE_ROWS:
         keep_freed_memory()
         arrow_on_heap()  # the decoded columns from the tuned heap (see gpuaudit._heap)
     grid = _grid_up_front(samples, interval) if timeline else None
@@ -124,7 +124,7 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
             if claimed:
                 engine = claim_ranges(recipes, keys, interval, cap_intervals, grid=grid,
                                       onsets=timeline,
-                                      expected_rows=rows if isinstance(rows, int) else None)
+                                      expected_rows=rows)
             else:
                 engine = classify_ranges(recipes, keys, interval, cap_intervals, grid=grid,
                                          onsets=timeline)
@@ -132,7 +132,7 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
             engine = None  # one pass again: the reader names the file row of the bad sample
     if engine is None:
         engine = _Engine(keys, interval, cap_intervals, grid, onsets=timeline)
-        engine.expected_rows = rows if isinstance(rows, int) else None
+        engine.expected_rows = rows
         for i, batch in enumerate(engine_batches(samples, keys)):
             engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))
@@ -183,6 +183,13 @@ def _classify(samples: SampleSource | Recording, keys: tuple[str, ...],
     return usage
 
 
+def _rows_up_front(samples: object) -> int | None:
+    """The rows a source says it holds before it is read (a Parquet footer, rows held in
+    memory), else None."""
+    rows = getattr(samples, "num_rows", None)
+    return rows if isinstance(rows, int) else None
+
+
 def classify_cells(samples: SampleSource | Recording | pa.Table, *, by: Sequence[str] = (),
                    interval_s: float | None = None,
                    cap_intervals: float = DEFAULT_CAP_INTERVALS,
@@ -204,8 +211,7 @@ def classify_cells(samples: SampleSource | Recording | pa.Table, *, by: Sequence
                      cells_only=True)
     # (a source that says its size up front takes the compiled loop from its first batch,
     # as classify's engine does: the same path, so the same bits, as classify's cells)
-    rows = getattr(samples, "num_rows", None)
-    engine.expected_rows = rows if isinstance(rows, int) else None
+    engine.expected_rows = _rows_up_front(samples)
     for i, batch in enumerate(engine_batches(samples, keys)):
         engine.feed(batch, position=f"{samples.origin} (batch {i})")
     engine.finish(getattr(samples, "series_end_ns", None))

@@ -406,13 +406,18 @@ def on_grid(series: Sequence[RawSeries], start_ms: int, step_ms: int, n_steps: i
     if not series:
         z = np.zeros(0, np.int64)
         return z, z, np.zeros(0)
-    ts, val, bounds = _joined(series)
+    return _on_grid_joined(*_joined(series), start_ms, step_ms, n_steps)
+
+
+def _on_grid_joined(ts: np.ndarray, val: np.ndarray, bounds: np.ndarray, start_ms: int,
+                    step_ms: int, n_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`on_grid` of series already end to end (:func:`_joined`)."""
     kern = _kernel()
     sid, k, out = (np.empty(ts.shape[0], np.int64), np.empty(ts.shape[0], np.int64),
                    np.empty(ts.shape[0]))
     n = kern.grid_points(ts, val, bounds, start_ms, step_ms, n_steps, sid, k, out)
     if n < 0:  # not in time order within a series (several export lines): sort
-        order = np.lexsort((ts, np.repeat(np.arange(len(series)), np.diff(bounds))))
+        order = np.lexsort((ts, np.repeat(np.arange(bounds.shape[0] - 1), np.diff(bounds))))
         ts, val = ts[order], val[order]
         n = kern.grid_points(ts, val, bounds, start_ms, step_ms, n_steps, sid, k, out)
     return sid[:n], k[:n], out[:n]
@@ -447,7 +452,7 @@ def _grid_join(ids: Sequence[Any], series: Sequence[RawSeries], code_of: np.ndar
     ok, present, rows, grid, has = _kernel().grid_cells(
         ts, val, bounds, code_of, metric_of, len(ids), start_ms, step_ms, n_steps, is_util)
     if not ok or present.shape[0] == 0:  # (no point at all: as _dense_join has it)
-        sidx, k, v = on_grid(series, start_ms, step_ms, n_steps)
+        sidx, k, v = _on_grid_joined(ts, val, bounds, start_ms, step_ms, n_steps)
         return _dense_join(ids, code_of[sidx], metric_of[sidx], k, v, metrics, start_ns,
                            step_ns, n_steps, where=where, lean=lean)
     return _rows_table(ids, present, rows, grid, has, metrics, start_ns, step_ns, n_steps,

@@ -272,10 +272,8 @@ class PromClient:
             resp.close()
         if resp.headers.get("content-encoding", "").strip().lower() != "gzip":
             # (identity, or another coding the server chose: httpx decodes it on reading)
-            out = httpx.Response(resp.status_code, headers=resp.headers, content=raw,
-                                 request=req)
-            out.read()
-            return out, len(raw)
+            return httpx.Response(resp.status_code, headers=resp.headers, content=raw,
+                                  request=req), len(raw)
         try:
             body = inflate_gzip_bytes(raw, where)
         except (zlib.error, EOFError) as exc:
