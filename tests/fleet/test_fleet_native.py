@@ -571,3 +571,39 @@ def test_native_rows_do_not_depend_on_the_stores_answer_order(split: tuple[str, 
     c.close()
     assert tables[0].num_rows > 1_000
     assert all(t.equals(tables[0]) for t in tables[1:])
+
+
+@pytest.mark.parametrize("batch_rows", [997, 20_000])
+def test_days_and_windows_of_held_batches_are_those_of_the_table(prom: str, fleet: Fleet,
+                                                                  batch_rows: int) -> None:
+    """local_kpis over held batches (whole days, batches straddling a day or a window's
+    edge: kept whole, left out or filtered) gives the per-day cells and the 1 h / 24 h
+    utilization it gives over the same rows as one table."""
+    import pyarrow as pa
+
+    from gpuaudit.api import local_kpis
+    from gpuaudit.measure.fleet.native import LeanSamples, NativeSource
+    from gpuaudit.schema import SAMPLE_SCHEMA
+
+    with PromClient(prom) as c:
+        kw = {"start_s": float(fleet.start_s + 15), "end_s": float(fleet.end_s),
+              "step_s": 15.0}
+        table = pa.Table.from_batches(list(NativeSource(c, "remote-read", **kw).batches()),
+                                      schema=SAMPLE_SCHEMA).sort_by("ts")
+    # (days from a start mid-day, so the batches' edges and the days' edges differ)
+    start = fleet.start_s + 5 * 3600 + 7.5
+    whole_daily, whole_win = local_kpis(table, ("namespace",), 15.0, start_s=start)
+    held = LeanSamples(table.to_batches(max_chunksize=batch_rows), origin="test",
+                       interval_s=15.0)
+    daily, win = local_kpis(held, ("namespace",), 15.0, start_s=start)
+    assert whole_daily.num_rows >= 6 and whole_win["1h"] is not None
+    # (sums over other batches: the same to the last bits)
+    assert win == pytest.approx(whole_win, rel=1e-12)
+    key = [(k, "ascending") for k in ("day_start", "gpu_uuid", "namespace")]
+    got, want = daily.sort_by(key).to_pylist(), whole_daily.sort_by(key).to_pylist()
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a.keys() == b.keys()
+        for k, v in b.items():
+            assert a[k] == (pytest.approx(v, rel=1e-12, abs=1e-9)
+                            if isinstance(v, float) else v), k

@@ -189,7 +189,7 @@ def test_grid_cells_equals_the_grid_then_the_dense_join(
     with a point, the rows, every metric's values and which metrics have a point; or
     says the times descend (then the caller takes that two-step path)."""
     from gpuaudit.measure.fleet import _xor
-    from gpuaudit.measure.fleet.native import _joined
+    from gpuaudit.measure.fleet.native import _joined, _spans
 
     picks = data.draw(st.lists(st.tuples(
         st.one_of(_series(), _near_grid(start_ms, step_ms, n_steps)), st.integers(0, 3),
@@ -199,10 +199,31 @@ def test_grid_cells_equals_the_grid_then_the_dense_join(
     metric_of = np.array([m for _s, _c, m in picks], dtype=np.int64)
     is_util = np.array([True, False, True])
     ts, val, bounds = _joined(series)
-    ok, present, rows, grid, has = _xor.grid_cells(ts, val, bounds, code_of, metric_of, 4,
-                                                   start_ms, step_ms, n_steps, is_util)
+    ok, present, rows, grid, has = _xor.grid_cells(ts, val, bounds[:-1], bounds[1:], code_of,
+                                                   metric_of, 4, start_ms, step_ms, n_steps,
+                                                   is_util)
     descends = any((np.diff(s.ts_ms) < 0).any() for s in series)
     assert ok == (not descends)
+    # the same series as views of one decoded answer, laid out in another order with
+    # samples of no series between them (_spans: no copy end to end): the same cells
+    perm = data.draw(st.permutations(range(len(series))))
+    parts_t, parts_v, at = [], [], {}
+    n_at = 0
+    for j in perm:
+        parts_t += [np.array([-7], np.int64), series[j].ts_ms]
+        parts_v += [np.array([99.0]), series[j].values]
+        at[j] = n_at + 1
+        n_at += 1 + series[j].ts_ms.shape[0]
+    big_t, big_v = np.concatenate(parts_t), np.concatenate(parts_v)
+    views = [RawSeries({}, big_t[at[j]:at[j] + s.ts_ms.shape[0]],
+                       big_v[at[j]:at[j] + s.ts_ms.shape[0]]) for j, s in enumerate(series)]
+    spans = _spans(views)
+    assert spans is not None and spans[0] is not None
+    again = _xor.grid_cells(*spans, code_of, metric_of, 4, start_ms, step_ms, n_steps, is_util)
+    assert again[0] == ok
+    for x, y in zip(again[1:], (present, rows, grid, has)):
+        assert np.array_equal(x.view(np.uint8), y.view(np.uint8))
+    assert _spans([*views, series[0]]) is None  # (a series from elsewhere: joined instead)
     if not ok:
         return
     sidx, k, v = on_grid(series, start_ms, step_ms, n_steps)

@@ -379,5 +379,5 @@ def test_a_zstd_frame_that_does_not_inflate_is_refused() -> None:
     assert frame in block and decode_native_export(
         _answer(0, 10**6, [({"__name__": "m0"}, block)]), where="test")[0].ts_ms.shape == (400,)
     bad = block.replace(frame, frame[:-4] + bytes(4))
-    with pytest.raises(NativeExportUnreadable, match="block 0's zstd frame"):
+    with pytest.raises(NativeExportUnreadable, match="a zstd frame"):
         decode_native_export(_answer(0, 10**6, [({"__name__": "m0"}, bad)]), where="test")

@@ -378,11 +378,12 @@ def _native_usage(
         # finds it half-loaded (and takes the NumPy path for a batch: not the same bits)
         if samples.num_rows >= fused.MIN_SOURCE_ROWS:
             fused.warm()
+        held = _Held.of(samples, step)
         with cf.ThreadPoolExecutor(1) as pool:
-            kpis = pool.submit(local_kpis, samples, tuple(by), step, start_s=start,
-                               chunk_s=chunk_s)
+            kpis = pool.submit(lambda h: (h.daily(tuple(by), start_s=start, chunk_s=chunk_s),
+                                          h.windows()), held) if held is not None else None
             usage_fine = classify(samples, by=tuple(by), interval_s=step, cap_intervals=1.0)
-            daily, util_window = kpis.result()
+            daily, util_window = kpis.result() if kpis is not None else (None, {})
         transfer = _transfer("native raw samples", stores, clients, forms=forms, step=step,
                              start=start, end=end, kube=kube, time_shards=1, missing=missing)
     finally:
@@ -602,47 +603,89 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     and 24 h, from a sample table already attributed (or the native fetch's lean batches,
     :class:`~gpuaudit.measure.fleet.native.LeanSamples`: the same rows, the same figures).
     Only the cells are read (:func:`~gpuaudit.classify.passes.classify_cells`)."""
-    from gpuaudit.classify.passes import classify_cells
-    from gpuaudit.classify.usage import cells_total
+    held = _Held.of(table, interval_s)
+    if held is None:
+        return None, {}
+    return held.daily(keys, start_s=start_s, chunk_s=chunk_s), held.windows()
 
-    # the rows' timestamps in parts (the table whole, or batch by batch) and the rows a mask
-    # per part keeps, as a source classify reads, in the same order
-    rows: Callable[[list[np.ndarray]], Any]
-    if isinstance(table, pa.Table):
-        if table.num_rows == 0:
-            return None, {}
-        ts = [table.column("ts").cast(pa.int64()).to_numpy()]
 
-        def rows(keep: list[np.ndarray]) -> Any:
-            return table.filter(pa.array(keep[0]))
-    else:
+class _Held:
+    """Rows held in memory (a sample table, or lean batches), read back in parts by time:
+    the timestamps in parts (the table whole, or batch by batch), and the rows a mask per
+    part keeps as a source classify reads, in the same order. A part's mask may be True or
+    False (all its rows, none): a batch is one time chunk, which a day or a window mostly
+    keeps whole or leaves out, found from its first and last time (no pass over its rows,
+    no copy)."""
+
+    def __init__(self, ts: list[np.ndarray], rows: Callable[[list[Any]], Any],
+                 interval_s: float | None) -> None:
+        self.ts, self.rows, self.interval_s = ts, rows, interval_s
+        self.bounds = [(int(t.min()), int(t.max())) for t in ts]
+
+    @classmethod
+    def of(cls, table: Any, interval_s: float | None) -> _Held | None:
+        """``table``'s rows; None when it has none."""
+        if isinstance(table, pa.Table):
+            if table.num_rows == 0:
+                return None
+            return cls([table.column("ts").cast(pa.int64()).to_numpy()],
+                       lambda keep: table if keep[0] is True else table.filter(pa.array(
+                           np.full(table.num_rows, keep[0]) if keep[0] is False else keep[0])),
+                       interval_s)
         from gpuaudit.measure.fleet.native import LeanSamples
 
         batches = list(table.batches())
         if not batches:
-            return None, {}
-        ts = [b.column("ts").cast(pa.int64()).to_numpy() for b in batches]
+            return None
 
-        def rows(keep: list[np.ndarray]) -> Any:
-            # a batch is one time chunk: a day or window mostly keeps it whole (no copy)
-            return LeanSamples([b if k.all() else b.filter(pa.array(k))
-                                for b, k in zip(batches, keep) if k.any()],
+        def rows(keep: list[Any]) -> Any:
+            return LeanSamples([b if k is True else b.filter(pa.array(k))
+                                for b, k in zip(batches, keep)
+                                if k is True or (k is not False and k.any())],
                                origin=table.origin, interval_s=interval_s)
-    t0 = float(start_s) if start_s is not None else float(min(t.min() for t in ts)) / 1e9
-    days = [((t / 1e9 - t0) // chunk_s).astype(np.int64) for t in ts]
-    parts = []
-    for d in np.unique(np.concatenate(days)):
-        cells = classify_cells(rows([x == d for x in days]), by=keys, interval_s=interval_s,
-                               cap_intervals=1.0)
-        parts.append(_day_cells(cells, t0, int(d), chunk_s))
-    daily = pa.concat_tables(parts, promote_options="permissive")
-    end_ns = max(int(t.max()) for t in ts)
-    out: dict[str, float | None] = {}
-    for label, secs in (("1h", 3600), ("24h", 86400)):
-        sub = rows([t > end_ns - secs * 1_000_000_000 for t in ts])
-        out[label] = cells_total(classify_cells(sub, interval_s=interval_s, cap_intervals=1.0)
-                                 ).mean_util_pct if sub.num_rows else None
-    return daily, out
+
+        return cls([b.column("ts").cast(pa.int64()).to_numpy() for b in batches], rows,
+                   interval_s)
+
+    def daily(self, keys: Sequence[str], *, start_s: float | None, chunk_s: float) -> Any:
+        """The cells of each day (``chunk_s`` from ``start_s``, or from the first row)."""
+        from gpuaudit.classify.passes import classify_cells
+
+        t0 = float(start_s) if start_s is not None else min(a for a, _b in self.bounds) / 1e9
+
+        def day(t: np.ndarray) -> np.ndarray:
+            return ((t / 1e9 - t0) // chunk_s).astype(np.int64)
+
+        # each part's day, or its rows' days where it spans two (the day of a time rises
+        # with the time: its first and last rows' days bound its other rows')
+        days: list[int | np.ndarray] = []
+        for t, (a, b) in zip(self.ts, self.bounds):
+            first, last = day(np.array([a, b], dtype=np.int64)).tolist()
+            days.append(first if first == last else day(t))
+        every = sorted({d for x in days for d in ([x] if isinstance(x, int)
+                                                   else np.unique(x).tolist())})
+        parts = []
+        for d in every:
+            cells = classify_cells(self.rows([x == d for x in days]), by=keys,
+                                   interval_s=self.interval_s, cap_intervals=1.0)
+            parts.append(_day_cells(cells, t0, int(d), chunk_s))
+        return pa.concat_tables(parts, promote_options="permissive")
+
+    def windows(self) -> dict[str, float | None]:
+        """The mean utilization of the last 1 h and 24 h of rows."""
+        from gpuaudit.classify.passes import classify_cells
+        from gpuaudit.classify.usage import cells_total
+
+        end_ns = max(b for _a, b in self.bounds)
+        out: dict[str, float | None] = {}
+        for label, secs in (("1h", 3600), ("24h", 86400)):
+            cut = end_ns - secs * 1_000_000_000
+            sub = self.rows([True if a > cut else False if b <= cut else t > cut
+                             for t, (a, b) in zip(self.ts, self.bounds)])
+            out[label] = cells_total(classify_cells(
+                sub, interval_s=self.interval_s, cap_intervals=1.0)).mean_util_pct \
+                if sub.num_rows else None
+        return out
 
 
 def _day_cells(cells: pa.Table, t0: float, d: int, chunk_s: float) -> pa.Table:

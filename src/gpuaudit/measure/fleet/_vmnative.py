@@ -193,6 +193,22 @@ def scan_blocks(buf, layout, recs, out_counts):
 
 
 @numba.njit(cache=True, nogil=True)
+def gather_frames(buf, recs, packed):
+    """The zstd frames of records ``recs`` (a block's timestamps, then its values, block by
+    block) end to end into ``packed`` (its size their sum): one input for one
+    decompression call, which inflates frames back to back into their contents back to
+    back. Returns the bytes written."""
+    k = 0
+    for r in range(recs.shape[0]):
+        for raw, a, n in ((R_TS_RAW, R_TS_A, R_TS_N), (R_V_RAW, R_V_A, R_V_N)):
+            if recs[r, raw] >= 0:
+                m = recs[r, n]
+                packed[k:k + m] = buf[recs[r, a]:recs[r, a] + m]
+                k += m
+    return k
+
+
+@numba.njit(cache=True, nogil=True)
 def _ints(src, a, n, kind, first, rows, out):
     """``rows`` int64 of encoding ``kind`` (the zstd ones already decompressed: 1 read as
     5, 4 as 6) from ``src[a:a + n]`` into ``out``; False when the bytes do not hold

@@ -421,20 +421,21 @@ def dense_rows(local, k, metric, val, n_steps, n_local, is_util):
 
 
 @numba.njit(cache=True, nogil=True)
-def grid_cells(ts_ms, vals, bounds, code_of, metric_of, n_codes, start_ms, step_ms, n_steps,
-               is_util):
+def grid_cells(ts_ms, vals, starts, ends, code_of, metric_of, n_codes, start_ms, step_ms,
+               n_steps, is_util):
     """:func:`grid_points` and :func:`dense_rows` in one pass over the samples, with no
-    per-point arrays: series j (``ts_ms[bounds[j]:bounds[j + 1]]``, not descending) of code
+    per-point arrays: series j (``ts_ms[starts[j]:ends[j]]``, not descending: the series
+    may lie anywhere in ``ts_ms``, in any order, as decoded; no copy end to end) of code
     ``code_of[j]`` and metric ``metric_of[j]``, onto the step grid as ``grid_points`` puts
     it, then joined as ``dense_rows`` joins the points (the codes numbered in order among
     those with a point; a later point of a cell wins, which within a series is the step's
     last sample). Returns (ok, the codes with a point, rows, values, seen) as ``dense_rows``
     returns the last three; ok False (nothing else filled) when a series' times descend
     somewhere (the caller sorts, then takes the two-step path)."""
-    n_series = bounds.shape[0] - 1
+    n_series = starts.shape[0]
     empty = np.zeros(0, dtype=np.int64)
     for j in range(n_series):
-        for i in range(bounds[j] + 1, bounds[j + 1]):
+        for i in range(starts[j] + 1, ends[j]):
             if ts_ms[i] < ts_ms[i - 1]:
                 return False, empty, empty, np.zeros((0, 0)), np.zeros(0, dtype=np.bool_)
     # each series' samples on the grid: t in (start - step, start + (n_steps - 1) * step]
@@ -443,7 +444,7 @@ def grid_cells(ts_ms, vals, bounds, code_of, metric_of, n_codes, start_ms, step_
     last = np.empty(n_series, dtype=np.int64)
     present = np.zeros(n_codes, dtype=np.bool_)
     for j in range(n_series):
-        a, b = bounds[j], bounds[j + 1]
+        a, b = starts[j], ends[j]
         while a < b and ts_ms[a] <= lo_t:
             a += 1
         e = a
