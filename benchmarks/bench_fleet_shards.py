@@ -1,6 +1,7 @@
 """A fleet past one Prometheus, at scale: GPUs x days of dcgm-exporter history split by node
 across 4 local stores (2 Prometheus, backfilled with promtool; 2 VictoriaMetrics, imported
-with timestamps), audited by one ``audit_fleet(prometheus=[4 stores])`` in a fresh process.
+with timestamps), audited by one ``audit_fleet(prometheus=[4 stores])`` in a fresh process
+set up as ``gpuaudit fleet``'s own (``BENCH_AS_LIBRARY=1``: as a library's caller's instead).
 
     .venv/bin/python benchmarks/bench_fleet_shards.py --gpus 10000 --days 7   # the goal
     .venv/bin/python benchmarks/bench_fleet_shards.py --gpus 250 --days 7 \
@@ -41,6 +42,12 @@ from fleetgen import (  # noqa: E402
 
 CHILD = r"""
 import json, os, resource, sys, time
+if not os.environ.get("BENCH_AS_LIBRARY"):
+    # the process as `gpuaudit fleet` sets it up (gpuaudit.cli.main): gpuaudit owns it
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    from gpuaudit._heap import keep_freed_memory, own_process
+    keep_freed_memory()
+    own_process()
 from gpuaudit.api import audit_fleet
 stores, start, end, step = json.loads(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 prof = None

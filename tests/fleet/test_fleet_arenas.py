@@ -44,3 +44,40 @@ def test_fleet_threads_share_two_malloc_arenas() -> None:
     refused, m = _arenas({**env, "GPUAUDIT_NO_MALLOPT": "1"})
     assert refused == "False"
     assert m > 2  # without the cap every thread took an arena of its own
+
+
+ONE_HEAP = """
+import ctypes, sys, threading
+import numpy as np
+from gpuaudit import _heap
+if sys.argv[1] == "owned":
+    _heap.own_process()  # as the command line's process does
+print(_heap.one_heap(), flush=True)
+libc = ctypes.CDLL(None)
+libc.sbrk.restype = ctypes.c_void_p
+grew = []
+def work():
+    # a native fetch thread's array of a chunk: 96 MiB, above glibc's largest mmap threshold
+    before = libc.sbrk(0)
+    a = np.ones(12 << 20)
+    grew.append(libc.sbrk(0) - before)
+    del a
+t = threading.Thread(target=work)
+t.start(); t.join()
+print(grew[0] >= 96 << 20)
+"""
+
+
+@pytest.mark.parametrize("owned", [True, False])
+def test_native_fetch_threads_allocate_from_one_heap_in_an_owned_process(owned: bool) -> None:
+    """one_heap (the native fleet fetch, where gpuaudit owns the process): a thread's
+    array of 96 MiB comes from the one heap (the program break moves), not from a fresh
+    mapping the kernel zeroes and takes back; in a process gpuaudit does not own, or with
+    GPUAUDIT_NO_MALLOPT, the allocator is left alone."""
+    if not (sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"):
+        pytest.fail("this test needs glibc (the allocator it tunes); run it on Linux/glibc")
+    env = {k: v for k, v in os.environ.items() if k != "GPUAUDIT_NO_MALLOPT"}
+    for extra, applied in (({}, owned), ({"GPUAUDIT_NO_MALLOPT": "1"}, False)):
+        out = subprocess.run([sys.executable, "-c", ONE_HEAP, "owned" if owned else "library"],
+                             env={**env, **extra}, capture_output=True, text=True, check=True)
+        assert out.stdout.split() == [str(applied), str(applied)], (extra, out.stdout)

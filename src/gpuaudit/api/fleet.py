@@ -322,6 +322,9 @@ def _native_usage(
     since_s = FLEET_SINCE_S.check(since_s, "since_s")
     chunk_s = FLEET_CHUNK_S.check(chunk_s, "chunk_s")
     step_s = None if step_s is None else FLEET_STEP_S.check(step_s, "step_s")
+    from gpuaudit._heap import one_heap
+
+    one_heap()  # (where gpuaudit owns the process) before the fetch threads start
     stores = parse_stores(urls)
     clients = {st.name: PromClient(st.url, **dict(client_kwargs or {})) for st in stores}
     missing: list[dict[str, str]] = []

@@ -82,7 +82,7 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
 @click.option("--fetch", type=click.Choice(["pushdown", "raw", "native", "auto"]), default=None,
               help="How samples are read: pushdown (PromQL, the default), raw (query_range, "
               "= --raw), native (raw samples as stored: Prometheus remote read, "
-              "VictoriaMetrics export; classified here), auto (native where every store "
+              "VictoriaMetrics native export; classified here), auto (native where every store "
               "answers it, else pushdown).")
 @click.option("--chunk", "chunk_s", type=Duration(FLEET_CHUNK_S), default="1d",
               show_default=True, help="Time chunk per query batch.")
