@@ -51,11 +51,12 @@ def _answers(draw: st.DrawFn) -> bytes:
     for _ in range(draw(st.integers(1, 4))):
         labels = {"__name__": "DCGM_FI_DEV_GPU_UTIL",
                   **draw(st.dictionaries(_LABEL_TEXT, _LABEL_TEXT, max_size=3))}
-        xs = draw(st.lists(_FLOAT, max_size=6))
+        # (None: a stale marker, which VictoriaMetrics writes as null)
+        xs = draw(st.lists(st.one_of(_FLOAT, st.none()), max_size=6))
         style = draw(_STYLE)
         stamps = draw(st.lists(st.integers(-10**15, 10**15), min_size=len(xs),
                                max_size=len(xs)))
-        out += _line(labels, [_write(x, style) for x in xs], stamps)
+        out += _line(labels, ["null" if x is None else _write(x, style) for x in xs], stamps)
     return out
 
 
@@ -74,6 +75,22 @@ def test_export_scan_equals_the_json_reader(content: bytes) -> None:
     got = _scan_export(content, "test")
     assert got is not None  # VictoriaMetrics' shape: the compiled scan reads it
     _same(got, _read_export_json(content, "test"))
+
+
+def test_export_scan_reads_the_words_victoriametrics_writes() -> None:
+    """A stale marker (null; NaN as a line's first value) is left out, with its time, as
+    the native export and remote read leave it out; the infinities, which VictoriaMetrics
+    writes as +Inf and -Inf (not JSON), are read."""
+    content = _line({"__name__": "x"}, ["NaN", "+Inf", "null", "-Inf", "2.5", "null"],
+                    [1, 2, 3, 4, 5, 6]) + _line({"__name__": "y"}, ["null"], [7]) \
+        + _line({"__name__": "z"}, ["Inf", "1"], [8, 9])
+    got = _scan_export(content, "test")
+    assert got is not None
+    # (y: stale markers only, so no series, as the native export has it)
+    assert [s.labels["__name__"] for s in got] == ["x", "z"]
+    assert got[0].values.tolist() == [np.inf, -np.inf, 2.5]
+    assert got[0].ts_ms.tolist() == [2, 4, 5]
+    assert got[1].values.tolist() == [np.inf, 1.0] and got[1].ts_ms.tolist() == [8, 9]
 
 
 def test_export_scan_leaves_another_shape_to_the_json_reader() -> None:

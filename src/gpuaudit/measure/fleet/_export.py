@@ -5,9 +5,11 @@
 at most 19 significant digits whose value is ``m * 10**e`` with ``m <= 2**53`` and
 ``|e| <= 22`` is one correctly rounded operation (Clinger's fast path: both operands are
 exact doubles), which is what a correct parser returns; any other number is handed back
-to be read by Python's ``float``. A line of any other shape stops the scan (the caller
-reads the answer with a general JSON reader instead). The machine code is cached on
-disk."""
+to be read by Python's ``float``, and so are the infinities VictoriaMetrics writes as
+``+Inf`` and ``-Inf`` (not JSON). A stale marker, which it writes as ``null`` (``NaN`` as a
+line's first value), is read as NaN, for the caller to leave out. A line of any other
+shape stops the scan (the caller reads the answer with a general JSON reader instead). The
+machine code is cached on disk."""
 
 # mypy: ignore-errors
 
@@ -17,6 +19,12 @@ import numba
 import numpy as np
 
 _POW10 = np.array([10.0 ** i for i in range(23)])
+# the words VictoriaMetrics writes for a value that is not a number: a stale marker (null;
+# NaN where it is a line's first value) and the infinities (not JSON: Go's text for them)
+_NULL = np.frombuffer(b"null", dtype=np.uint8)
+_NAN = np.frombuffer(b"NaN", dtype=np.uint8)
+_INFS = (np.frombuffer(b"+Inf", dtype=np.uint8), np.frombuffer(b"-Inf", dtype=np.uint8),
+         np.frombuffer(b"Inf", dtype=np.uint8))
 _HEAD = np.frombuffer(b'{"metric":', dtype=np.uint8)
 _VALUES = np.frombuffer(b',"values":[', dtype=np.uint8)
 _STAMPS = np.frombuffer(b',"timestamps":[', dtype=np.uint8)
@@ -172,8 +180,19 @@ def scan_export(buf, lines, vals, ts, slow, counts):
                     return FULL
                 t0 = p
                 x, p, exact = _number(buf, p)
-                if p < 0:
-                    return NOT_EXPORT
+                if p < 0:  # a word: a stale marker (NaN, left out after), an infinity
+                    p = _expect(buf, t0, _NULL)
+                    if p < 0:
+                        p = _expect(buf, t0, _NAN)
+                    if p >= 0:
+                        x, exact = np.nan, True
+                    else:
+                        for word in _INFS:
+                            p = _expect(buf, t0, word)
+                            if p >= 0:
+                                break
+                        if p < 0:
+                            return NOT_EXPORT
                 if not exact:
                     if nslow >= slow.shape[0]:
                         return FULL

@@ -471,9 +471,23 @@ def _scan_export(content: bytes, where: str, *,
         return None
     for j, a, b in slow[:int(counts[2])].tolist():
         vals[j] = float(content[a:b])
+    spans = lines[:int(counts[0])]
+    ns = int(counts[1])
+    stale = np.isnan(vals[:ns])  # (the scan reads only a stale marker as NaN)
+    gone = np.zeros(spans.shape[0], dtype=bool)
+    if stale.any():  # left out, as the native export's and remote read's answers are read
+        kept = np.zeros(ns + 1, dtype=np.int64)
+        np.cumsum(~stale, out=kept[1:])
+        ts, vals = ts[:ns][~stale], vals[:ns][~stale]
+        now = kept[spans[:, 2:]]
+        # (a series of stale markers only is no series, as the native export has it)
+        gone = (now[:, 0] == now[:, 1]) & (spans[:, 2] < spans[:, 3])
+        spans = np.concatenate([spans[:, :2], now], axis=1)
     labels_of = {} if labels_seen is None else labels_seen  # a series' labels decoded once
     out = []
-    for a, b, lo, hi in lines[:int(counts[0])].tolist():
+    for (a, b, lo, hi), skip in zip(spans.tolist(), gone.tolist()):
+        if skip:
+            continue
         text = content[a:b]
         labels = labels_of.get(text)
         if labels is None:
@@ -510,13 +524,23 @@ def _read_export_json(content: bytes, where: str) -> list[RawSeries]:
     values = table.column("values").combine_chunks()
     stamps = table.column("timestamps").combine_chunks()
     voff = values.offsets.to_numpy()
-    if values.null_count or stamps.null_count or \
+    if values.null_count or stamps.null_count or stamps.values.null_count or \
             not np.array_equal(voff, stamps.offsets.to_numpy()):
         raise _counts_differ(where)
     vflat = values.values.to_numpy(zero_copy_only=False)
     tflat = stamps.values.to_numpy(zero_copy_only=False)
     out = []
+    gone = np.zeros(table.num_rows, dtype=bool)
+    if values.values.null_count:  # stale markers (null): left out, as the scan leaves them
+        keep = values.values.is_valid().to_numpy(zero_copy_only=False)
+        kept = np.zeros(keep.shape[0] + 1, dtype=np.int64)
+        np.cumsum(keep, out=kept[1:])
+        now = kept[voff]
+        gone = (now[1:] == now[:-1]) & (voff[1:] > voff[:-1])
+        vflat, tflat, voff = vflat[keep], tflat[keep], now
     for i in range(table.num_rows):
+        if gone[i]:
+            continue
         labels = {n: c[i] for n, c in zip(names, cols) if c[i] is not None}
         a, b = int(voff[i]), int(voff[i + 1])
         out.append(RawSeries(labels, tflat[a:b], vflat[a:b]))
