@@ -383,8 +383,8 @@ def _native_usage(
             fused.warm()
         held = _Held.of(samples, step)
         with cf.ThreadPoolExecutor(1) as pool:
-            kpis = pool.submit(lambda h: (h.daily(tuple(by), start_s=start, chunk_s=chunk_s),
-                                          h.windows()), held) if held is not None else None
+            kpis = pool.submit(held.kpis, tuple(by), start_s=start, chunk_s=chunk_s) \
+                if held is not None else None
             usage_fine = classify(samples, by=tuple(by), interval_s=step, cap_intervals=1.0)
             daily, util_window = kpis.result() if kpis is not None else (None, {})
         transfer = _transfer("native raw samples", stores, clients, forms=forms, step=step,
@@ -609,7 +609,7 @@ def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
     held = _Held.of(table, interval_s)
     if held is None:
         return None, {}
-    return held.daily(keys, start_s=start_s, chunk_s=chunk_s), held.windows()
+    return held.kpis(keys, start_s=start_s, chunk_s=chunk_s)
 
 
 class _Held:
@@ -632,9 +632,8 @@ class _Held:
             if table.num_rows == 0:
                 return None
             return cls([table.column("ts").cast(pa.int64()).to_numpy()],
-                       lambda keep: table if keep[0] is True else table.filter(pa.array(
-                           np.full(table.num_rows, keep[0]) if keep[0] is False else keep[0])),
-                       interval_s)
+                       lambda keep: table if keep[0] is True else table.slice(0, 0)
+                       if keep[0] is False else table.filter(pa.array(keep[0])), interval_s)
         from gpuaudit.measure.fleet.native import LeanSamples
 
         batches = list(table.batches())
@@ -649,6 +648,11 @@ class _Held:
 
         return cls([b.column("ts").cast(pa.int64()).to_numpy() for b in batches], rows,
                    interval_s)
+
+    def kpis(self, keys: Sequence[str], *, start_s: float | None, chunk_s: float,
+             ) -> tuple[Any, dict[str, float | None]]:
+        """:func:`local_kpis`: the cells of each day, then the windows."""
+        return self.daily(keys, start_s=start_s, chunk_s=chunk_s), self.windows()
 
     def daily(self, keys: Sequence[str], *, start_s: float | None, chunk_s: float) -> Any:
         """The cells of each day (``chunk_s`` from ``start_s``, or from the first row)."""

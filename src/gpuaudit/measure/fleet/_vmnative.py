@@ -250,6 +250,16 @@ def _ints(src, a, n, kind, first, rows, out):
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
+def _field(buf, raw, raw_at, rec, c_type, c_a, c_n, c_raw, c_first, out):
+    """A block's timestamps or values (record ``rec``'s columns ``c_*``) into ``out``: from
+    the answer's bytes, or from ``raw`` at ``raw_at`` where they were a zstd frame."""
+    kind = rec[c_type]
+    if kind == 1 or kind == 4:
+        return _ints(raw, raw_at, rec[c_raw], kind, rec[c_first], rec[R_ROWS], out)
+    return _ints(buf, rec[c_a], rec[c_n], kind, rec[c_first], rec[R_ROWS], out)
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
 def _pow10(n):
     """Go's ``math.Pow10(n)`` for n >= 0."""
     if n > 308:
@@ -282,23 +292,10 @@ def decode_blocks(buf, raw, raw_at, recs, order, series_of, lo_ms, hi_ms, ts, va
             prev += 1
             bounds[prev] = k
         rows = recs[r, R_ROWS]
-        kind = recs[r, R_TS_TYPE]
-        if kind == 1 or kind == 4:
-            ok = _ints(raw, raw_at[r, 0], recs[r, R_TS_RAW], kind, recs[r, R_FIRST_TS], rows,
-                       t_buf)
-        else:
-            ok = _ints(buf, recs[r, R_TS_A], recs[r, R_TS_N], kind, recs[r, R_FIRST_TS], rows,
-                       t_buf)
-        if not ok:
-            return -(r + 1)
-        kind = recs[r, R_V_TYPE]
-        if kind == 1 or kind == 4:
-            ok = _ints(raw, raw_at[r, 1], recs[r, R_V_RAW], kind, recs[r, R_FIRST_V], rows,
-                       v_buf)
-        else:
-            ok = _ints(buf, recs[r, R_V_A], recs[r, R_V_N], kind, recs[r, R_FIRST_V], rows,
-                       v_buf)
-        if not ok:
+        if not (_field(buf, raw, raw_at[r, 0], recs[r], R_TS_TYPE, R_TS_A, R_TS_N, R_TS_RAW,
+                       R_FIRST_TS, t_buf)
+                and _field(buf, raw, raw_at[r, 1], recs[r], R_V_TYPE, R_V_A, R_V_N, R_V_RAW,
+                           R_FIRST_V, v_buf)):
             return -(r + 1)
         # AppendDecimalToFloat: m * 10**e, or m / 10**-e for e < 0 (one rounding either way)
         scale = recs[r, R_SCALE]

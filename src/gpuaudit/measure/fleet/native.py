@@ -291,14 +291,8 @@ def export_series(client: PromClient, match: str, start_s: float, end_s: float, 
     ``labels_seen``: label sets decoded before, by their JSON text (a store's answers for
     successive time ranges repeat its series); new ones are added."""
     where = f"{client.url}/api/v1/export"
-    resp = client.post_raw("/api/v1/export", data={
-        "match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}, gzip=True)
-    if resp.status_code != 200:
-        raise RemoteReadRefused(
-            f"the store does not answer /api/v1/export (HTTP {resp.status_code}: "
-            f"{' '.join(resp.text[:200].split())})", where=where,
-            fix="use --fetch pushdown (export is VictoriaMetrics' API)")
-    content = resp.content
+    content = _exported(client, "/api/v1/export", match, start_s, end_s, RemoteReadRefused,
+                        fix="use --fetch pushdown (export is VictoriaMetrics' API)")
     if not content.strip():
         return []
     got = _scan_export(content, where, labels_seen=labels_seen)
@@ -325,15 +319,24 @@ def export_native(client: PromClient, match: str, start_s: float, end_s: float, 
     documented and has changed once (v1.82.0); an answer not read here:
     :class:`NativeExportUnreadable`. ``labels_seen``: label sets decoded before, by their
     MetricName bytes."""
-    where = f"{client.url}/api/v1/export/native"
-    resp = client.post_raw("/api/v1/export/native", data={
+    content = _exported(client, "/api/v1/export/native", match, start_s, end_s,
+                        NativeExportUnreadable,
+                        fix="nothing to do: its JSON export is read instead")
+    return decode_native_export(content, where=f"{client.url}/api/v1/export/native",
+                                labels_seen=labels_seen)
+
+
+def _exported(client: PromClient, path: str, match: str, start_s: float, end_s: float,
+              refused: type[SourceUnavailableError], *, fix: str) -> bytes:
+    """The body of VictoriaMetrics' export at ``path`` (gzip on the wire) of the series
+    ``match`` selects in [start, end]; an answer other than 200: ``refused``."""
+    resp = client.post_raw(path, data={
         "match[]": match, "start": f"{start_s:.3f}", "end": f"{end_s:.3f}"}, gzip=True)
     if resp.status_code != 200:
-        raise NativeExportUnreadable(
-            f"the store does not answer /api/v1/export/native (HTTP {resp.status_code}: "
-            f"{' '.join(resp.text[:200].split())})", where=where,
-            fix="nothing to do: its JSON export is read instead")
-    return decode_native_export(resp.content, where=where, labels_seen=labels_seen)
+        raise refused(
+            f"the store does not answer {path} (HTTP {resp.status_code}: "
+            f"{' '.join(resp.text[:200].split())})", where=f"{client.url}{path}", fix=fix)
+    return resp.content
 
 
 def decode_native_export(content: bytes, *, where: str,
