@@ -132,7 +132,10 @@ def one_heap() -> bool:
     ~50 CPU-s in the kernel. From one heap, freed blocks are reused: ~5 CPU-s in the kernel
     and ~0.3 GiB less at the peak (docs/benchmarks.md). Elsewhere (gpuaudit imported as a
     library) the allocator is left alone: memory a heap keeps is not given back as readily
-    as a mapping. ``GPUAUDIT_NO_MALLOPT=1`` leaves it alone too; no-op outside glibc."""
+    as a mapping. ``GPUAUDIT_NO_MALLOPT=1`` leaves it alone too; no-op outside glibc.
+    glibc fixes its arena count the first time a second thread allocates (Arrow's and
+    DuckDB's pools start threads as the price catalogs load): ``gpuaudit fleet`` calls this
+    first thing, the native fetch again (a no-op after the first call)."""
     global _one_heap
     if _one_heap is not None:
         return _one_heap

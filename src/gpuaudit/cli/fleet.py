@@ -127,6 +127,10 @@ def fleet_cmd(prometheus: tuple[str, ...], recording: Path | None, since_s: floa
     import os
     import sys
 
+    if fetch in ("native", "auto"):
+        from gpuaudit._heap import one_heap
+
+        one_heap()  # before any thread of this process allocates (see gpuaudit._heap)
     pricing = pricing_kwargs(kw)
     groups = tuple(k.strip() for item in by for k in item.split(",") if k.strip())
     client_kwargs: dict[str, Any] = {"timeout_s": timeout_s, "retries": retries,
