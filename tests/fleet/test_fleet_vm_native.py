@@ -12,6 +12,7 @@ import itertools
 import math
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -163,6 +164,36 @@ def test_infinities_and_stale_markers(vm_url: str, fleet: Fleet) -> None:
     assert stale[0].values.tolist() == [1.0, 2.0, 4.0]
     t0 = fleet.start_s * 1000
     assert stale[0].ts_ms.tolist() == [t0, t0 + 60_000, t0 + 180_000]
+
+
+CAPTURES = Path(__file__).parents[1] / "data" / "dcgm"
+
+
+def test_real_dcgm_exporter_captures_read_the_same_through_both_exports(
+        vm_url: str, fleet: Fleet) -> None:
+    """The real dcgm-exporter pages of tests/data/dcgm (L4, L40S, a GRID vGPU, A100 MIG, an
+    old exporter with the int64 blank sentinel 9223372036854775794), each imported as three
+    scrapes a minute apart, a month before the fleet: every series and value the same
+    through the native export as through the JSON export."""
+    t0 = (fleet.start_s - 30 * 86400) * 1000
+    want = 0
+    with httpx.Client(timeout=60) as c:
+        for i, page in enumerate(sorted(CAPTURES.glob("*.prom"))):
+            text = page.read_text()
+            want += 3 * sum(1 for line in text.splitlines() if line.startswith("DCGM_"))
+            for k in range(3):
+                # (a label per capture: two pages may hold the same series)
+                c.post(f"{vm_url}/api/v1/import/prometheus", params={
+                    "timestamp": str(t0 + 60_000 * k), "extra_label": f"capture={i}"},
+                    content=text).raise_for_status()
+        c.get(f"{vm_url}/internal/force_flush").raise_for_status()
+    a, b = t0 / 1000 - 1, t0 / 1000 + 600
+    with PromClient(vm_url) as client:
+        native = export_native(client, DCGM, a, b)
+        json_ = export_series(client, DCGM, a, b)
+    assert _bitwise_equal(native, json_) == want
+    sentinel = [v for s in native for v in s.values.tolist() if v > 9e18]
+    assert sentinel and all(v == 9223372036854775794.0 for v in sentinel)
 
 
 def test_labels_seen_are_reused_across_answers(vm_url: str, fleet: Fleet) -> None:
