@@ -607,3 +607,25 @@ def test_days_and_windows_of_held_batches_are_those_of_the_table(prom: str, flee
         for k, v in b.items():
             assert a[k] == (pytest.approx(v, rel=1e-12, abs=1e-9)
                             if isinstance(v, float) else v), k
+
+
+@pytest.mark.parametrize("where", ["series", "chunk", "data", "skipped"])
+@pytest.mark.parametrize("length", [2**63, 2**64 - 8, 2**40])
+def test_a_length_past_the_message_is_malformed_protobuf(where: str, length: int) -> None:
+    """A protobuf length of 2**63 or more (negative as an int64) or just more than the
+    message holds, in any of the frame scan's length-delimited fields, with a valid CRC:
+    a clear error, not a read outside the answer."""
+    big = _uvarint(length)
+    if where == "series":  # ChunkedReadResponse.chunked_series
+        body = b"\x0a" + big + b"\x00" * 4
+    elif where == "chunk":  # ChunkedSeries.chunks
+        inner = b"\x12" + big + b"\x00" * 4
+        body = _msg(1, inner)
+    elif where == "data":  # Chunk.data
+        inner = _msg(2, _varint_field(3, 1) + b"\x22" + big + b"\x00" * 4)
+        body = _msg(1, inner)
+    else:  # an unknown length-delimited field, skipped
+        body = _msg(1, b"\x3a" + big + b"\x00" * 4)
+    answer = _uvarint(len(body)) + struct.pack(">I", _crc32c(body)) + body
+    with pytest.raises(SourceUnavailableError, match="malformed protobuf"):
+        decode_chunked_frames(answer, where="http://prom:9090/api/v1/read")

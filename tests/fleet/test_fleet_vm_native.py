@@ -420,3 +420,45 @@ def test_a_zstd_frame_that_does_not_inflate_is_refused() -> None:
     bad = block.replace(frame, frame[:-4] + bytes(4))
     with pytest.raises(NativeExportUnreadable, match="a zstd frame"):
         decode_native_export(_answer(0, 10**6, [({"__name__": "m0"}, bad)]), where="test")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data(), st.sampled_from((vm.LAYOUT_OLD, vm.LAYOUT_NEW)))
+def test_damaged_answers_are_refused_never_read_out_of_bounds(data: st.DataObject,
+                                                              layout: int) -> None:
+    """A valid answer with bytes flipped, cut or inserted anywhere: the decoder returns
+    series or refuses (NativeExportUnreadable), and never reads outside the answer. A
+    varint length of 2**63 or more once turned negative and pointed backwards (found by
+    running the encoder test at 4,000 examples: a segmentation fault)."""
+    recs = [(0, ([1000, 2000, 3000, 4000], [5, 6, 7, 2**63 - 2], -2, 1, 4)),
+            (1, ([10, 20], [1, 1], 0, 2, 3))]
+    good = bytearray(_answer(0, 10**6, [({"__name__": f"m{s}"}, _block(*b, layout))
+                                        for s, b in recs]))
+    for _ in range(data.draw(st.integers(1, 4))):
+        at = data.draw(st.integers(0, len(good) - 1))
+        how = data.draw(st.sampled_from(("flip", "cut", "insert")))
+        if how == "flip":
+            good[at] = data.draw(st.integers(0, 255))
+        elif how == "cut":
+            del good[at:at + data.draw(st.integers(1, 8))]
+        else:
+            good[at:at] = bytes(data.draw(st.lists(st.integers(0, 255), min_size=1,
+                                                    max_size=10)))
+        if len(good) < 2:
+            break
+    try:
+        got = decode_native_export(bytes(good), where="test")
+    except NativeExportUnreadable:
+        return
+    for s in got:
+        assert s.ts_ms.shape == s.values.shape
+
+
+@pytest.mark.parametrize("length", [2**63, 2**64 - 8, 2**40])
+def test_a_length_past_the_block_is_refused(length: int) -> None:
+    """A block whose timestamps' byte count is 2**63 or more (negative as an int64) or
+    just more than the block holds: refused, not followed backwards or forwards."""
+    head = _varints([1000]) + _varints([5]) + _uvarint(2) + _varints([0]) + bytes([6, 6])
+    block = head + _uvarint(length) + _varints([1000]) + _uvarint(1) + _varints([1])
+    with pytest.raises(NativeExportUnreadable, match="neither known layout"):
+        decode_native_export(_answer(0, 10**6, [({"__name__": "m0"}, block)]), where="test")

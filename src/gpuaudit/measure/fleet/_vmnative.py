@@ -28,7 +28,7 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from gpuaudit.measure.fleet._xor import _uvarint
+from gpuaudit.measure.fleet._xor import _length, _uvarint
 
 LAYOUT_OLD, LAYOUT_NEW = 1, 2
 
@@ -149,13 +149,13 @@ def scan_blocks(buf, layout, recs, out_counts):
         v_type = np.int64(buf[p + 1])
         prec = np.int64(buf[p + 2]) if layout == LAYOUT_NEW else np.int64(64)
         p += n_head
-        ts_n, p = _uvarint(buf, p, e)
-        if p < 0 or p + np.int64(ts_n) > e:
+        ts_n, p = _length(buf, p, e)
+        if p < 0:
             return NOT_LAYOUT
         ts_a = p
-        p += np.int64(ts_n)
-        v_n, p = _uvarint(buf, p, e)
-        if p < 0 or p + np.int64(v_n) != e:
+        p += ts_n
+        v_n, p = _length(buf, p, e)
+        if p < 0 or p + v_n != e:
             return NOT_LAYOUT
         v_a = p
         if ts_type < 1 or ts_type > 6 or v_type < 1 or v_type > 6 or rows < 1 \
@@ -173,19 +173,25 @@ def scan_blocks(buf, layout, recs, out_counts):
         recs[i, R_TS_TYPE] = ts_type
         recs[i, R_V_TYPE] = v_type
         recs[i, R_TS_A] = ts_a
-        recs[i, R_TS_N] = np.int64(ts_n)
+        recs[i, R_TS_N] = ts_n
         recs[i, R_V_A] = v_a
-        recs[i, R_V_N] = np.int64(v_n)
+        recs[i, R_V_N] = v_n
         recs[i, R_TS_RAW] = -1
         recs[i, R_V_RAW] = -1
+        # (a frame's stated size: at most a 10-byte varint per row, or the block is not
+        # read in this layout)
         if ts_type == 1 or ts_type == 4:
-            recs[i, R_TS_RAW] = _frame_size(buf, ts_a, np.int64(ts_n))
+            recs[i, R_TS_RAW] = _frame_size(buf, ts_a, ts_n)
             if recs[i, R_TS_RAW] < 0:
                 return NO_FRAME_SIZE
+            if recs[i, R_TS_RAW] > 10 * rows:
+                return NOT_LAYOUT
         if v_type == 1 or v_type == 4:
-            recs[i, R_V_RAW] = _frame_size(buf, v_a, np.int64(v_n))
+            recs[i, R_V_RAW] = _frame_size(buf, v_a, v_n)
             if recs[i, R_V_RAW] < 0:
                 return NO_FRAME_SIZE
+            if recs[i, R_V_RAW] > 10 * rows:
+                return NOT_LAYOUT
         i += 1
         pos = e
     out_counts[0] = i

@@ -53,6 +53,17 @@ def _uvarint(buf, pos, end):
 
 
 @numba.njit(cache=True, nogil=True)
+def _length(buf, pos, end):
+    """A uvarint that counts the bytes after it: (count, new position); new position -1
+    when it is malformed or counts more bytes than are left before ``end`` (a count of
+    2**63 or more would turn negative as an int64 and point backwards)."""
+    n, pos = _uvarint(buf, pos, end)
+    if pos < 0 or n > np.uint64(end - pos):
+        return np.int64(0), -1
+    return np.int64(n), pos
+
+
+@numba.njit(cache=True, nogil=True)
 def _skip(buf, pos, end, wire):
     """Skip a field of wire type ``wire`` at ``pos``; -1 on a malformed field."""
     if wire == 0:
@@ -61,10 +72,8 @@ def _skip(buf, pos, end, wire):
     if wire == 1:
         return pos + 8 if pos + 8 <= end else -1
     if wire == 2:
-        n, pos = _uvarint(buf, pos, end)
-        if pos < 0 or pos + np.int64(n) > end:
-            return -1
-        return pos + np.int64(n)
+        n, pos = _length(buf, pos, end)
+        return -1 if pos < 0 else pos + n
     if wire == 5:
         return pos + 4 if pos + 4 <= end else -1
     return -1
@@ -89,13 +98,13 @@ def scan_frames(buf, series_lab, chunk_meta, out_counts):
     nf = 0
     while pos < n:
         out_counts[3] = pos
-        length, p = _uvarint(buf, pos, n)
-        if p < 0 or p + 4 + np.int64(length) > n:
+        length, p = _length(buf, pos, n)
+        if p < 0 or p + 4 + length > n:
             return -1
         want = (np.uint32(buf[p]) << np.uint32(24)) | (np.uint32(buf[p + 1]) << np.uint32(16)) \
             | (np.uint32(buf[p + 2]) << np.uint32(8)) | np.uint32(buf[p + 3])
         s = p + 4
-        e = s + np.int64(length)
+        e = s + length
         if crc32c(buf, s, e) != want:
             return -2
         nf += 1
@@ -110,11 +119,11 @@ def scan_frames(buf, series_lab, chunk_meta, out_counts):
             field = np.int64(key >> np.uint64(3))
             wire = np.int64(key & np.uint64(7))
             if field == 1 and wire == 2:
-                ln, q = _uvarint(buf, q, e)
-                if q < 0 or q + np.int64(ln) > e:
+                ln, q = _length(buf, q, e)
+                if q < 0:
                     return -3
                 ms = q
-                me = q + np.int64(ln)
+                me = q + ln
                 if ns >= series_lab.shape[0]:
                     return -5
                 series_lab[ns, 0] = ms
@@ -134,11 +143,11 @@ def scan_frames(buf, series_lab, chunk_meta, out_counts):
                     elif f2 == 1 and lab_end >= 0:
                         lab_end = np.int64(-2)
                     if f2 == 2 and w2 == 2:
-                        l2, r = _uvarint(buf, r, me)
-                        if r < 0 or r + np.int64(l2) > me:
+                        l2, r = _length(buf, r, me)
+                        if r < 0:
                             return -3
                         cs = r
-                        ce = r + np.int64(l2)
+                        ce = r + l2
                         mint = np.int64(0)
                         maxt = np.int64(0)
                         enc = np.int64(0)
@@ -163,11 +172,11 @@ def scan_frames(buf, series_lab, chunk_meta, out_counts):
                                 else:
                                     enc = np.int64(v)
                             elif f3 == 4 and w3 == 2:
-                                l3, t = _uvarint(buf, t, ce)
-                                if t < 0 or t + np.int64(l3) > ce:
+                                l3, t = _length(buf, t, ce)
+                                if t < 0:
                                     return -3
                                 doff = t
-                                dlen = np.int64(l3)
+                                dlen = l3
                                 t += dlen
                             else:
                                 t = _skip(buf, t, ce, w3)
