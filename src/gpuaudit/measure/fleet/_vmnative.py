@@ -106,6 +106,20 @@ def _frame_size(buf, a, n):
 
 
 @numba.njit(cache=True, nogil=True)
+def _raw_size(buf, kind, a, n, rows):
+    """The decompressed size of a block's field of encoding ``kind`` at ``buf[a:a + n]``
+    when it is a zstd frame (1, 4); -1 when it is not one; NO_FRAME_SIZE when the frame does
+    not state its size; NOT_LAYOUT when the size is more than a 10-byte varint a row (not a
+    block of this layout)."""
+    if kind != 1 and kind != 4:
+        return np.int64(-1)
+    size = _frame_size(buf, a, n)
+    if size < 0:
+        return np.int64(NO_FRAME_SIZE)
+    return np.int64(NOT_LAYOUT) if size > 10 * rows else size
+
+
+@numba.njit(cache=True, nogil=True)
 def scan_blocks(buf, layout, recs, out_counts):
     """The records of a native export answer ``buf`` read in ``layout``: per stored block a
     row of ``recs`` (columns ``R_*``: the MetricName's bytes, the block's header, where its
@@ -162,36 +176,17 @@ def scan_blocks(buf, layout, recs, out_counts):
                 or scale < -32768 or scale > 32767 or prec < 1 \
                 or prec > 64 or last_ts < first_ts:
             return NOT_LAYOUT
+        t_raw = _raw_size(buf, ts_type, ts_a, ts_n, rows)
+        v_raw = _raw_size(buf, v_type, v_a, v_n, rows)
+        for got in (t_raw, v_raw):
+            if got == NO_FRAME_SIZE or got == NOT_LAYOUT:
+                return got
         if i >= recs.shape[0]:
             return FULL
-        recs[i, R_MN_A] = mn_a
-        recs[i, R_MN_B] = mn_b
-        recs[i, R_FIRST_TS] = first_ts
-        recs[i, R_FIRST_V] = first_v
-        recs[i, R_ROWS] = rows
-        recs[i, R_SCALE] = scale
-        recs[i, R_TS_TYPE] = ts_type
-        recs[i, R_V_TYPE] = v_type
-        recs[i, R_TS_A] = ts_a
-        recs[i, R_TS_N] = ts_n
-        recs[i, R_V_A] = v_a
-        recs[i, R_V_N] = v_n
-        recs[i, R_TS_RAW] = -1
-        recs[i, R_V_RAW] = -1
-        # (a frame's stated size: at most a 10-byte varint per row, or the block is not
-        # read in this layout)
-        if ts_type == 1 or ts_type == 4:
-            recs[i, R_TS_RAW] = _frame_size(buf, ts_a, ts_n)
-            if recs[i, R_TS_RAW] < 0:
-                return NO_FRAME_SIZE
-            if recs[i, R_TS_RAW] > 10 * rows:
-                return NOT_LAYOUT
-        if v_type == 1 or v_type == 4:
-            recs[i, R_V_RAW] = _frame_size(buf, v_a, v_n)
-            if recs[i, R_V_RAW] < 0:
-                return NO_FRAME_SIZE
-            if recs[i, R_V_RAW] > 10 * rows:
-                return NOT_LAYOUT
+        rec = (mn_a, mn_b, first_ts, first_v, rows, scale, ts_type, v_type, ts_a, ts_n, v_a,
+               v_n, t_raw, v_raw)  # (in the order of the R_* columns)
+        for c in range(N_COLS):
+            recs[i, c] = rec[c]
         i += 1
         pos = e
     out_counts[0] = i
