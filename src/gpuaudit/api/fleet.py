@@ -631,9 +631,11 @@ class _Held:
         if isinstance(table, pa.Table):
             if table.num_rows == 0:
                 return None
-            return cls([table.column("ts").cast(pa.int64()).to_numpy()],
-                       lambda keep: table if keep[0] is True else table.slice(0, 0)
-                       if keep[0] is False else table.filter(pa.array(keep[0])), interval_s)
+            def whole(keep: list[Any]) -> Any:
+                got = _part(table, keep[0])
+                return table.slice(0, 0) if got is None else got
+
+            return cls([table.column("ts").cast(pa.int64()).to_numpy()], whole, interval_s)
         from gpuaudit.measure.fleet.native import LeanSamples
 
         batches = list(table.batches())
@@ -641,9 +643,8 @@ class _Held:
             return None
 
         def rows(keep: list[Any]) -> Any:
-            return LeanSamples([b if k is True else b.filter(pa.array(k))
-                                for b, k in zip(batches, keep)
-                                if k is True or (k is not False and k.any())],
+            return LeanSamples([got for b, k in zip(batches, keep)
+                                if (got := _part(b, k)) is not None],
                                origin=table.origin, interval_s=interval_s)
 
         return cls([b.column("ts").cast(pa.int64()).to_numpy() for b in batches], rows,
@@ -693,6 +694,16 @@ class _Held:
                 sub, interval_s=self.interval_s, cap_intervals=1.0)).mean_util_pct \
                 if sub.num_rows else None
         return out
+
+
+def _part(rows: Any, keep: Any) -> Any:
+    """The rows (a table or a batch) ``keep`` keeps: True all of them (no copy), False
+    or a mask of no row none (None), else those a boolean mask marks."""
+    if keep is True:
+        return rows
+    if keep is False or not keep.any():
+        return None
+    return rows.filter(pa.array(keep))
 
 
 def _day_cells(cells: pa.Table, t0: float, d: int, chunk_s: float) -> pa.Table:

@@ -227,9 +227,7 @@ def decode_chunked_frames(buf: bytes, *, where: str,
     # stale markers out, once over all samples (each chunk's offsets moved to match)
     stale = bits == np.uint64(STALE_NAN_BITS)
     if stale.any():
-        kept = np.zeros(bits.shape[0] + 1, dtype=np.int64)
-        np.cumsum(~stale, out=kept[1:])
-        off, ts, bits = kept[off], ts[~stale], bits[~stale]
+        off, ts, bits = _without(~stale, off, ts, bits)
     values = bits.view(np.float64)
     # group chunks by series message; consecutive messages with the same labels and query
     # are one series (the server splits a long series over frames): their chunks, and so
@@ -256,6 +254,15 @@ def decode_chunked_frames(buf: bytes, *, where: str,
         hi = int(off[bounds[ns]])
         out.append((prev[0], RawSeries(dict(prev[1]), ts[lo:hi], values[lo:hi])))
     return out
+
+
+def _without(keep: np.ndarray, at: np.ndarray, *flat: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Positions ``at`` (into samples end to end, any shape) moved to where they fall once
+    only the samples ``keep`` marks are kept, then each array of ``flat`` with only those
+    samples: what leaving stale markers out of an answer does to its series' bounds."""
+    kept = np.zeros(keep.shape[0] + 1, dtype=np.int64)
+    np.cumsum(keep, out=kept[1:])
+    return (kept[at], *(x[keep] for x in flat))
 
 
 def remote_read(client: PromClient, queries: Sequence[
@@ -400,15 +407,16 @@ def decode_native_export(content: bytes, *, where: str,
     # the zstd fields (a block's timestamps, its values: a frame each, stating its size)
     # inflated end to end by one call over the frames end to end (not a call per frame:
     # each call lets another thread take the interpreter, ~30k times per store and week)
-    sizes = np.maximum(recs[:, [vm.R_TS_RAW, vm.R_V_RAW]], 0).ravel()
+    stated = recs[:, [vm.R_TS_RAW, vm.R_V_RAW]].ravel()  # (-1: not a frame)
+    sizes = np.maximum(stated, 0)
     ends = np.cumsum(sizes)
     raw_at = (ends - sizes).reshape(n, 2)
     raw = np.empty(0, dtype=np.uint8)
     if n and ends[-1]:
         import pyarrow as pa
 
-        z = recs[:, [vm.R_TS_RAW, vm.R_V_RAW]].ravel() >= 0
-        packed = np.empty(int(recs[:, [vm.R_TS_N, vm.R_V_N]].ravel()[z].sum()), np.uint8)
+        framed = recs[:, [vm.R_TS_N, vm.R_V_N]].ravel()[stated >= 0]
+        packed = np.empty(int(framed.sum()), np.uint8)
         vm.gather_frames(buf, recs, packed)
         try:
             raw = np.frombuffer(pa.Codec("zstd").decompress(
@@ -479,10 +487,7 @@ def _scan_export(content: bytes, where: str, *,
     stale = np.isnan(vals[:ns])  # (the scan reads only a stale marker as NaN)
     gone = np.zeros(spans.shape[0], dtype=bool)
     if stale.any():  # left out, as the native export's and remote read's answers are read
-        kept = np.zeros(ns + 1, dtype=np.int64)
-        np.cumsum(~stale, out=kept[1:])
-        ts, vals = ts[:ns][~stale], vals[:ns][~stale]
-        now = kept[spans[:, 2:]]
+        now, ts, vals = _without(~stale, spans[:, 2:], ts[:ns], vals[:ns])
         # (a series of stale markers only is no series, as the native export has it)
         gone = (now[:, 0] == now[:, 1]) & (spans[:, 2] < spans[:, 3])
         spans = np.concatenate([spans[:, :2], now], axis=1)
@@ -535,12 +540,10 @@ def _read_export_json(content: bytes, where: str) -> list[RawSeries]:
     out = []
     gone = np.zeros(table.num_rows, dtype=bool)
     if values.values.null_count:  # stale markers (null): left out, as the scan leaves them
-        keep = values.values.is_valid().to_numpy(zero_copy_only=False)
-        kept = np.zeros(keep.shape[0] + 1, dtype=np.int64)
-        np.cumsum(keep, out=kept[1:])
-        now = kept[voff]
+        now, vflat, tflat = _without(values.values.is_valid().to_numpy(zero_copy_only=False),
+                                     voff, vflat, tflat)
         gone = (now[1:] == now[:-1]) & (voff[1:] > voff[:-1])
-        vflat, tflat, voff = vflat[keep], tflat[keep], now
+        voff = now
     for i in range(table.num_rows):
         if gone[i]:
             continue
@@ -653,20 +656,19 @@ def _grid_join(ids: Sequence[Any], series: Sequence[RawSeries], code_of: np.ndar
     start_ns, step_ns = start_ms * 1_000_000, step_ms * 1_000_000
     is_util = np.array([m in UTIL_METRICS for m in metrics], dtype=bool)
     spans = _spans(series)
+    joined = None
     if spans is None:
-        ts, val, bounds = _joined(series)
+        joined = ts, val, bounds = _joined(series)
         spans = ts, val, bounds[:-1], bounds[1:]
     ok, present, rows, grid, has = _kernel().grid_cells(
         *spans, code_of, metric_of, len(ids), start_ms, step_ms, n_steps, is_util)
     if not ok or present.shape[0] == 0:  # (no point at all: as _dense_join has it)
-        sidx, k, v = _on_grid_joined(*_joined(series), start_ms, step_ms, n_steps)
+        sidx, k, v = _on_grid_joined(*(joined or _joined(series)), start_ms, step_ms,
+                                     n_steps)
         return _dense_join(ids, code_of[sidx], metric_of[sidx], k, v, metrics, start_ns,
                            step_ns, n_steps, where=where, lean=lean)
     return _rows_table(ids, present, rows, grid, has, metrics, start_ns, step_ns, n_steps,
                        where=where, lean=lean)
-
-
-_BLOCKS, _JSON = "native blocks", "JSON"
 
 
 class NativeSource:
@@ -694,14 +696,20 @@ class NativeSource:
         self.metrics = tuple(metrics or RAW_METRICS)
         self.chunk_points = min(chunk_points, MAX_POINTS_PER_SERIES)
         self.interval_s: float | None = step_s
-        how = "remote read, XOR chunks" if form == "remote-read" else f"export, {_BLOCKS}"
-        self.origin = f"Prometheus {client.url} (raw samples, {how}; step {step_s:g} s)"
         self._notes: list[Any] = []
         # a series' labels decoded once across the chunks' answers (by their bytes)
         self._labels_seen: dict[bytes, tuple[tuple[str, str], ...]] = {}
         self._export_labels: dict[bytes, dict[str, str]] = {}
         self._block_labels: dict[bytes, dict[str, str]] = {}
         self._blocks = form == "export"
+
+    @property
+    def origin(self) -> str:
+        """Where and how the samples are read (the native export's blocks, or, after the
+        store refused them, its JSON export)."""
+        how = "remote read, XOR chunks" if self.form == "remote-read" else \
+            f"export, {'native blocks' if self._blocks else 'JSON'}"
+        return f"Prometheus {self.client.url} (raw samples, {how}; step {self.step_s:g} s)"
 
     @property
     def notes(self) -> tuple[Any, ...]:
@@ -737,7 +745,6 @@ class NativeSource:
                 from gpuaudit.schema import ImportNote
 
                 self._blocks = False
-                self.origin = self.origin.replace(_BLOCKS, _JSON)
                 self._notes.append(ImportNote(
                     f"{exc.what}; read its JSON export (the same samples, ~30x the "
                     "store's CPU)", 1, where=exc.where))
