@@ -18,7 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["PRESTART_BYTES", "WORKER", "prestart", "spawn", "take"]
+__all__ = ["PRESTART_BYTES", "TRACE_PRESTART_BYTES", "WORKER", "available_cpus", "prestart",
+           "prestart_trace", "spawn", "take", "widen"]
 
 #: The worker's program: -c, not -m (under -m runpy imports the package first, which imports
 #: the parallel module through classify.passes, and then runs the module again as __main__)
@@ -35,7 +36,12 @@ _WARM_WORKER = ("import gc, sys; gc.disable(); import gpuaudit.measure.files; "
 #: file of 16M rows or more; a gpuaudit recording holds ~0.7 bytes a row at its smallest)
 PRESTART_BYTES = 12 << 20
 
-_ready: subprocess.Popen[bytes] | None = None
+#: A trace (its JSON, inflated) from this size on is worth a decoding helper started ahead
+#: (gpuaudit.traces._kineto_parts: two parts of PART_BYTES or more)
+TRACE_PRESTART_BYTES = 8 << 20
+
+#: Workers started ahead and not yet taken, by kind ("classify", "trace")
+_ready: dict[str, subprocess.Popen[bytes]] = {}
 
 
 def spawn(program: str = WORKER) -> subprocess.Popen[bytes] | None:
@@ -49,7 +55,7 @@ def spawn(program: str = WORKER) -> subprocess.Popen[bytes] | None:
                                 stdout=subprocess.PIPE, env=env)
     except OSError:
         return None
-    _widen(proc.stdout)
+    widen(proc.stdout)
     return proc
 
 
@@ -58,7 +64,7 @@ def spawn(program: str = WORKER) -> subprocess.Popen[bytes] | None:
 PIPE_BYTES = 1 << 20
 
 
-def _widen(pipe: object) -> None:
+def widen(pipe: object) -> None:
     """Ask for a :data:`PIPE_BYTES` pipe buffer (F_SETPIPE_SZ); nothing where refused."""
     try:
         import fcntl
@@ -72,9 +78,6 @@ def prestart(path: Path | str) -> None:
     """Start a worker now if ``path`` is a Parquet file large enough to be classified on two
     or more cores (a guess from its size: a worker that is not taken costs the idle core a
     moment and is ended at exit)."""
-    global _ready
-    if _ready is not None or _cpus() < 2:
-        return
     try:
         p = Path(path)
         if not p.is_file() or p.stat().st_size < PRESTART_BYTES:
@@ -84,31 +87,63 @@ def prestart(path: Path | str) -> None:
                 return
     except OSError:
         return
-    _ready = spawn(_WARM_WORKER)
-    if _ready is not None:
-        atexit.register(_end)
+    _start("classify", _WARM_WORKER)
 
 
-def take() -> subprocess.Popen[bytes] | None:
-    """The worker started ahead, if there is one still running (once)."""
-    global _ready
-    proc, _ready = _ready, None
+def prestart_trace(paths: list[Path]) -> None:
+    """Start a trace-decoding helper now if ``paths`` is one trace file whose JSON is large
+    enough to be decoded in parts (the size of a ``.gz`` from its trailer, which holds the
+    inflated size modulo 4 GiB: a guess, as for :func:`prestart`)."""
+    if len(paths) != 1:
+        return
+    try:
+        p = Path(paths[0])
+        if not p.is_file():
+            return
+        size = p.stat().st_size
+        with p.open("rb") as f:
+            if f.read(2) == b"\x1f\x8b" and size >= 18:
+                f.seek(-4, os.SEEK_END)
+                size = max(size, int.from_bytes(f.read(4), "little"))
+    except OSError:
+        return
+    if size >= TRACE_PRESTART_BYTES:
+        from gpuaudit.traces._kineto_parts import PROGRAM
+
+        _start("trace", PROGRAM)
+
+
+def _start(kind: str, program: str) -> None:
+    if kind in _ready or available_cpus() < 2:
+        return
+    proc = spawn(program)
+    if proc is not None:
+        if not _ready:
+            atexit.register(_end)
+        _ready[kind] = proc
+
+
+def take(kind: str = "classify") -> subprocess.Popen[bytes] | None:
+    """The worker of ``kind`` started ahead, if there is one still running (once)."""
+    proc = _ready.pop(kind, None)
     if proc is not None and proc.poll() is not None:
         return None
     return proc
 
 
 def _end() -> None:
-    proc = take()
-    if proc is not None:
-        proc.kill()
-        proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+    for kind in list(_ready):
+        proc = take(kind)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+            for pipe in (proc.stdin, proc.stdout):
+                if pipe is not None:
+                    pipe.close()
 
 
-def _cpus() -> int:
+def available_cpus() -> int:
+    """Cores this process may run on (its affinity mask, not the machine's count)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

@@ -49,9 +49,9 @@ def test_the_worker_started_ahead_takes_a_range_and_gives_the_same_usage(tmp_pat
     whole = classify(open_samples(path), workers=1)
     monkeypatch.setattr(_workers, "PRESTART_BYTES", 1)
     _workers.prestart(path)
-    assert _workers._ready is not None
+    assert "classify" in _workers._ready
     assert_same_usage(whole, classify(open_samples(path), workers=2))
-    assert _workers._ready is None  # taken
+    assert "classify" not in _workers._ready  # taken
 
 
 def test_a_worker_never_taken_ends_with_the_command_silently(tmp_path):
@@ -64,7 +64,7 @@ def test_a_worker_never_taken_ends_with_the_command_silently(tmp_path):
         from gpuaudit import _workers
         _workers.PRESTART_BYTES = 1
         _workers.prestart({str(path)!r})
-        print(_workers._ready.pid)
+        print(_workers._ready["classify"].pid)
         from gpuaudit.classify import classify
         from gpuaudit.measure.files import open_samples
         classify(open_samples({str(path)!r}), workers=1)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuaudit import _workers
+from gpuaudit._workers import available_cpus
 from gpuaudit.classify.phases import _Engine
 from gpuaudit.errors import SampleTableError
 
@@ -48,14 +49,6 @@ Recipe = Callable[[], "SampleSource"]
 class BoundaryOrderError(Exception):
     """A series runs backwards exactly where one range ends and the next begins. The caller
     reads the file once more in one pass, so the reader can name the file row."""
-
-
-def available_cpus() -> int:
-    """Cores this process may run on (its affinity mask, not the machine's count)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def run_range(recipe: Recipe, by: tuple[str, ...], interval_s: float,

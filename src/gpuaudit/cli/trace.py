@@ -32,8 +32,11 @@ def trace_cmd(paths: tuple[Path, ...], window_ms: float, hta_compat: bool,
     """Audit PyTorch profiler traces (a directory of rank traces, .json/.json.gz) or an nsys
     cuda_gpu_kern_sum CSV: busy/idle and its causes, kernel classes, overlap, input stalls,
     tensor-core use, what it costs and what to change."""
-    pricing = pricing_kwargs(kw)
     plist = list(paths)
+    from gpuaudit._workers import prestart_trace
+
+    prestart_trace(plist)  # a large trace's decoding helper imports beside this process
+    pricing = pricing_kwargs(kw)
     if len(plist) == 1 and plist[0].suffix.lower() == ".csv":
         from gpuaudit.api.trace import kernel_summary
 

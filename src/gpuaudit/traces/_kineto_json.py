@@ -224,6 +224,7 @@ class _Accumulator:
     """Columns of the kept events, one slice at a time (the slices' structs are not kept)."""
 
     def __init__(self, cats: tuple[str, ...], select: Selector) -> None:
+        self.cats = cats
         self.cat_code: dict[str | None, int] = {c: i for i, c in enumerate(cats)}
         self.cat_code[None] = -2
         self.select = select
@@ -295,6 +296,23 @@ class _Accumulator:
             _derive_flops(kind[keep], kept, args, p["flops"][-1], p["flops_ok"][-1]) if shapes
             else np.zeros(len(kept), dtype=bool))
 
+    def state(self, shapes: bool | None) -> _PartState:
+        """What this accumulator holds, to be absorbed by another (a part's helper)."""
+        return _PartState(self.parts, list(self.name_code), self.unknown, self.n_events,
+                          self.ops_seen, self.shaped_ops_seen, shapes)
+
+    def absorb(self, part: _PartState) -> None:
+        """Append the next part's columns, as if its events had been added here: its names
+        join this table in their first-seen order."""
+        table = self.name_code
+        code = np.array([table.setdefault(v, len(table)) for v in part.names], np.int32)
+        for key, arrays in part.parts.items():
+            self.parts[key].extend(code[a] if key == "name_idx" else a for a in arrays)
+        self.unknown.update(part.unknown)
+        self.n_events += part.n_events
+        self.ops_seen += part.ops_seen
+        self.shaped_ops_seen += part.shaped_ops_seen
+
     def _intern(self, values: list[str | None]) -> np.ndarray:
         table = self.name_code
         for v in dict.fromkeys(values):  # distinct names of the slice, first seen first
@@ -309,6 +327,20 @@ class _Accumulator:
             idx = out["name_idx"]
             idx[idx == self.name_code[None]] = -1
         return Columns(n_events=self.n_events, names=names, unknown_cats=self.unknown, **out)
+
+
+@dataclass
+class _PartState:
+    """An accumulator's columns so far, its names in code order, and whether its part
+    decoded operator input shapes (None: no slice with CPU operators decided)."""
+
+    parts: dict[str, list[np.ndarray]]
+    names: list[str | None]
+    unknown: Counter[str]
+    n_events: int
+    ops_seen: int
+    shaped_ops_seen: int
+    shapes: bool | None
 
 
 def _derive_flops(kind: np.ndarray, kept: list[_Event], args: list[_ShapeArgs],
@@ -363,21 +395,45 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     arr = memoryview(events)  # a view into ``data``: no copy
     if not len(arr) or arr[0] != 0x5B:  # "["
         raise _bad(path, max(data.find(b'"traceEvents"'), 0), "'traceEvents' is not an array")
-    frame = _Frame(data, events)
+    from gpuaudit.traces._kineto_parts import decode_events
+
     acc = _Accumulator(cats, select)
-    end = len(arr) - 1  # the closing bracket
-    lo = 1
-    # input shapes are decoded until a slice holds CPU operators; from then on only if those
-    # carried shapes without args.flops (record_shapes is one setting for a whole profile)
-    shapes: bool | None = None
-    while lo < end:
-        evs, lo = _next_slice(arr, lo, end, slice_bytes or SLICE_BYTES, path, acc.n_events,
+    # the closing bracket is at len(arr) - 1; a large array is decoded on several cores
+    decode_events(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
+                  _Frame(data, events))
+    return meta, acc.finish()
+
+
+class NotABoundary(Exception):
+    """A part's end (a candidate cut, see :mod:`gpuaudit.traces._kineto_parts`) is not
+    just after an element of the array: the part decoded up to ``at`` and no further."""
+
+    def __init__(self, at: int) -> None:
+        super().__init__(at)
+        self.at = at
+
+
+def decode_part(arr: memoryview, lo: int, end: int, path: Path, acc: _Accumulator,
+                slice_bytes: int, shapes: bool | None, frame: _Frame,
+                slices: int | None = None) -> tuple[int, bool | None]:
+    """Decode the elements ``arr[lo:end]`` slice by slice into ``acc`` (``slices``: at most
+    that many): where the next slice starts and the shapes decision. ``lo`` must start an
+    element; ``end`` is the array's end or a candidate cut (:class:`NotABoundary` where the
+    slice that ends there does not decode).
+
+    Operator input shapes (``shapes`` None or True) are decoded until a slice holds CPU
+    operators; from then on only if those carried shapes without args.flops
+    (``record_shapes`` is one setting for a whole profile)."""
+    n = 0
+    while lo < end and (slices is None or n < slices):
+        evs, lo = _next_slice(arr, lo, end, slice_bytes, path, acc.n_events,
                               shapes is not False, frame)
         acc.add(evs)
         del evs
+        n += 1
         if shapes is None and acc.ops_seen:
             shapes = acc.shaped_ops_seen > 0
-    return meta, acc.finish()
+    return lo, shapes
 
 
 class _Frame:
@@ -396,6 +452,13 @@ class _Frame:
             off = a - b
             if 0 <= off and off + len(events) <= len(data) and data[off] == 0x5B:
                 self.buf, self.base = data, off
+
+    @classmethod
+    def over(cls, buf: bytearray) -> _Frame:
+        """Slices of ``buf``, which holds an events array from its first byte."""
+        frame = cls(b"", msgspec.Raw(b""))
+        frame.buf = buf
+        return frame
 
     def decode(self, dec: msgspec.json.Decoder[Any], arr: memoryview, lo: int,
                hi: int) -> Any:
@@ -427,11 +490,14 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
         cut, nxt = (m.start() + 1, m.end() - 1) if m else (end, end)
         try:
             return _decode_slice(arr, lo, cut, path, n_before, shapes, frame), nxt
-        except msgspec.DecodeError:
-            if cut == end:  # the document was validated: this cannot happen
-                raise
+        except msgspec.DecodeError as exc:
+            if cut == end:  # end is a candidate cut inside a string (the array's own end,
+                raise NotABoundary(lo) from exc  # validated, cannot fail)
             pos = cut  # the cut was inside a string or a nested object: try the next one
-    return _decode_slice(arr, lo, end, path, n_before, shapes, frame), end
+    try:
+        return _decode_slice(arr, lo, end, path, n_before, shapes, frame), end
+    except msgspec.DecodeError as exc:
+        raise NotABoundary(lo) from exc
 
 
 def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int, shapes: bool,

@@ -1,0 +1,230 @@
+"""A large trace's events array decoded on several cores: consecutive parts, one per process.
+
+Decoding the events (:mod:`gpuaudit.traces._kineto_json`: msgspec builds a struct per event,
+then the selector and the columns read them) runs on one core at ~130 MB/s of JSON, and a
+rank's trace of a long training run is 100 MB to a few GB. The document is validated first,
+in this process, as always; then the events array is cut into parts at candidate element
+boundaries (``}`` ``,`` ``{``), this process decodes the first part, and each other part is
+sent to a helper process (a fresh interpreter, as :mod:`gpuaudit.classify.parallel` uses:
+started ahead by the command, :func:`gpuaudit._workers.prestart_trace`, or here) that decodes
+it with the same code and answers its columns.
+
+The answer is exactly the one-process answer, or it is not used:
+
+- **Boundaries.** A candidate cut can lie inside a string. Part ``k``'s end is proven an
+  element boundary when part ``k`` decodes to it exactly from a proven start (the argument
+  of :mod:`~gpuaudit.traces._kineto_json`: only "after an element of the array" accepts the
+  closing ``]``), and the next part starts at the ``{`` after that boundary's comma. The
+  first part starts at the array's first element; so each part, taken in order, proves the
+  next one's start.
+- **Shapes.** Operator input shapes are decoded until the first slice with CPU operators
+  decides (``record_shapes`` is one setting per profile). A helper is told the decision
+  this process had when it sent the part; where it had none yet, the helper decides from its
+  own first such slice, and its part is kept only if that equals the decision the parts
+  before it reached.
+- **Anything else** (a part that does not decode to its end, a helper that fails, dies or
+  cannot start, a trace event of the wrong type): from the first part not accepted on, this
+  process decodes the rest itself, in order, so an error names the right event and byte.
+
+Names are merged into this process's table in first-seen order, as one pass interns them.
+"""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from gpuaudit import _workers
+from gpuaudit.traces import _kineto_json as kj
+
+__all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "plan"]
+
+#: The smallest part worth a helper started ahead (its interpreter and imports are already
+#: paid, beside this process's own imports): the hand-over and the merge cost ~1 ms per MB
+#: against ~7 ms per MB of decoding.
+PART_BYTES = 4 << 20
+#: ... and worth a helper started here, when the array is reached (its start, ~0.15 s of
+#: a core, overlaps this process's own part only when that part is at least this large)
+HELPER_PART_BYTES = 48 << 20
+#: Parts at most (this process and 7 helpers)
+MAX_PARTS = 8
+#: The helper's program (see gpuaudit._workers.spawn): -c, the collector paused for its
+#: imports as in classify's worker
+PROGRAM = ("import gc, sys; gc.disable(); from gpuaudit.traces._kineto_parts import _main; "
+           "gc.freeze(); gc.enable(); sys.exit(_main())")
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What a helper needs besides the part's bytes."""
+
+    cats: tuple[str, ...]
+    select: kj.Selector
+    slice_bytes: int
+    shapes: bool | None
+    n_bytes: int
+
+
+def plan(arr: memoryview, lo: int, end: int, parts: int) -> list[tuple[int, int]]:
+    """``arr[lo:end]`` (an events array's elements) cut into at most ``parts`` consecutive
+    ``(start, stop)`` spans at candidate boundaries near equal sizes: each stop is just after
+    a ``}``, the next start at the ``{`` after the comma. Candidates, not proven ones."""
+    spans: list[tuple[int, int]] = []
+    start = lo
+    for k in range(1, parts):
+        pos = max(lo + (end - lo) * k // parts, start + 1)
+        m = kj._CUT.search(arr, pos, end) if pos < end else None
+        if m is None:
+            break
+        spans.append((start, m.start() + 1))
+        start = m.end() - 1
+    spans.append((start, end))
+    return spans
+
+
+def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
+    """Helper processes for an events array of ``n_bytes``: the one started ahead if any,
+    plus ones started now where the array is large enough to repay their start."""
+    cpus = _workers.available_cpus()
+    if cpus < 2 or n_bytes < 2 * PART_BYTES:
+        return []
+    out: list[subprocess.Popen[bytes]] = []
+    ready = _workers.take("trace")
+    if ready is not None:
+        out.append(ready)
+    want = min(cpus, MAX_PARTS, n_bytes // (HELPER_PART_BYTES if not out else PART_BYTES)) - 1
+    while len(out) < want and n_bytes // (len(out) + 2) >= HELPER_PART_BYTES:
+        proc = _workers.spawn(PROGRAM)
+        if proc is None:
+            break
+        _workers.widen(proc.stdin)
+        out.append(proc)
+    return out
+
+
+def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
+                  slice_bytes: int, frame: kj._Frame) -> None:
+    """Decode the elements ``arr[1:end]`` into ``acc``, on several cores where it pays
+    (see the module docstring); the same columns as one pass in every case."""
+    helpers = _helpers(end - 1)
+    spans = plan(arr, 1, end, len(helpers) + 1) if helpers else [(1, end)]
+    for proc in helpers[len(spans) - 1:]:  # fewer candidate cuts than helpers
+        _stop(proc)
+    helpers = helpers[:len(spans) - 1]
+    if not helpers:
+        kj.decode_part(arr, 1, end, path, acc, slice_bytes, None, frame)
+        return
+    senders: list[threading.Thread] = []
+    start, stop = spans[0]
+    lo, shapes = start, None
+    try:
+        try:
+            # the first slice first: its CPU operators (if any) decide the shapes the
+            # helpers decode
+            lo, shapes = kj.decode_part(arr, lo, stop, path, acc, slice_bytes, shapes, frame,
+                                        slices=1)
+            for proc, (a, b) in zip(helpers, spans[1:]):
+                task = _Task(acc.cats, acc.select, slice_bytes, shapes, b - a)
+                t = threading.Thread(target=_send, args=(proc, task, arr[a:b]), daemon=True)
+                t.start()
+                senders.append(t)
+            lo, shapes = kj.decode_part(arr, lo, stop, path, acc, slice_bytes, shapes, frame)
+        except kj.NotABoundary as exc:  # the first cut was inside a string: one pass on
+            kj.decode_part(arr, exc.at, end, path, acc, slice_bytes, shapes, frame)
+            return
+        before = shapes  # the decision of the parts so far, as one pass reaches it
+        for proc, (a, _) in zip(helpers, spans[1:]):
+            got = _answer(proc)
+            if got is None or not _fits(got, before):
+                # from here on, one pass here (an error then names its event and byte)
+                kj.decode_part(arr, a, end, path, acc, slice_bytes, before, frame)
+                return
+            acc.absorb(got)
+            before = got.shapes if before is None else before
+    finally:
+        for proc in helpers:
+            _stop(proc)
+        for t in senders:
+            t.join()
+
+
+def _fits(got: kj._PartState, before: bool | None) -> bool:
+    """The helper's part equals what one pass would have made of it. It was sent the
+    decision of the first slice: where that was made, it is the decision of every part
+    before; where not, the helper decided itself from its own first slice with CPU
+    operators, which counts only if the parts before it reached none or the same one (a
+    part without CPU operators reads the same either way: its ``shapes`` stays None)."""
+    return before is None or got.shapes is None or got.shapes == before
+
+
+def _send(proc: subprocess.Popen[bytes], task: _Task, part: memoryview) -> None:
+    """Write the task and the part's bytes to the helper (in a thread: a helper started here
+    reads only once its imports are done, and this process decodes meanwhile)."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(pickle.dumps(task, protocol=5))
+        proc.stdin.write(part)
+        proc.stdin.close()
+    except (OSError, ValueError):  # the helper died or was stopped: its answer is missing
+        pass
+
+
+def _answer(proc: subprocess.Popen[bytes]) -> kj._PartState | None:
+    """The helper's part state, or None (it failed, died, or answered something else)."""
+    try:
+        assert proc.stdout is not None
+        got = pickle.load(proc.stdout)
+    except Exception:  # noqa: BLE001 - any broken answer means: decode the part here
+        return None
+    return got if isinstance(got, kj._PartState) else None
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pipe in (proc.stdin, proc.stdout):
+        if pipe is not None:
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+
+def _main() -> int:
+    """The helper: read a task and its part on stdin, decode it, answer its state (a
+    :class:`~gpuaudit.traces._kineto_json._PartState`) or None on stdout. An empty stdin (a
+    helper started ahead and never needed) ends it without a word."""
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    try:
+        task = pickle.load(stdin)
+    except EOFError:
+        return 0
+    buf = bytearray(task.n_bytes + 2)
+    buf[0], buf[-1] = 0x5B, 0x5D  # the part as a JSON array of its own
+    view = memoryview(buf)[1:-1]
+    got = 0
+    while got < task.n_bytes:
+        n = stdin.readinto(view[got:])
+        if not n:
+            return 1
+        got += n
+    answer: Any = None
+    try:
+        acc = kj._Accumulator(task.cats, task.select)
+        arr = memoryview(buf)
+        _, shapes = kj.decode_part(arr, 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
+                                   task.shapes, kj._Frame.over(buf))
+        answer = acc.state(shapes)
+    except Exception:  # noqa: BLE001 - the part is decoded again by the caller, who reports
+        answer = None
+    pickle.dump(answer, stdout, protocol=5)
+    stdout.flush()
+    return 0
