@@ -31,10 +31,11 @@ Names are merged into this process's table in first-seen order, as one pass inte
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
-import threading
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,9 @@ PART_BYTES = 4 << 20
 #: ... and worth a helper started here, when the array is reached (its start, ~0.15 s of
 #: a core, overlaps this process's own part only when that part is at least this large)
 HELPER_PART_BYTES = 48 << 20
+#: This process's first slice, decoded before the helpers get their parts (its CPU
+#: operators decide the shapes they decode)
+FIRST_SLICE_BYTES = 1 << 18
 #: Parts at most (this process and 7 helpers)
 MAX_PARTS = 8
 #: The helper's program (see gpuaudit._workers.spawn): -c, the collector paused for its
@@ -69,6 +73,8 @@ class _Task:
     select: kj.Selector
     slice_bytes: int
     shapes: bool | None
+    #: the part's bytes, in a file of their own (see _hand_over)
+    part_path: str
     n_bytes: int
 
 
@@ -104,7 +110,6 @@ def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
         proc = _workers.spawn(PROGRAM)
         if proc is None:
             break
-        _workers.widen(proc.stdin)
         out.append(proc)
     return out
 
@@ -121,20 +126,19 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
     if not helpers:
         kj.decode_part(arr, 1, end, path, acc, slice_bytes, None, frame)
         return
-    senders: list[threading.Thread] = []
+    files: list[str] = []
     start, stop = spans[0]
     lo, shapes = start, None
     try:
         try:
-            # the first slice first: its CPU operators (if any) decide the shapes the
-            # helpers decode
-            lo, shapes = kj.decode_part(arr, lo, stop, path, acc, slice_bytes, shapes, frame,
+            # a short first slice first: its CPU operators (if any) decide the shapes the
+            # helpers decode, and they start early
+            lo, shapes = kj.decode_part(arr, lo, stop, path, acc,
+                                        min(slice_bytes, FIRST_SLICE_BYTES), shapes, frame,
                                         slices=1)
             for proc, (a, b) in zip(helpers, spans[1:]):
-                task = _Task(acc.cats, acc.select, slice_bytes, shapes, b - a)
-                t = threading.Thread(target=_send, args=(proc, task, arr[a:b]), daemon=True)
-                t.start()
-                senders.append(t)
+                files.append(_hand_over(arr[a:b]))
+                _send(proc, _Task(acc.cats, acc.select, slice_bytes, shapes, files[-1], b - a))
             lo, shapes = kj.decode_part(arr, lo, stop, path, acc, slice_bytes, shapes, frame)
         except kj.NotABoundary as exc:  # the first cut was inside a string: one pass on
             kj.decode_part(arr, exc.at, end, path, acc, slice_bytes, shapes, frame)
@@ -151,8 +155,8 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
     finally:
         for proc in helpers:
             _stop(proc)
-        for t in senders:
-            t.join()
+        for name in files:
+            _remove(name)
 
 
 def _fits(got: kj._PartState, before: bool | None) -> bool:
@@ -164,13 +168,38 @@ def _fits(got: kj._PartState, before: bool | None) -> bool:
     return before is None or got.shapes is None or got.shapes == before
 
 
-def _send(proc: subprocess.Popen[bytes], task: _Task, part: memoryview) -> None:
-    """Write the task and the part's bytes to the helper (in a thread: a helper started here
-    reads only once its imports are done, and this process decodes meanwhile)."""
+def _hand_over(part: memoryview) -> str:
+    """The part's bytes in a new file (in memory where /dev/shm exists), for its helper to
+    read. Not through the helper's stdin: a pipe takes ~1 MiB per hand-over, and this
+    process, decoding meanwhile, holds the interpreter for a whole slice at a time, so a
+    thread feeding the pipe would move one chunk per slice."""
+    shm = "/dev/shm"
+    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    fd, name = tempfile.mkstemp(prefix="gpuaudit-trace-part-", dir=where)
+    try:
+        view = part
+        while len(view):
+            view = view[os.write(fd, view):]
+    except OSError:
+        os.close(fd)
+        _remove(name)
+        raise
+    os.close(fd)
+    return name
+
+
+def _remove(name: str) -> None:
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+
+
+def _send(proc: subprocess.Popen[bytes], task: _Task) -> None:
+    """Write the task to the helper (a few hundred bytes: the pipe takes them at once)."""
     try:
         assert proc.stdin is not None
         proc.stdin.write(pickle.dumps(task, protocol=5))
-        proc.stdin.write(part)
         proc.stdin.close()
     except (OSError, ValueError):  # the helper died or was stopped: its answer is missing
         pass
@@ -207,17 +236,13 @@ def _main() -> int:
         task = pickle.load(stdin)
     except EOFError:
         return 0
-    buf = bytearray(task.n_bytes + 2)
-    buf[0], buf[-1] = 0x5B, 0x5D  # the part as a JSON array of its own
-    view = memoryview(buf)[1:-1]
-    got = 0
-    while got < task.n_bytes:
-        n = stdin.readinto(view[got:])
-        if not n:
-            return 1
-        got += n
     answer: Any = None
     try:
+        buf = bytearray(task.n_bytes + 2)
+        buf[0], buf[-1] = 0x5B, 0x5D  # the part as a JSON array of its own
+        with open(task.part_path, "rb") as f:
+            if f.readinto(memoryview(buf)[1:-1]) != task.n_bytes:
+                raise EOFError(task.part_path)
         acc = kj._Accumulator(task.cats, task.select)
         arr = memoryview(buf)
         _, shapes = kj.decode_part(arr, 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
