@@ -76,8 +76,8 @@ class _Args(msgspec.Struct, frozen=True, gc=False):
 class _ShapeArgs(_Args, frozen=True, gc=False):
     """Plus the operator input shapes and scalar arguments (``with_flops`` /
     ``record_shapes``): a FLOP count where the export left ``flops`` out (torch 2.x, see
-    :mod:`gpuaudit.traces.op_flops`). Decoded until the first slice with CPU operators shows
-    none carries shapes without ``args.flops``, so other traces pay for one slice at most."""
+    :mod:`gpuaudit.traces.op_flops`). Decoded until the first CPU operator without
+    ``args.flops`` shows whether the profile recorded shapes (``_Accumulator.shapes``)."""
 
     input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
@@ -236,10 +236,10 @@ class _Accumulator:
             k: [] for k in ("kind", "cat", "name_idx", *_NUMERIC)}
         self.unknown: Counter[str] = Counter()
         self.n_events = 0
-        #: CPU operators seen, and of those lacking args.flops how many had input shapes:
-        #: what decides whether later slices decode the shapes at all
-        self.ops_seen = 0
-        self.shaped_ops_seen = 0
+        #: whether operator input shapes are decoded: None until the first CPU operator
+        #: without args.flops, then whether it had them (record_shapes is one setting for
+        #: a whole profile). Decided per event, so the same wherever slices or parts end.
+        self.shapes: bool | None = None
 
     def add(self, evs: list[_Event]) -> None:
         n = len(evs)
@@ -262,15 +262,17 @@ class _Accumulator:
 
         def has_flops(mask: np.ndarray) -> np.ndarray:
             sel = list(compress(evs, mask))
-            self.ops_seen += len(sel)
             got = np.fromiter(map(len, map(attrgetter("args.flops"), sel)), I64, len(sel)) > 0
             if got.all() or not shapes:
                 return got
             # no args.flops (torch 2.x exports): operators with input shapes and a formula
             dims = np.fromiter(map(len, map(attrgetter("args.input_dims"), sel)), I64,
                                len(sel)) > 0
+            if self.shapes is None:  # the first operator without args.flops decides
+                self.shapes = bool(dims[np.argmin(got)])
+                if not self.shapes:
+                    return got
             at = np.flatnonzero(dims & ~got)
-            self.shaped_ops_seen += at.size
             if at.size:
                 names = map(attrgetter("name"), map(sel.__getitem__, at))
                 got[at[np.fromiter(map(FORMULA_OPS.__contains__, names), bool, at.size)]] = True
@@ -296,13 +298,13 @@ class _Accumulator:
             p[key].append(val[i::4])
             p[f"{key}_ok"].append(ok[i::4])
         p["flops_derived"].append(
-            _derive_flops(kind[keep], kept, args, p["flops"][-1], p["flops_ok"][-1]) if shapes
-            else np.zeros(len(kept), dtype=bool))
+            _derive_flops(kind[keep], kept, args, p["flops"][-1], p["flops_ok"][-1])
+            if shapes and self.shapes else np.zeros(len(kept), dtype=bool))
 
-    def state(self, shapes: bool | None) -> _PartState:
+    def state(self) -> _PartState:
         """What this accumulator holds, to be absorbed by another (a part's helper)."""
         return _PartState(self.parts, list(self.name_code), self.unknown, self.n_events,
-                          self.ops_seen, self.shaped_ops_seen, shapes)
+                          self.shapes)
 
     def absorb(self, part: _PartState) -> None:
         """Append the next part's columns, as if its events had been added here: its names
@@ -313,8 +315,8 @@ class _Accumulator:
             self.parts[key].extend(code[a] if key == "name_idx" else a for a in arrays)
         self.unknown.update(part.unknown)
         self.n_events += part.n_events
-        self.ops_seen += part.ops_seen
-        self.shaped_ops_seen += part.shaped_ops_seen
+        if self.shapes is None:
+            self.shapes = part.shapes
 
     def _intern(self, values: list[str | None]) -> np.ndarray:
         table = self.name_code
@@ -334,15 +336,13 @@ class _Accumulator:
 
 @dataclass
 class _PartState:
-    """An accumulator's columns so far, its names in code order, and whether its part
-    decoded operator input shapes (None: no slice with CPU operators decided)."""
+    """An accumulator's columns so far, its names in code order, and its shapes decision
+    (None: its part has no CPU operator without args.flops)."""
 
     parts: dict[str, list[np.ndarray]]
     names: list[str | None]
     unknown: Counter[str]
     n_events: int
-    ops_seen: int
-    shaped_ops_seen: int
     shapes: bool | None
 
 
@@ -417,26 +417,19 @@ class NotABoundary(Exception):
 
 
 def decode_part(arr: memoryview, lo: int, end: int, path: Path, acc: _Accumulator,
-                slice_bytes: int, shapes: bool | None, frame: _Frame,
-                slices: int | None = None) -> tuple[int, bool | None]:
+                slice_bytes: int, frame: _Frame, slices: int | None = None) -> int:
     """Decode the elements ``arr[lo:end]`` slice by slice into ``acc`` (``slices``: at most
-    that many): where the next slice starts and the shapes decision. ``lo`` must start an
-    element; ``end`` is the array's end or a candidate cut (:class:`NotABoundary` where the
-    slice that ends there does not decode).
-
-    Operator input shapes (``shapes`` None or True) are decoded until a slice holds CPU
-    operators; from then on only if those carried shapes without args.flops
-    (``record_shapes`` is one setting for a whole profile)."""
+    that many); where the next slice starts. ``lo`` must start an element; ``end`` is the
+    array's end or a candidate cut (:class:`NotABoundary` where the slice that ends there
+    does not decode). Operator input shapes are decoded unless ``acc.shapes`` is False."""
     n = 0
     while lo < end and (slices is None or n < slices):
         evs, lo = _next_slice(arr, lo, end, slice_bytes, path, acc.n_events,
-                              shapes is not False, frame)
+                              acc.shapes is not False, frame)
         acc.add(evs)
         del evs
         n += 1
-        if shapes is None and acc.ops_seen:
-            shapes = acc.shaped_ops_seen > 0
-    return lo, shapes
+    return lo
 
 
 class _Frame:
@@ -557,7 +550,7 @@ def _milli(raws: list[msgspec.Raw], length: np.ndarray
     (Unix microseconds have 16), read as uint64, and every value below 2 ** 63 ns; anything
     else takes :func:`parse_ns`'s path."""
     n = length.size
-    if not n or int(length.min()) < 1 or int(length.max()) > 19:
+    if not n or int(length.min()) < 1 or int(length.max()) > 20:  # 16 digits . 3
         return None
     text = b",".join(raws)
     b = np.frombuffer(text, np.uint8)

@@ -17,11 +17,11 @@ The answer is exactly the one-process answer, or it is not used:
   closing ``]``), and the next part starts at the ``{`` after that boundary's comma. The
   first part starts at the array's first element; so each part, taken in order, proves the
   next one's start.
-- **Shapes.** Operator input shapes are decoded until the first slice with CPU operators
-  decides (``record_shapes`` is one setting per profile). A helper is told the decision
-  this process had when it sent the part; where it had none yet, the helper decides from its
-  own first such slice, and its part is kept only if that equals the decision the parts
-  before it reached.
+- **Shapes.** Operator input shapes are decoded until the first CPU operator without
+  ``args.flops`` shows whether the profile recorded them (``record_shapes`` is one setting
+  per profile). A helper is told the decision this process had when it sent the part; where
+  it had none yet, the helper decides from its own first such operator, and its part is
+  kept only if that equals the decision the parts before it reached.
 - **Anything else** (a part that does not decode to its end, a helper that fails, dies or
   cannot start, a trace event of the wrong type): from the first part not accepted on, this
   process decodes the rest itself, in order, so an error names the right event and byte.
@@ -124,34 +124,32 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
         _stop(proc)
     helpers = helpers[:len(spans) - 1]
     if not helpers:
-        kj.decode_part(arr, 1, end, path, acc, slice_bytes, None, frame)
+        kj.decode_part(arr, 1, end, path, acc, slice_bytes, frame)
         return
     files: list[str] = []
     start, stop = spans[0]
-    lo, shapes = start, None
+    lo = start
     try:
         try:
             # a short first slice first: its CPU operators (if any) decide the shapes the
             # helpers decode, and they start early
-            lo, shapes = kj.decode_part(arr, lo, stop, path, acc,
-                                        min(slice_bytes, FIRST_SLICE_BYTES), shapes, frame,
-                                        slices=1)
+            lo = kj.decode_part(arr, lo, stop, path, acc, min(slice_bytes, FIRST_SLICE_BYTES),
+                                frame, slices=1)
             for proc, (a, b) in zip(helpers, spans[1:]):
                 files.append(_hand_over(arr[a:b]))
-                _send(proc, _Task(acc.cats, acc.select, slice_bytes, shapes, files[-1], b - a))
-            lo, shapes = kj.decode_part(arr, lo, stop, path, acc, slice_bytes, shapes, frame)
+                _send(proc, _Task(acc.cats, acc.select, slice_bytes, acc.shapes, files[-1],
+                                  b - a))
+            lo = kj.decode_part(arr, lo, stop, path, acc, slice_bytes, frame)
         except kj.NotABoundary as exc:  # the first cut was inside a string: one pass on
-            kj.decode_part(arr, exc.at, end, path, acc, slice_bytes, shapes, frame)
+            kj.decode_part(arr, exc.at, end, path, acc, slice_bytes, frame)
             return
-        before = shapes  # the decision of the parts so far, as one pass reaches it
         for proc, (a, _) in zip(helpers, spans[1:]):
             got = _answer(proc)
-            if got is None or not _fits(got, before):
+            if got is None or not _fits(got, acc.shapes):
                 # from here on, one pass here (an error then names its event and byte)
-                kj.decode_part(arr, a, end, path, acc, slice_bytes, before, frame)
+                kj.decode_part(arr, a, end, path, acc, slice_bytes, frame)
                 return
-            acc.absorb(got)
-            before = got.shapes if before is None else before
+            acc.absorb(got)  # takes its decision where the parts before had none
     finally:
         for proc in helpers:
             _stop(proc)
@@ -162,9 +160,9 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
 def _fits(got: kj._PartState, before: bool | None) -> bool:
     """The helper's part equals what one pass would have made of it. It was sent the
     decision of the first slice: where that was made, it is the decision of every part
-    before; where not, the helper decided itself from its own first slice with CPU
-    operators, which counts only if the parts before it reached none or the same one (a
-    part without CPU operators reads the same either way: its ``shapes`` stays None)."""
+    before; where not, the helper decided itself from its own first CPU operator without
+    args.flops, which counts only if the parts before it reached none or the same one (a
+    part without such operators reads the same either way: its ``shapes`` stays None)."""
     return before is None or got.shapes is None or got.shapes == before
 
 
@@ -244,10 +242,10 @@ def _main() -> int:
             if f.readinto(memoryview(buf)[1:-1]) != task.n_bytes:
                 raise EOFError(task.part_path)
         acc = kj._Accumulator(task.cats, task.select)
-        arr = memoryview(buf)
-        _, shapes = kj.decode_part(arr, 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
-                                   task.shapes, kj._Frame.over(buf))
-        answer = acc.state(shapes)
+        acc.shapes = task.shapes
+        kj.decode_part(memoryview(buf), 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
+                       kj._Frame.over(buf))
+        answer = acc.state()
     except Exception:  # noqa: BLE001 - the part is decoded again by the caller, who reports
         answer = None
     pickle.dump(answer, stdout, protocol=5)

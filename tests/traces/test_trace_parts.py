@@ -1,0 +1,353 @@
+"""A large trace's events decoded in parts by helper processes (gpuaudit.traces._kineto_parts):
+the columns one pass gives, whatever the cuts, the shapes decision or the helpers' fate.
+
+The helpers are real processes (fresh interpreters running the module's program); only the
+sizes that decide when parts pay are made small here, so small documents are cut."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+
+import msgspec
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_trace_kineto_json import _same, events
+from trace_synth import kernel, launch, span, write
+
+from gpuaudit import _workers
+from gpuaudit.errors import InputError
+from gpuaudit.traces import _kineto_json as kj
+from gpuaudit.traces import _kineto_parts as kp
+from gpuaudit.traces import loader
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "traces"
+REAL = ["a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz",
+        "mi250_rocm_minitoy.json.gz", "cpu_linear_flops.json.gz",
+        "two_ranks/sampled_rank-0.json.gz", "two_ranks/sampled_rank-1.json.gz"]
+
+
+class _Spy:
+    """How many helper parts were taken into the columns (not decoded again here)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.absorbed = 0
+        real = kj._Accumulator.absorb
+
+        def absorb(acc: kj._Accumulator, part: kj._PartState) -> None:
+            self.absorbed += 1
+            real(acc, part)
+
+        monkeypatch.setattr(kj._Accumulator, "absorb", absorb)
+
+
+def _parts(monkeypatch: pytest.MonkeyPatch, cpus: int, part_bytes: int = 64) -> _Spy:
+    """Cut any document into up to ``cpus`` parts, each helper started when reached."""
+    monkeypatch.setattr(_workers, "available_cpus", lambda: cpus)
+    monkeypatch.setattr(kp, "PART_BYTES", part_bytes)
+    monkeypatch.setattr(kp, "HELPER_PART_BYTES", part_bytes)
+    monkeypatch.setattr(kp, "FIRST_SLICE_BYTES", 64)
+    return _Spy(monkeypatch)
+
+
+def _one_pass(data: bytes | bytearray, slice_bytes: int) -> tuple[dict[str, object],
+                                                                   kj.Columns]:
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_workers, "available_cpus", lambda: 1)
+        return kj.decode(bytearray(data), Path("t.json"), loader._ALL_CATS, loader._select,
+                         slice_bytes=slice_bytes)
+
+
+def _in_parts(data: bytes | bytearray, slice_bytes: int) -> tuple[dict[str, object],
+                                                                  kj.Columns]:
+    return kj.decode(bytearray(data), Path("t.json"), loader._ALL_CATS, loader._select,
+                     slice_bytes=slice_bytes)
+
+
+def _same_all(a: kj.Columns, b: kj.Columns) -> None:
+    _same(a, b)
+    assert a.names == b.names  # the same table, in the same first-seen order
+    for f in ("name_idx", "flops", "flops_ok", "flops_derived"):
+        np.testing.assert_array_equal(getattr(a, f), getattr(b, f), err_msg=f)
+    assert list(a.unknown_cats.items()) == list(b.unknown_cats.items())
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(events(), st.integers(2, 4), st.integers(40, 400), st.integers(1, 300))
+def test_parts_read_what_one_pass_reads(monkeypatch: pytest.MonkeyPatch,
+                                        evs: list[dict[str, object]], cpus: int,
+                                        part_bytes: int, slice_bytes: int) -> None:
+    """Random events, names full of false cuts (``}, {`` inside strings), 2-4 parts of any
+    size, slices of any size: the columns, the names' order and the unknown categories of one
+    pass."""
+    data = json.dumps({"a": 1, "traceEvents": evs, "z": [2]}, indent=1).encode()
+    meta, whole = _one_pass(data, slice_bytes)
+    _parts(monkeypatch, cpus, part_bytes)
+    meta2, parts = _in_parts(data, slice_bytes)
+    assert meta == meta2
+    _same_all(whole, parts)
+
+
+@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("cpus", [2, 3])
+def test_real_traces_in_parts_equal_one_pass(monkeypatch: pytest.MonkeyPatch, name: str,
+                                             cpus: int) -> None:
+    data = gzip.decompress((DATA / name).read_bytes())
+    _, whole = _one_pass(data, 1 << 16)
+    spy = _parts(monkeypatch, cpus, part_bytes=len(data) // (cpus + 1))
+    _, parts = _in_parts(data, 1 << 16)
+    _same_all(whole, parts)
+    assert spy.absorbed == cpus - 1  # every helper's part was taken, none decoded again
+
+
+def test_the_loader_and_the_report_in_parts_equal_one_pass(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """Through load_trace: the kernel table, the spans and the notes of the real A100 trace."""
+    path = DATA / "a100_1rank_ddp_nccl.json.gz"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_workers, "available_cpus", lambda: 1)
+        ref = loader.load_trace(path)
+    spy = _parts(monkeypatch, 2, part_bytes=1 << 20)
+    got = loader.load_trace(path)
+    assert spy.absorbed == 1
+    assert got.kernels.equals(ref.kernels)
+    assert got.spans.names == ref.spans.names and got.notes == ref.notes
+    for a, b in ((got.spans.ts_ns, ref.spans.ts_ns), (got.spans.dur_ns, ref.spans.dur_ns),
+                 (got.runtime_ts_ns, ref.runtime_ts_ns)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_part_boundary_inside_a_string_is_decoded_here(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Every candidate cut lies inside a name: the first part does not decode to its end,
+    so this process reads on in one pass, and no helper's part is used."""
+    name = 'x"}, {"y' * 40
+    evs = [kernel(name, 10 + i, 1, i) for i in range(40)]
+    data = json.dumps({"traceEvents": evs}, indent=1).encode()
+    first_cut = kj._CUT.search(data)
+    assert first_cut is not None
+    # the cut inside the first event's name
+    assert data.index(b'"name"') < first_cut.start() < data.index(b'"pid"')
+    _, whole = _one_pass(data, 1 << 20)
+    spy = _parts(monkeypatch, 2, part_bytes=64)
+    monkeypatch.setattr(kp, "plan", lambda arr, lo, end, parts: [
+        (lo, first_cut.start() + 1 - data.index(b"[")),
+        (first_cut.end() - 1 - data.index(b"["), end)])
+    _, got = _in_parts(data, 1 << 20)
+    _same_all(whole, got)
+    assert spy.absorbed == 0
+    assert [got.names[i] for i in got.name_idx.tolist()] == [name] * 40
+
+
+def test_a_helper_that_dies_leaves_its_part_to_this_process(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    data = gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes())
+    _, whole = _one_pass(data, 1 << 18)
+    spy = _parts(monkeypatch, 3, part_bytes=1 << 20)
+    monkeypatch.setattr(kp, "PROGRAM", "import os; os._exit(3)")
+    _, got = _in_parts(data, 1 << 18)
+    _same_all(whole, got)
+    assert spy.absorbed == 0
+
+
+def test_a_helper_that_cannot_start_leaves_its_part_to_this_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    data = gzip.decompress((DATA / "mi250_rocm_minitoy.json.gz").read_bytes())
+    _, whole = _one_pass(data, 1 << 18)
+    spy = _parts(monkeypatch, 2, part_bytes=64)
+    monkeypatch.setattr(_workers, "spawn", lambda program=None: None)
+    _, got = _in_parts(data, 1 << 18)
+    _same_all(whole, got)
+    assert spy.absorbed == 0
+
+
+def test_a_wrong_event_in_a_helpers_part_is_named_by_its_index(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper fails on it; this process decodes that part again and names the event as
+    one pass does (its index in the whole array, not in the part)."""
+    evs = [kernel(f"k{i}", 10 * i, 1, i) for i in range(100)]
+    evs[77]["name"] = 5
+    p = write(tmp_path / "t.json", evs)
+    _parts(monkeypatch, 2, part_bytes=p.stat().st_size // 3)
+    monkeypatch.setattr(kj, "SLICE_BYTES", 300)
+    with pytest.raises(InputError, match="got `int`") as exc:
+        loader.load_trace(p)
+    assert exc.value.where == f"{p}: traceEvents[77]"
+
+
+def _ops(n: int, shapes: bool, ts0: int = 0) -> list[dict[str, object]]:
+    """CPU operators without ``args.flops``: with input shapes (``shapes``: FLOPs counted from
+    them where shapes are decoded) or with none (a profile without record_shapes)."""
+    out: list[dict[str, object]] = []
+    for i in range(n):
+        args: dict[str, object] = {"External id": i}
+        if shapes:
+            args["Input Dims"] = [[64, 256], [256, 512]]
+            args["Concrete Inputs"] = ["", ""]
+        out.append({"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": ts0 + 10 * i,
+                    "dur": 5, "args": args})
+    return out
+
+
+@pytest.mark.parametrize("lead", ["ops", "kernels"])
+def test_the_shapes_decision_is_the_one_pass_decision(monkeypatch: pytest.MonkeyPatch,
+                                                      lead: str) -> None:
+    """The first operator without args.flops has no input shapes: the profile has none to
+    read, and one pass counts no FLOPs from the shapes later operators carry. In parts
+    neither, whether the first slice decided (``ops``: the helper is told) or had no
+    operators (``kernels``: the helper decides otherwise on its own, so its part is decoded
+    again here)."""
+    head = _ops(30, shapes=False) if lead == "ops" else [
+        kernel(f"k{i}", 10 * i, 1, i) for i in range(30)] + _ops(30, shapes=False, ts0=400)
+    evs = head + _ops(60, shapes=True, ts0=2000)
+    data = json.dumps({"traceEvents": evs}).encode()
+    _, whole = _one_pass(data, 1 << 10)
+    assert not whole.flops_derived.any() and not (whole.kind == 5).any()
+    _, shaped = _one_pass(json.dumps({"traceEvents": _ops(60, shapes=True)}).encode(), 1 << 10)
+    assert shaped.flops_derived.all()  # alone, the shaped operators' FLOPs are counted
+    cut = data.index(b'"Input Dims"')
+    spy = _parts(monkeypatch, 2, part_bytes=64)
+    monkeypatch.setattr(kp, "plan", lambda arr, lo, end, parts: _cut_before(arr, lo, end, cut))
+    _, got = _in_parts(data, 1 << 10)
+    _same_all(whole, got)
+    assert spy.absorbed == (1 if lead == "ops" else 0)
+
+
+def test_the_shapes_decision_does_not_depend_on_where_slices_end() -> None:
+    """Operators with args.flops decide nothing; the first without decides, wherever the
+    slice that holds it begins: FLOPs counted from shapes are the same for any slice size."""
+    with_flops = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": i, "dur": 1,
+                   "args": {"flops": 10}} for i in range(20)]
+    data = json.dumps({"traceEvents": with_flops + _ops(40, shapes=True, ts0=100)}).encode()
+    ref = _one_pass(data, 1 << 20)[1]
+    assert ref.flops_derived.sum() == 40
+    for size in (50, 200, 700, 3000):
+        _same_all(ref, _one_pass(data, size)[1])
+
+
+def _cut_before(arr: memoryview, lo: int, end: int, at: int) -> list[tuple[int, int]]:
+    """Two parts, the second starting at the element before document byte ``at``."""
+    base = len(bytes(arr.obj)) - len(arr) if isinstance(arr.obj, bytearray) else 0
+    text = bytes(arr)
+    m = None
+    for m in kj._CUT.finditer(text, lo, at - base):
+        pass
+    assert m is not None
+    return [(lo, m.start() + 1), (m.end() - 1, end)]
+
+
+def test_no_part_file_is_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
+    shm = Path("/dev/shm") if os.access("/dev/shm", os.W_OK) else None
+    before = set(shm.glob("gpuaudit-trace-part-*")) if shm else set()
+    data = gzip.decompress((DATA / "a100_1rank_ddp_nccl.json.gz").read_bytes())
+    _parts(monkeypatch, 3, part_bytes=1 << 20)
+    _in_parts(data, 1 << 18)
+    if shm:
+        assert set(shm.glob("gpuaudit-trace-part-*")) == before
+
+
+def test_a_helper_started_ahead_only_for_one_large_trace(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    monkeypatch.setattr(_workers, "available_cpus", lambda: 2)
+    plain = write(tmp_path / "t.json", [kernel(f"k{i}", i, 1, i) for i in range(200)])
+    gz = write(tmp_path / "t.json.gz", [kernel(f"k{i}", i, 1, i) for i in range(200)],
+               gz=True)
+    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES", plain.stat().st_size)
+    _workers.prestart_trace([plain, gz])  # two files: none
+    assert _workers.take("trace") is None
+    _workers.prestart_trace([gz])  # small on disk, large inflated (its gzip trailer)
+    proc = _workers.take("trace")
+    assert proc is not None and proc.poll() is None
+    assert _workers.take("trace") is None and _workers.take() is None  # once; not classify's
+    proc.stdin.close()  # a task that never comes: it stops, answering nothing
+    assert proc.stdout.read() == b"" and proc.wait() == 0
+    proc.stdout.close()
+    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES", plain.stat().st_size + 1)
+    _workers.prestart_trace([plain])  # too small
+    assert _workers.take("trace") is None
+
+
+def test_the_command_on_a_large_trace_uses_the_helper_and_leaves_nothing(tmp_path: Path
+                                                                         ) -> None:
+    """``gpuaudit trace`` starts the helper ahead, its part is used, and the command ends
+    with no helper left and nothing on stderr; the report equals the one-process report."""
+    evs: list[dict[str, object]] = []
+    for i in range(3000):
+        evs += [launch(10 * i, i), kernel(f"void k{i % 7}<float>(int)", 10 * i + 2, 5, i)]
+    evs.append(span("ProfilerStep#1", 0, 30_000))
+    path = write(tmp_path / "big.json", evs)
+    code = f"""
+import sys
+from gpuaudit import _workers
+from gpuaudit.traces import _kineto_parts as kp, _kineto_json as kj
+_workers.TRACE_PRESTART_BYTES = 1
+kp.PART_BYTES = 1 << 10
+n = [0]
+real = kj._Accumulator.absorb
+def absorb(acc, part):
+    n[0] += 1
+    real(acc, part)
+kj._Accumulator.absorb = absorb
+if sys.argv[1] == "one":
+    _workers.available_cpus = lambda: 1
+from gpuaudit.cli import main
+try:
+    main(["trace", {str(path)!r}, "--price", "2.5", "--format", "json", "-o", sys.argv[2]])
+except SystemExit as exc:
+    assert not exc.code, exc.code
+print(n[0], [p.pid for p in _workers._ready.values()])
+"""
+    env = dict(os.environ)
+    src = str(Path(kp.__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    outs = {}
+    for mode in ("parts", "one"):
+        out = tmp_path / f"{mode}.json"
+        res = subprocess.run([sys.executable, "-c", code, mode, str(out)], capture_output=True,
+                             text=True, env=env, timeout=120)
+        assert res.returncode == 0, res.stderr
+        assert "Traceback" not in res.stderr and "Warning" not in res.stderr, res.stderr
+        absorbed = int(res.stdout.split()[0])
+        assert absorbed == (1 if mode == "parts" else 0)
+        report = json.loads(out.read_text())
+        report.pop("generated_at", None)
+        outs[mode] = report
+    assert outs["parts"] == outs["one"]
+
+
+_DEC = st.builds(lambda i, f, d: f"{i}.{f:0{d}d}" if d else str(i),
+                 st.integers(0, 10**16 - 1), st.integers(0, 999_999), st.integers(0, 6)
+                 ).map(lambda t: t if "." not in t else t[:t.index(".") + 1 + min(
+                     len(t) - t.index(".") - 1, 6)])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_DEC, st.sampled_from(["0", "1.", ".5", "00012.500", "9" * 16 + ".999",
+                                                  "9223372036854775.807", "9223372036854775.808"])),
+                min_size=1, max_size=30))
+def test_plain_decimals_in_one_parse_are_exact(texts: list[str]) -> None:
+    """The one-parse path (:func:`_milli`) gives Decimal's value x 1000 exactly, or declines
+    (more than three decimals, past int64) and the exact path gives it."""
+    raws = [msgspec.Raw(t.encode()) for t in texts]
+    ns, ok, frac = kj.parse_raw(raws)
+    for t, v, good, f in zip(texts, ns.tolist(), ok.tolist(), frac.tolist()):
+        want = int((Decimal(t) * 1000).to_integral_value(ROUND_HALF_UP))
+        assert f == ("." in t)
+        if want < 2**63:
+            assert good and v == want, (t, v, want)
+        else:
+            assert not good and v == 0
+    short = all(len(t.partition(".")[2]) <= 3 and len(t.partition(".")[0]) <= 16
+                for t in texts) and all(ns.tolist())
+    if short and max(int((Decimal(t) * 1000)) for t in texts) < 2**63:
+        length = np.fromiter(map(len, raws), np.int64, len(raws))
+        assert kj._milli(raws, length) is not None  # the common case takes the one parse
