@@ -28,6 +28,7 @@ one JSON object: a small header (``schemaVersion``, ``deviceProperties``,
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import re
 import zlib
@@ -440,7 +441,7 @@ class _Frame:
     the array is not a view into it, the slice is copied between brackets instead."""
 
     def __init__(self, data: bytes | bytearray, events: msgspec.Raw) -> None:
-        self.buf: bytearray | None = None
+        self.buf: bytearray | mmap.mmap | None = None
         self.base = 0
         if isinstance(data, bytearray) and len(events):
             a = np.frombuffer(events, np.uint8).__array_interface__["data"][0]
@@ -450,7 +451,7 @@ class _Frame:
                 self.buf, self.base = data, off
 
     @classmethod
-    def over(cls, buf: bytearray) -> _Frame:
+    def over(cls, buf: bytearray | mmap.mmap) -> _Frame:
         """Slices of ``buf``, which holds an events array from its first byte."""
         frame = cls(b"", msgspec.Raw(b""))
         frame.buf = buf

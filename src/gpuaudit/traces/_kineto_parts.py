@@ -31,6 +31,7 @@ Names are merged into this process's table in first-seen order, as one pass inte
 
 from __future__ import annotations
 
+import mmap
 import os
 import pickle
 import subprocess
@@ -73,7 +74,7 @@ class _Task:
     select: kj.Selector
     slice_bytes: int
     shapes: bool | None
-    #: the part's bytes, in a file of their own (see _hand_over)
+    #: the part's bytes between brackets, in a file of their own (see _hand_over)
     part_path: str
     n_bytes: int
 
@@ -167,17 +168,17 @@ def _fits(got: kj._PartState, before: bool | None) -> bool:
 
 
 def _hand_over(part: memoryview) -> str:
-    """The part's bytes in a new file (in memory where /dev/shm exists), for its helper to
-    read. Not through the helper's stdin: a pipe takes ~1 MiB per hand-over, and this
-    process, decoding meanwhile, holds the interpreter for a whole slice at a time, so a
-    thread feeding the pipe would move one chunk per slice."""
+    """The part between brackets, as a JSON array of its own, in a new file (in memory where
+    /dev/shm exists) that its helper maps. Not through the helper's stdin: a pipe takes
+    ~1 MiB per hand-over, and this process, decoding meanwhile, holds the interpreter for a
+    whole slice at a time, so a thread feeding the pipe would move one chunk per slice."""
     shm = "/dev/shm"
     where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
     fd, name = tempfile.mkstemp(prefix="gpuaudit-trace-part-", dir=where)
     try:
-        view = part
-        while len(view):
-            view = view[os.write(fd, view):]
+        for view in (memoryview(b"["), part, memoryview(b"]")):
+            while len(view):
+                view = view[os.write(fd, view):]
     except OSError:
         os.close(fd)
         _remove(name)
@@ -236,11 +237,12 @@ def _main() -> int:
         return 0
     answer: Any = None
     try:
-        buf = bytearray(task.n_bytes + 2)
-        buf[0], buf[-1] = 0x5B, 0x5D  # the part as a JSON array of its own
         with open(task.part_path, "rb") as f:
-            if f.readinto(memoryview(buf)[1:-1]) != task.n_bytes:
-                raise EOFError(task.part_path)
+            # mapped, not read: the file's pages are the part (a slice's framing brackets,
+            # written in place, copy only the pages they touch)
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        if len(buf) != task.n_bytes + 2 or buf[0] != 0x5B or buf[-1] != 0x5D:
+            raise EOFError(task.part_path)
         acc = kj._Accumulator(task.cats, task.select)
         acc.shapes = task.shapes
         kj.decode_part(memoryview(buf), 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
