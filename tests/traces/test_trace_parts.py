@@ -53,7 +53,6 @@ def _parts(monkeypatch: pytest.MonkeyPatch, cpus: int, part_bytes: int = 64) -> 
     monkeypatch.setattr(_workers, "available_cpus", lambda: cpus)
     monkeypatch.setattr(kp, "PART_BYTES", part_bytes)
     monkeypatch.setattr(kp, "HELPER_PART_BYTES", part_bytes)
-    monkeypatch.setattr(kp, "FIRST_SLICE_BYTES", 64)
     return _Spy(monkeypatch)
 
 
@@ -184,8 +183,8 @@ def test_a_wrong_event_in_a_helpers_part_is_named_by_its_index(
 
 
 def _ops(n: int, shapes: bool, ts0: int = 0) -> list[dict[str, object]]:
-    """CPU operators without ``args.flops``: with input shapes (``shapes``: FLOPs counted from
-    them where shapes are decoded) or with none (a profile without record_shapes)."""
+    """CPU operators without ``args.flops``: with input shapes (``shapes``: FLOPs counted
+    from them) or with none (as autograd's wrappers are, even under record_shapes)."""
     out: list[dict[str, object]] = []
     for i in range(n):
         args: dict[str, object] = {"External id": i}
@@ -197,36 +196,32 @@ def _ops(n: int, shapes: bool, ts0: int = 0) -> list[dict[str, object]]:
     return out
 
 
-@pytest.mark.parametrize("lead", ["ops", "kernels"])
-def test_the_shapes_decision_is_the_one_pass_decision(monkeypatch: pytest.MonkeyPatch,
-                                                      lead: str) -> None:
-    """The first operator without args.flops has no input shapes: the profile has none to
-    read, and one pass counts no FLOPs from the shapes later operators carry. In parts
-    neither, whether the first slice decided (``ops``: the helper is told) or had no
-    operators (``kernels``: the helper decides otherwise on its own, so its part is decoded
-    again here)."""
-    head = _ops(30, shapes=False) if lead == "ops" else [
-        kernel(f"k{i}", 10 * i, 1, i) for i in range(30)] + _ops(30, shapes=False, ts0=400)
-    evs = head + _ops(60, shapes=True, ts0=2000)
+def test_flops_from_shapes_in_a_helpers_part_are_counted(monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Operators with args.flops, then ones without shapes, then ones with shapes and no
+    args.flops, the last in the helper's part: their FLOPs are counted from the shapes, as
+    one pass counts them."""
+    with_flops = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": i, "dur": 1,
+                   "args": {"flops": 10}} for i in range(30)]
+    evs = with_flops + _ops(30, shapes=False, ts0=400) + _ops(60, shapes=True, ts0=2000)
     data = json.dumps({"traceEvents": evs}).encode()
     _, whole = _one_pass(data, 1 << 10)
-    assert not whole.flops_derived.any() and not (whole.kind == 5).any()
-    _, shaped = _one_pass(json.dumps({"traceEvents": _ops(60, shapes=True)}).encode(), 1 << 10)
-    assert shaped.flops_derived.all()  # alone, the shaped operators' FLOPs are counted
+    assert whole.flops_derived.sum() == 60 and (whole.kind == 5).sum() == 90
     cut = data.index(b'"Input Dims"')
     spy = _parts(monkeypatch, 2, part_bytes=64)
     monkeypatch.setattr(kp, "plan", lambda arr, lo, end, parts: _cut_before(arr, lo, end, cut))
     _, got = _in_parts(data, 1 << 10)
     _same_all(whole, got)
-    assert spy.absorbed == (1 if lead == "ops" else 0)
+    assert spy.absorbed == 1
 
 
-def test_the_shapes_decision_does_not_depend_on_where_slices_end() -> None:
-    """Operators with args.flops decide nothing; the first without decides, wherever the
-    slice that holds it begins: FLOPs counted from shapes are the same for any slice size."""
+def test_flops_from_shapes_do_not_depend_on_where_slices_end() -> None:
+    """What is counted from shapes depends on each operator alone: the same for any slice
+    size, whichever operators the first slice holds."""
     with_flops = [{"ph": "X", "cat": "cpu_op", "name": "aten::add", "ts": i, "dur": 1,
                    "args": {"flops": 10}} for i in range(20)]
-    data = json.dumps({"traceEvents": with_flops + _ops(40, shapes=True, ts0=100)}).encode()
+    data = json.dumps({"traceEvents": with_flops + _ops(10, shapes=False, ts0=50)
+                       + _ops(40, shapes=True, ts0=100)}).encode()
     ref = _one_pass(data, 1 << 20)[1]
     assert ref.flops_derived.sum() == 40
     for size in (50, 200, 700, 3000):

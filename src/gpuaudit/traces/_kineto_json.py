@@ -66,26 +66,21 @@ _ABSENT = msgspec.Raw(b"")
 
 
 class _Args(msgspec.Struct, frozen=True, gc=False):
-    """The ``args`` keys the loader reads, as raw JSON text (any type is accepted here)."""
+    """The ``args`` keys the loader reads, as raw JSON text (any type is accepted here):
+    ``flops`` (torch.profiler(with_flops=True) on operator events), and the operator input
+    shapes and scalar arguments (``record_shapes``), which give a FLOP count where the export
+    left ``flops`` out (torch 2.x, see :mod:`gpuaudit.traces.op_flops`). Absent keys cost
+    nothing to decode; present ones are zero-copy views."""
 
     stream: msgspec.Raw = _ABSENT
     correlation: msgspec.Raw = _ABSENT
     device: msgspec.Raw = _ABSENT
-    flops: msgspec.Raw = _ABSENT  # torch.profiler(with_flops=True) on operator events
-
-
-class _ShapeArgs(_Args, frozen=True, gc=False):
-    """Plus the operator input shapes and scalar arguments (``with_flops`` /
-    ``record_shapes``): a FLOP count where the export left ``flops`` out (torch 2.x, see
-    :mod:`gpuaudit.traces.op_flops`). Decoded until the first CPU operator without
-    ``args.flops`` shows whether the profile recorded shapes (``_Accumulator.shapes``)."""
-
+    flops: msgspec.Raw = _ABSENT
     input_dims: msgspec.Raw = msgspec.field(default=_ABSENT, name="Input Dims")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_ABSENT, name="Concrete Inputs")
 
 
 _NO_ARGS = _Args()
-_NO_SHAPE_ARGS = _ShapeArgs()
 
 
 class _Event(msgspec.Struct, frozen=True, gc=False):
@@ -100,14 +95,7 @@ class _Event(msgspec.Struct, frozen=True, gc=False):
     args: _Args = _NO_ARGS
 
 
-class _ShapeEvent(_Event, frozen=True, gc=False):
-    """An event of a slice that holds operator input shapes."""
-
-    args: _ShapeArgs = _NO_SHAPE_ARGS
-
-
 _SLICE_DECODER = msgspec.json.Decoder(list[_Event])
-_SHAPE_DECODER = msgspec.json.Decoder(list[_ShapeEvent])
 _TOP_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 #: (ph == "X", category code (-1: none or unknown), names of the events a mask selects
@@ -189,8 +177,9 @@ class Columns:
 
     ``names[name_idx[i]]`` is event ``i``'s name (-1: none). Numbers are exact integer ns
     (``ts``, ``dur``: microsecond text x 1000) or integers (``stream``, ``device``,
-    ``correlation``), each with a validity mask (absent, ``null`` or not a number: invalid;
-    never zero). ``ts_frac``: the timestamp had a fractional part. ``unknown_cats`` counts
+    ``correlation``, ``flops``), each with a validity mask (absent, ``null`` or not a number:
+    invalid; never zero); the integer args are read only for the kinds of event an analysis
+    reads them for (``_INT_ARGS``) and invalid on the others. ``ts_frac``: the timestamp had a fractional part. ``unknown_cats`` counts
     the events whose category the selector's table does not know, by category.
     """
 
@@ -218,8 +207,10 @@ class Columns:
 
 
 _TS_DUR = attrgetter("ts", "dur")
-_INT_ARG_KEYS = ("stream", "device", "correlation", "flops")
-_INT_ARGS = attrgetter(*_INT_ARG_KEYS)
+#: the integer args and the kinds of event (see the selector) they are read for: stream
+#: and device of GPU events, the correlation of GPU events and launches, the FLOPs of CPU
+#: operators; elsewhere they are left invalid
+_INT_ARGS = (("stream", (1,)), ("device", (1,)), ("correlation", (1, 2)), ("flops", (5,)))
 _NUMERIC = ("ts_ns", "ts_ok", "ts_frac", "dur_ns", "dur_ok", "stream", "stream_ok", "device",
             "device_ok", "correlation", "correlation_ok", "flops", "flops_ok", "flops_derived")
 
@@ -237,10 +228,6 @@ class _Accumulator:
             k: [] for k in ("kind", "cat", "name_idx", *_NUMERIC)}
         self.unknown: Counter[str] = Counter()
         self.n_events = 0
-        #: whether operator input shapes are decoded: None until the first CPU operator
-        #: without args.flops, then whether it had them (record_shapes is one setting for
-        #: a whole profile). Decided per event, so the same wherever slices or parts end.
-        self.shapes: bool | None = None
 
     def add(self, evs: list[_Event]) -> None:
         n = len(evs)
@@ -259,21 +246,17 @@ class _Accumulator:
             return list(map(_NO_NAME.get, map(attrgetter("name"), compress(evs, mask)),
                             map(attrgetter("name"), compress(evs, mask))))
 
-        shapes = isinstance(evs[0], _ShapeEvent)
-
         def has_flops(mask: np.ndarray) -> np.ndarray:
             sel = list(compress(evs, mask))
             got = np.fromiter(map(len, map(attrgetter("args.flops"), sel)), I64, len(sel)) > 0
-            if got.all() or not shapes:
+            if got.all():
                 return got
             # no args.flops (torch 2.x exports): operators with input shapes and a formula
-            dims = np.fromiter(map(len, map(attrgetter("args.input_dims"), sel)), I64,
-                               len(sel)) > 0
-            if self.shapes is None:  # the first operator without args.flops decides
-                self.shapes = bool(dims[np.argmin(got)])
-                if not self.shapes:
-                    return got
-            at = np.flatnonzero(dims & ~got)
+            lack = np.flatnonzero(~got)
+            some = sel if lack.size == len(sel) else map(sel.__getitem__, lack)
+            dims = np.fromiter(map(len, map(attrgetter("args.input_dims"), some)), I64,
+                               lack.size) > 0
+            at = lack[dims]
             if at.size:
                 names = map(attrgetter("name"), map(sel.__getitem__, at))
                 got[at[np.fromiter(map(FORMULA_OPS.__contains__, names), bool, at.size)]] = True
@@ -294,18 +277,22 @@ class _Accumulator:
             p[f"{key}_ok"].append(ok[i::2])
         p["ts_frac"].append(frac[0::2])
         args = list(map(attrgetter("args"), kept))
-        val, ok = parse_int_raw(list(chain.from_iterable(map(_INT_ARGS, args))))
-        for i, key in enumerate(_INT_ARG_KEYS):
-            p[key].append(val[i::4])
-            p[f"{key}_ok"].append(ok[i::4])
+        kept_kind = kind[keep]
+        for key, kinds in _INT_ARGS:  # each read only where an analysis reads it
+            val = np.zeros(len(kept), I64)
+            ok = np.zeros(len(kept), bool)
+            rows = np.isin(kept_kind, kinds)
+            if rows.any():
+                val[rows], ok[rows] = parse_int_raw(list(map(attrgetter(key),
+                                                             compress(args, rows))))
+            p[key].append(val)
+            p[f"{key}_ok"].append(ok)
         p["flops_derived"].append(
-            _derive_flops(kind[keep], kept, args, p["flops"][-1], p["flops_ok"][-1])
-            if shapes and self.shapes else np.zeros(len(kept), dtype=bool))
+            _derive_flops(kind[keep], kept, args, p["flops"][-1], p["flops_ok"][-1]))
 
     def state(self) -> _PartState:
         """What this accumulator holds, to be absorbed by another (a part's helper)."""
-        return _PartState(self.parts, list(self.name_code), self.unknown, self.n_events,
-                          self.shapes)
+        return _PartState(self.parts, list(self.name_code), self.unknown, self.n_events)
 
     def absorb(self, part: _PartState) -> None:
         """Append the next part's columns, as if its events had been added here: its names
@@ -316,8 +303,6 @@ class _Accumulator:
             self.parts[key].extend(code[a] if key == "name_idx" else a for a in arrays)
         self.unknown.update(part.unknown)
         self.n_events += part.n_events
-        if self.shapes is None:
-            self.shapes = part.shapes
 
     def _intern(self, values: list[str | None]) -> np.ndarray:
         table = self.name_code
@@ -337,17 +322,15 @@ class _Accumulator:
 
 @dataclass
 class _PartState:
-    """An accumulator's columns so far, its names in code order, and its shapes decision
-    (None: its part has no CPU operator without args.flops)."""
+    """An accumulator's columns so far and its names in code order."""
 
     parts: dict[str, list[np.ndarray]]
     names: list[str | None]
     unknown: Counter[str]
     n_events: int
-    shapes: bool | None
 
 
-def _derive_flops(kind: np.ndarray, kept: list[_Event], args: list[_ShapeArgs],
+def _derive_flops(kind: np.ndarray, kept: list[_Event], args: list[_Args],
                   flops: np.ndarray, flops_ok: np.ndarray) -> np.ndarray:
     """Fill in (in place) the FLOP count of each kept operator without ``args.flops`` from its
     input shapes (:func:`gpuaudit.traces.op_flops.op_flops`); which ones were derived. An
@@ -418,19 +401,14 @@ class NotABoundary(Exception):
 
 
 def decode_part(arr: memoryview, lo: int, end: int, path: Path, acc: _Accumulator,
-                slice_bytes: int, frame: _Frame, slices: int | None = None) -> int:
-    """Decode the elements ``arr[lo:end]`` slice by slice into ``acc`` (``slices``: at most
-    that many); where the next slice starts. ``lo`` must start an element; ``end`` is the
-    array's end or a candidate cut (:class:`NotABoundary` where the slice that ends there
-    does not decode). Operator input shapes are decoded unless ``acc.shapes`` is False."""
-    n = 0
-    while lo < end and (slices is None or n < slices):
-        evs, lo = _next_slice(arr, lo, end, slice_bytes, path, acc.n_events,
-                              acc.shapes is not False, frame)
+                slice_bytes: int, frame: _Frame) -> None:
+    """Decode the elements ``arr[lo:end]`` slice by slice into ``acc``. ``lo`` must start an
+    element; ``end`` is the array's end or a candidate cut (:class:`NotABoundary` where the
+    slice that ends there does not decode)."""
+    while lo < end:
+        evs, lo = _next_slice(arr, lo, end, slice_bytes, path, acc.n_events, frame)
         acc.add(evs)
         del evs
-        n += 1
-    return lo
 
 
 class _Frame:
@@ -477,8 +455,7 @@ class _Frame:
 
 
 def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path,
-                n_before: int, shapes: bool, frame: _Frame | None = None
-                ) -> tuple[list[_Event], int]:
+                n_before: int, frame: _Frame | None = None) -> tuple[list[_Event], int]:
     """Decode the events from ``lo`` up to a cut about ``slice_bytes`` on (see the module
     docstring); returns them and where the next slice starts."""
     pos = lo + slice_bytes
@@ -486,22 +463,21 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
         m = _CUT.search(arr, pos, end) if pos < end else None
         cut, nxt = (m.start() + 1, m.end() - 1) if m else (end, end)
         try:
-            return _decode_slice(arr, lo, cut, path, n_before, shapes, frame), nxt
+            return _decode_slice(arr, lo, cut, path, n_before, frame), nxt
         except msgspec.DecodeError as exc:
             if cut == end:  # end is a candidate cut inside a string (the array's own end,
                 raise NotABoundary(lo) from exc  # validated, cannot fail)
             pos = cut  # the cut was inside a string or a nested object: try the next one
     try:
-        return _decode_slice(arr, lo, end, path, n_before, shapes, frame), end
+        return _decode_slice(arr, lo, end, path, n_before, frame), end
     except msgspec.DecodeError as exc:
         raise NotABoundary(lo) from exc
 
 
-def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int, shapes: bool,
+def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int,
                   frame: _Frame | None = None) -> list[_Event]:
     frame = frame or _Frame(b"", msgspec.Raw(b""))
-    dec: msgspec.json.Decoder[list[_Event]] | msgspec.json.Decoder[list[_ShapeEvent]] = (
-        _SHAPE_DECODER if shapes else _SLICE_DECODER)
+    dec = _SLICE_DECODER
     try:
         try:
             return cast(list[_Event], frame.decode(dec, arr, lo, hi))

@@ -17,11 +17,8 @@ The answer is exactly the one-process answer, or it is not used:
   closing ``]``), and the next part starts at the ``{`` after that boundary's comma. The
   first part starts at the array's first element; so each part, taken in order, proves the
   next one's start.
-- **Shapes.** Operator input shapes are decoded until the first CPU operator without
-  ``args.flops`` shows whether the profile recorded them (``record_shapes`` is one setting
-  per profile). A helper is told the decision this process had when it sent the part; where
-  it had none yet, the helper decides from its own first such operator, and its part is
-  kept only if that equals the decision the parts before it reached.
+- **Per event.** What is kept of an event, and how its numbers and FLOPs are read, depends
+  on that event alone, so a part reads the same in any process.
 - **Anything else** (a part that does not decode to its end, a helper that fails, dies or
   cannot start, a trace event of the wrong type): from the first part not accepted on, this
   process decodes the rest itself, in order, so an error names the right event and byte.
@@ -55,9 +52,6 @@ PART_BYTES = 4 << 20
 #: ... and worth a helper started here, when the array is reached (its start, ~0.15 s of
 #: a core, overlaps this process's own part only when that part is at least this large)
 HELPER_PART_BYTES = 48 << 20
-#: This process's first slice, decoded before the helpers get their parts (its CPU
-#: operators decide the shapes they decode)
-FIRST_SLICE_BYTES = 1 << 18
 #: Parts at most (this process and 7 helpers)
 MAX_PARTS = 8
 #: The helper's program (see gpuaudit._workers.spawn): -c, the collector paused for its
@@ -73,7 +67,6 @@ class _Task:
     cats: tuple[str, ...]
     select: kj.Selector
     slice_bytes: int
-    shapes: bool | None
     #: the part's bytes between brackets, in a file of their own (see _hand_over)
     part_path: str
     n_bytes: int
@@ -129,42 +122,27 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
         return
     files: list[str] = []
     start, stop = spans[0]
-    lo = start
     try:
+        for proc, (a, b) in zip(helpers, spans[1:]):
+            files.append(_hand_over(arr[a:b]))
+            _send(proc, _Task(acc.cats, acc.select, slice_bytes, files[-1], b - a))
         try:
-            # a short first slice first: its CPU operators (if any) decide the shapes the
-            # helpers decode, and they start early
-            lo = kj.decode_part(arr, lo, stop, path, acc, min(slice_bytes, FIRST_SLICE_BYTES),
-                                frame, slices=1)
-            for proc, (a, b) in zip(helpers, spans[1:]):
-                files.append(_hand_over(arr[a:b]))
-                _send(proc, _Task(acc.cats, acc.select, slice_bytes, acc.shapes, files[-1],
-                                  b - a))
-            lo = kj.decode_part(arr, lo, stop, path, acc, slice_bytes, frame)
+            kj.decode_part(arr, start, stop, path, acc, slice_bytes, frame)
         except kj.NotABoundary as exc:  # the first cut was inside a string: one pass on
             kj.decode_part(arr, exc.at, end, path, acc, slice_bytes, frame)
             return
         for proc, (a, _) in zip(helpers, spans[1:]):
             got = _answer(proc)
-            if got is None or not _fits(got, acc.shapes):
+            if got is None:
                 # from here on, one pass here (an error then names its event and byte)
                 kj.decode_part(arr, a, end, path, acc, slice_bytes, frame)
                 return
-            acc.absorb(got)  # takes its decision where the parts before had none
+            acc.absorb(got)
     finally:
         for proc in helpers:
             _stop(proc)
         for name in files:
             _remove(name)
-
-
-def _fits(got: kj._PartState, before: bool | None) -> bool:
-    """The helper's part equals what one pass would have made of it. It was sent the
-    decision of the first slice: where that was made, it is the decision of every part
-    before; where not, the helper decided itself from its own first CPU operator without
-    args.flops, which counts only if the parts before it reached none or the same one (a
-    part without such operators reads the same either way: its ``shapes`` stays None)."""
-    return before is None or got.shapes is None or got.shapes == before
 
 
 def _hand_over(part: memoryview) -> str:
@@ -244,7 +222,6 @@ def _main() -> int:
         if len(buf) != task.n_bytes + 2 or buf[0] != 0x5B or buf[-1] != 0x5D:
             raise EOFError(task.part_path)
         acc = kj._Accumulator(task.cats, task.select)
-        acc.shapes = task.shapes
         kj.decode_part(memoryview(buf), 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
                        kj._Frame.over(buf))
         answer = acc.state()
