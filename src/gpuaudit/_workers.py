@@ -38,7 +38,7 @@ PRESTART_BYTES = 12 << 20
 
 #: A trace (its JSON, inflated) from this size on is worth a decoding helper started ahead
 #: (gpuaudit.traces._kineto_parts: two parts of PART_BYTES or more)
-TRACE_PRESTART_BYTES = 8 << 20
+TRACE_PRESTART_BYTES = 24 << 20
 
 #: Workers started ahead and not yet taken, by kind ("classify", "trace")
 _ready: dict[str, subprocess.Popen[bytes]] = {}

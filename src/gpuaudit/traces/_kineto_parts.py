@@ -46,9 +46,10 @@ from gpuaudit.traces import _kineto_json as kj
 __all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "plan"]
 
 #: The smallest part worth a helper started ahead (its interpreter and imports are already
-#: paid, beside this process's own imports): the hand-over and the merge cost ~1 ms per MB
-#: against ~7 ms per MB of decoding.
-PART_BYTES = 4 << 20
+#: paid, beside this process's own imports). Measured on 2 cores (docs/benchmarks.md): a
+#: 15 MB trace in two parts ran no faster than in one (the hand-over, the helper's page
+#: faults and the merge cost ~50 ms), a 32 MB one 17 % faster.
+PART_BYTES = 12 << 20
 #: ... and worth a helper started here, when the array is reached (its start, ~0.15 s of
 #: a core, overlaps this process's own part only when that part is at least this large)
 HELPER_PART_BYTES = 48 << 20
