@@ -292,8 +292,7 @@ def absorb(acc, part):
     n[0] += 1
     real(acc, part)
 kj._Accumulator.absorb = absorb
-if sys.argv[1] == "one":
-    _workers.available_cpus = lambda: 1
+_workers.available_cpus = lambda: 1 if sys.argv[1] == "one" else 2
 from gpuaudit.cli import main
 try:
     main(["trace", {str(path)!r}, "--price", "2.5", "--format", "json", "-o", sys.argv[2]])
