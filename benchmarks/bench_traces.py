@@ -193,6 +193,32 @@ def phases(path: Path, reps: int) -> None:
     print(f"{'total':32} {1000 * sum(min(r[k] for r in runs) for k in runs[0]):7.1f} ms")
 
 
+def helper_rss(path: Path, reps: int) -> None:
+    """Peak RSS (VmHWM, sampled from /proc every few ms) of `gpuaudit trace PATH` and of its
+    decoding helper (gpuaudit.traces._kineto_parts), which the command's own peak leaves out."""
+    gpuaudit = str(Path(PY).with_name("gpuaudit"))
+    for _ in range(reps):
+        proc = subprocess.Popen([gpuaudit, "trace", str(path), "--hta-compat", "--price", "2.5",
+                                 "-o", "/dev/null"], stderr=subprocess.DEVNULL)
+        peak = {"command": 0, "helper": 0}
+        while proc.poll() is None:
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        helper = b"_kineto_parts" in f.read()
+                    if not helper and int(pid) != proc.pid:
+                        continue
+                    with open(f"/proc/{pid}/status") as f:
+                        kb = next(int(x.split()[1]) for x in f if x.startswith("VmHWM"))
+                except (OSError, StopIteration):
+                    continue
+                key = "helper" if helper else "command"
+                peak[key] = max(peak[key], kb // 1024)
+            time.sleep(0.003)
+        print(f"command {peak['command']} MiB, helper {peak['helper']} MiB, together "
+              f"{peak['command'] + peak['helper']} MiB")
+
+
 def run(cmd: list[str]) -> dict[str, float]:
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
@@ -309,7 +335,12 @@ def main() -> None:
                     help="with --whole: gpuaudit (and --baseline) only")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="with --whole: the src folder of another gpuaudit to run beside")
+    ap.add_argument("--helper-rss", type=Path, default=None,
+                    help="peak RSS of `gpuaudit trace PATH` and of its decoding helper")
     args = ap.parse_args()
+    if args.helper_rss:
+        helper_rss(args.helper_rss, args.reps)
+        return
     if args.phases:
         phases(args.phases, args.reps)
         return
