@@ -345,3 +345,32 @@ def test_plain_decimals_in_one_parse_are_exact(texts: list[str]) -> None:
     if short and max(int((Decimal(t) * 1000)) for t in texts) < 2**63:
         length = np.fromiter(map(len, raws), np.int64, len(raws))
         assert kj._milli(raws, length) is not None  # the common case takes the one parse
+
+
+def test_a_part_that_cannot_be_handed_over_is_decoded_here(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    """No room for the part's file (a container's small /dev/shm, a full disk): this process
+    decodes it, and the answer is one pass's."""
+    data = gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes())
+    _, whole = _one_pass(data, 1 << 18)
+    spy = _parts(monkeypatch, 2, part_bytes=1 << 20)
+
+    def full(*args: object, **kw: object) -> tuple[int, str]:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(kp.tempfile, "mkstemp", full)
+    _, got = _in_parts(data, 1 << 18)
+    _same_all(whole, got)
+    assert spy.absorbed == 0
+
+
+def test_a_part_goes_to_the_temporary_folder_where_dev_shm_has_no_room(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    class Small:
+        f_bavail, f_frsize = 10, 4096
+
+    monkeypatch.setattr(kp.os, "statvfs", lambda path: Small())
+    assert kp._part_dir(1 << 20) is None
+    monkeypatch.undo()
+    if os.access("/dev/shm", os.W_OK):
+        assert kp._part_dir(1) == "/dev/shm"

@@ -121,19 +121,21 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
     if not helpers:
         kj.decode_part(arr, 1, end, path, acc, slice_bytes, frame)
         return
-    files: list[str] = []
+    files: list[str | None] = []
     start, stop = spans[0]
     try:
         for proc, (a, b) in zip(helpers, spans[1:]):
-            files.append(_hand_over(arr[a:b]))
-            _send(proc, _Task(acc.cats, acc.select, slice_bytes, files[-1], b - a))
+            name = _hand_over(arr[a:b])
+            files.append(name)
+            if name is not None:
+                _send(proc, _Task(acc.cats, acc.select, slice_bytes, name, b - a))
         try:
             kj.decode_part(arr, start, stop, path, acc, slice_bytes, frame)
         except kj.NotABoundary as exc:  # the first cut was inside a string: one pass on
             kj.decode_part(arr, exc.at, end, path, acc, slice_bytes, frame)
             return
-        for proc, (a, _) in zip(helpers, spans[1:]):
-            got = _answer(proc)
+        for proc, name, (a, _) in zip(helpers, files, spans[1:]):
+            got = _answer(proc) if name is not None else None
             if got is None:
                 # from here on, one pass here (an error then names its event and byte)
                 kj.decode_part(arr, a, end, path, acc, slice_bytes, frame)
@@ -143,27 +145,43 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
         for proc in helpers:
             _stop(proc)
         for name in files:
-            _remove(name)
+            if name is not None:
+                _remove(name)
 
 
-def _hand_over(part: memoryview) -> str:
-    """The part between brackets, as a JSON array of its own, in a new file (in memory where
-    /dev/shm exists) that its helper maps. Not through the helper's stdin: a pipe takes
-    ~1 MiB per hand-over, and this process, decoding meanwhile, holds the interpreter for a
-    whole slice at a time, so a thread feeding the pipe would move one chunk per slice."""
-    shm = "/dev/shm"
-    where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    fd, name = tempfile.mkstemp(prefix="gpuaudit-trace-part-", dir=where)
+def _hand_over(part: memoryview) -> str | None:
+    """The part between brackets, as a JSON array of its own, in a new file that its helper
+    maps (None where it cannot be written: that part is then decoded here). In memory where
+    /dev/shm exists and has room for it (a container's is often 64 MiB), else in the
+    temporary folder. Not through the helper's stdin: a pipe takes ~1 MiB per hand-over, and
+    this process, decoding meanwhile, holds the interpreter for a whole slice at a time, so a
+    thread feeding the pipe would move one chunk per slice."""
+    fd, name = -1, ""
     try:
+        fd, name = tempfile.mkstemp(prefix="gpuaudit-trace-part-", dir=_part_dir(len(part)))
         for view in (memoryview(b"["), part, memoryview(b"]")):
             while len(view):
                 view = view[os.write(fd, view):]
-    except OSError:
-        os.close(fd)
-        _remove(name)
-        raise
-    os.close(fd)
+    except OSError:  # no room, no folder: this process decodes the part
+        if name:
+            _remove(name)
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
     return name
+
+
+def _part_dir(n_bytes: int) -> str | None:
+    """/dev/shm where it is writable with room for ``n_bytes`` and as much again to spare,
+    else None (the temporary folder)."""
+    shm = "/dev/shm"
+    try:
+        st = os.statvfs(shm)
+    except OSError:
+        return None
+    room = st.f_bavail * st.f_frsize
+    return shm if os.access(shm, os.W_OK) and room >= 2 * n_bytes + (1 << 20) else None
 
 
 def _remove(name: str) -> None:
