@@ -484,8 +484,7 @@ def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int,
         except UnicodeDecodeError:
             # invalid UTF-8 inside a string: decode it as U+FFFD, as other trace viewers do
             text = frame.text(arr, lo, hi)
-            return cast(list[_Event],
-                        dec.decode(text.decode("utf-8", errors="replace").encode()))
+            return dec.decode(text.decode("utf-8", errors="replace").encode())
     except msgspec.ValidationError as exc:
         m = _INDEX_AT.search(str(exc))
         at = f"traceEvents[{n_before + int(m.group(1))}]" if m else "traceEvents"
