@@ -51,8 +51,10 @@ def spawn(program: str = WORKER) -> subprocess.Popen[bytes] | None:
     here = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     try:
+        # a session of its own: a Ctrl-C at the terminal reaches this process, which stops
+        # its workers, and not the workers themselves (each would print its traceback)
         proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, env=env)
+                                stdout=subprocess.PIPE, env=env, start_new_session=True)
     except OSError:
         return None
     widen(proc.stdout)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 
@@ -369,3 +371,58 @@ def test_a_part_goes_to_the_temporary_folder_where_dev_shm_has_no_room(
     monkeypatch.undo()
     if os.access("/dev/shm", os.W_OK):
         assert kp._part_dir(1) == "/dev/shm"
+
+
+def test_ctrl_c_while_a_helper_decodes_stops_both_quietly(tmp_path: Path) -> None:
+    """A Ctrl-C at the terminal (SIGINT to the foreground process group) while the helper
+    decodes its part: the command says it was aborted (exit 130), the helper prints nothing
+    (it runs in a session of its own and is stopped by the command), and neither a helper nor
+    a part's file is left behind."""
+    evs: list[dict[str, object]] = []
+    for i in range(60_000):
+        evs += [launch(10 * i, i), kernel(f"void k{i % 7}<float>(int)", 10 * i + 2, 5, i)]
+    path = write(tmp_path / "big.json", evs)
+    parts_dir = tmp_path / "parts"
+    parts_dir.mkdir()
+    code = f"""
+import sys
+from gpuaudit import _workers
+from gpuaudit.traces import _kineto_parts as kp
+_workers.TRACE_PRESTART_BYTES = 1
+_workers.available_cpus = lambda: 2
+kp._part_dir = lambda n: {str(parts_dir)!r}
+kp.PART_BYTES = 1 << 20
+from gpuaudit.cli import main
+sys.exit(main(["trace", {str(path)!r}, "--price", "2.5", "-o", "/dev/null"]))
+"""
+    env = dict(os.environ)
+    src = str(Path(kp.__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, env=env,
+                            start_new_session=True)  # its own group, as a terminal's job
+    deadline = time.monotonic() + 60
+    while not list(parts_dir.iterdir()) and proc.poll() is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.001)
+    assert proc.poll() is None, "the command ended before handing a part over"
+    helpers = _helper_pids()
+    os.killpg(proc.pid, signal.SIGINT)
+    err = proc.communicate(timeout=60)[1].decode()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    assert "aborted" in err
+    assert not list(parts_dir.iterdir())
+    time.sleep(0.2)
+    assert not (helpers & _helper_pids())
+
+
+def _helper_pids() -> set[int]:
+    out = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"_kineto_parts" in f.read():
+                    out.add(int(pid))
+        except OSError:
+            pass
+    return out

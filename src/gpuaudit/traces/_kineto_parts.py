@@ -31,9 +31,13 @@ from __future__ import annotations
 import mmap
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -123,8 +127,9 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
     start, stop = spans[0]
     try:
         for proc, (a, b) in zip(helpers, spans[1:]):
-            name = _hand_over(arr[a:b])
-            files.append(name)
+            with _interrupt_held():  # a file made is a file recorded, to be removed
+                name = _hand_over(arr[a:b])
+                files.append(name)
             if name is not None:
                 _send(proc, _Task(acc.cats, acc.select, slice_bytes, name, b - a))
         try:
@@ -154,20 +159,37 @@ def _hand_over(part: memoryview) -> str | None:
     temporary folder. Not through the helper's stdin: a pipe takes ~1 MiB per hand-over, and
     this process, decoding meanwhile, holds the interpreter for a whole slice at a time, so a
     thread feeding the pipe would move one chunk per slice."""
-    fd, name = -1, ""
+    fd, name, written = -1, "", False
     try:
         fd, name = tempfile.mkstemp(prefix="gpuaudit-trace-part-", dir=_part_dir(len(part)))
         for view in (memoryview(b"["), part, memoryview(b"]")):
             while len(view):
                 view = view[os.write(fd, view):]
+        written = True
     except OSError:  # no room, no folder: this process decodes the part
-        if name:
-            _remove(name)
-        return None
-    finally:
+        pass
+    finally:  # a Ctrl-C while writing leaves no file behind either
         if fd >= 0:
             os.close(fd)
-    return name
+        if name and not written:
+            _remove(name)
+    return name if written else None
+
+
+@contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """SIGINT held back (blocked for this thread, delivered when the block ends) where the
+    platform allows: a Ctrl-C between creating a part's file and recording its name would
+    leave the file behind."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, old)
 
 
 def _part_dir(n_bytes: int) -> str | None:
@@ -244,6 +266,9 @@ def _main() -> int:
         answer = acc.state()
     except Exception:
         answer = None
-    pickle.dump(answer, stdout, protocol=5)
-    stdout.flush()
+    try:
+        pickle.dump(answer, stdout, protocol=5)
+        stdout.flush()
+    except OSError:  # the caller stopped waiting (it ended, or decoded the part itself):
+        os._exit(0)  # nothing more to say, not even the flush of a closed pipe at exit
     return 0
