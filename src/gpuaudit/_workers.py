@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["PRESTART_BYTES", "TRACE_PRESTART_BYTES", "WORKER", "available_cpus", "prestart",
-           "prestart_trace", "spawn", "take", "widen"]
+__all__ = ["PRESTART_BYTES", "TRACE_PRESTART_BYTES", "WORKER", "available_cpus", "json_size",
+           "prestart", "prestart_trace", "spawn", "take", "widen"]
 
 #: The worker's program: -c, not -m (under -m runpy imports the package first, which imports
 #: the parallel module through classify.passes, and then runs the module again as __main__)
@@ -93,26 +93,32 @@ def prestart(path: Path | str) -> None:
 
 
 def prestart_trace(paths: list[Path]) -> None:
-    """Start a trace-decoding helper now if ``paths`` is one trace file whose JSON is large
-    enough to be decoded in parts (the size of a ``.gz`` from its trailer, which holds the
-    inflated size modulo 4 GiB: a guess, as for :func:`prestart`)."""
-    if len(paths) != 1:
-        return
+    """Start a trace-decoding helper now if ``paths`` (trace files, or folders of them)
+    hold JSON enough to be decoded on two cores: one large trace in parts, or several ranks'
+    traces side by side (gpuaudit.traces._kineto_parts). A guess from the files' sizes, as
+    for :func:`prestart`: a ``.gz``'s from its trailer."""
     try:
-        p = Path(paths[0])
-        if not p.is_file():
-            return
-        size = p.stat().st_size
-        with p.open("rb") as f:
-            if f.read(2) == b"\x1f\x8b" and size >= 18:
-                f.seek(-4, os.SEEK_END)
-                size = max(size, int.from_bytes(f.read(4), "little"))
+        files = [q for p in map(Path, paths)
+                 for q in (sorted(p.iterdir()) if p.is_dir() else [p])
+                 if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))]
+        size = sum(map(json_size, files))
     except OSError:
         return
     if size >= TRACE_PRESTART_BYTES:
         from gpuaudit.traces._kineto_parts import PROGRAM
 
         _start("trace", PROGRAM)
+
+
+def json_size(path: Path) -> int:
+    """A trace file's JSON size: a plain file's own, a ``.gz``'s from its trailer (the
+    inflated size modulo 4 GiB, so at least the file's size)."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        if f.read(2) == b"\x1f\x8b" and size >= 18:
+            f.seek(-4, os.SEEK_END)
+            size = max(size, int.from_bytes(f.read(4), "little"))
+    return size
 
 
 def _start(kind: str, program: str) -> None:

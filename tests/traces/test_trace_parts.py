@@ -246,23 +246,29 @@ def test_no_part_file_is_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
         assert set(shm.glob("gpuaudit-trace-part-*")) == before
 
 
-def test_a_helper_started_ahead_only_for_one_large_trace(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch
-                                                         ) -> None:
+def test_a_helper_started_ahead_only_for_large_traces(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_workers, "available_cpus", lambda: 2)
     plain = write(tmp_path / "t.json", [kernel(f"k{i}", i, 1, i) for i in range(200)])
     gz = write(tmp_path / "t.json.gz", [kernel(f"k{i}", i, 1, i) for i in range(200)],
                gz=True)
-    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES", plain.stat().st_size)
-    _workers.prestart_trace([plain, gz])  # two files: none
+    inflated = len(gzip.decompress(gz.read_bytes()))
+    assert _workers.json_size(gz) == inflated > gz.stat().st_size
+    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES", inflated + 1)
+    _workers.prestart_trace([gz])  # one file, too small
     assert _workers.take("trace") is None
+    _workers.prestart_trace([tmp_path / "nowhere.json"])  # no such file: nothing, no error
+    assert _workers.take("trace") is None
+    _workers.prestart_trace([plain, gz])  # two files, large together
+    proc = _workers.take("trace")
+    assert proc is not None
+    _stop_unused(proc)
+    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES", inflated)
     _workers.prestart_trace([gz])  # small on disk, large inflated (its gzip trailer)
     proc = _workers.take("trace")
     assert proc is not None and proc.poll() is None
     assert _workers.take("trace") is None and _workers.take() is None  # once; not classify's
-    proc.stdin.close()  # a task that never comes: it stops, answering nothing
-    assert proc.stdout.read() == b"" and proc.wait() == 0
-    proc.stdout.close()
+    _stop_unused(proc)
     monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES", plain.stat().st_size + 1)
     _workers.prestart_trace([plain])  # too small
     assert _workers.take("trace") is None
@@ -426,3 +432,135 @@ def _helper_pids() -> set[int]:
         except OSError:
             pass
     return out
+
+
+def _ranks_dir(tmp_path: Path, n: int, events_per_rank: int = 400) -> Path:
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for r in range(n):
+        evs: list[dict[str, object]] = []
+        for i in range(events_per_rank):
+            evs += [launch(10 * i, i), kernel(f"void k{(i + r) % 5}<float>(int)",
+                                              10 * i + 2, 5 + r, i)]
+        evs.append(span("ProfilerStep#1", 0, 10 * events_per_rank))
+        write(d / f"rank{r}.json{'.gz' if r % 2 else ''}", evs, rank=r, gz=bool(r % 2))
+    return d
+
+
+def _same_ranks(a: loader.Trace, b: loader.Trace) -> None:
+    assert [r.rank for r in a.ranks] == [r.rank for r in b.ranks]
+    assert a.notes == b.notes
+    for x, y in zip(a.ranks, b.ranks):
+        assert x.path == y.path and x.notes == y.notes and x.meta == y.meta
+        assert x.kernels.equals(y.kernels)
+        assert x.spans.names == y.spans.names
+        np.testing.assert_array_equal(x.runtime_ts_ns, y.runtime_ts_ns)
+
+
+def _ranks_spy(monkeypatch: pytest.MonkeyPatch, cpus: int) -> list[int]:
+    """Cut any folder between ``cpus`` processes; the list counts the files helpers
+    loaded (their RankTraces, not loaded again here)."""
+    monkeypatch.setattr(_workers, "available_cpus", lambda: cpus)
+    monkeypatch.setattr(kp, "PART_BYTES", 1)
+    taken: list[int] = []
+    real = kp._ranks_answer
+
+    def answer(proc: subprocess.Popen[bytes], n: int) -> list[object]:
+        got = real(proc, n)
+        taken.append(sum(r is not None for r in got))
+        return got
+
+    monkeypatch.setattr(kp, "_ranks_answer", answer)
+    return taken
+
+
+@pytest.mark.parametrize("cpus", [2, 3])
+def test_ranks_loaded_side_by_side_equal_one_process(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     cpus: int) -> None:
+    d = _ranks_dir(tmp_path, 5)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_workers, "available_cpus", lambda: 1)
+        ref = loader.load_traces([d])
+    taken = _ranks_spy(monkeypatch, cpus)
+    got = loader.load_traces([d])
+    _same_ranks(ref, got)
+    assert len(taken) == cpus - 1 and sum(taken) >= cpus - 1  # helpers' ranks were used
+
+
+def test_the_real_two_ranks_side_by_side_equal_one_process(monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
+    d = DATA / "two_ranks"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_workers, "available_cpus", lambda: 1)
+        ref = loader.load_traces([d])
+    taken = _ranks_spy(monkeypatch, 2)
+    _same_ranks(ref, loader.load_traces([d]))
+    assert taken == [1]
+
+
+def test_the_first_bad_rank_in_file_order_is_the_error(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """Two damaged files, one in each process's share: the error is the first file's, as
+    one process raises it, whichever process met it."""
+    d = _ranks_dir(tmp_path, 4)
+    for name in ("rank0.json", "rank2.json"):
+        p = d / name
+        p.write_bytes(p.read_bytes()[:-50])  # cut short
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_workers, "available_cpus", lambda: 1)
+        with pytest.raises(InputError) as one:
+            loader.load_traces([d])
+    _ranks_spy(monkeypatch, 2)
+    for order in (None, "reversed"):
+        if order:  # this process meets rank 2's error first; the helper has rank 0's
+            monkeypatch.setattr(kp, "_balance", lambda sizes, n: [[2, 3], [0, 1]])
+        with pytest.raises(InputError) as got:
+            loader.load_traces([d])
+        assert got.value.where == one.value.where and str(got.value) == str(one.value)
+        assert "rank0.json" in got.value.where
+
+
+def test_a_rank_helper_that_dies_leaves_its_files_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    d = _ranks_dir(tmp_path, 3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_workers, "available_cpus", lambda: 1)
+        ref = loader.load_traces([d])
+    taken = _ranks_spy(monkeypatch, 3)
+    monkeypatch.setattr(kp, "PROGRAM", "import os; os._exit(3)")
+    _same_ranks(ref, loader.load_traces([d]))
+    assert taken == [0, 0]
+
+
+def test_shares_are_balanced_and_in_file_order() -> None:
+    shares = kp._balance([10, 50, 20, 20, 5, 45], 2)
+    assert sorted(i for s in shares for i in s) == list(range(6))
+    assert all(s == sorted(s) for s in shares)
+    assert sorted(sum([10, 50, 20, 20, 5, 45][i] for i in s) for s in shares) == [75, 75]
+
+
+def test_a_helper_is_started_ahead_for_a_folder_of_ranks(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    d = _ranks_dir(tmp_path, 2)
+    monkeypatch.setattr(_workers, "available_cpus", lambda: 2)
+    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES",
+                        sum(_workers.json_size(p) for p in d.iterdir()))
+    _workers.prestart_trace([d])
+    proc = _workers.take("trace")
+    assert proc is not None
+    _stop_unused(proc)
+    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES",
+                        sum(_workers.json_size(p) for p in d.iterdir()) + 1)
+    _workers.prestart_trace([d])
+    assert _workers.take("trace") is None
+
+
+def _stop_unused(proc: subprocess.Popen[bytes]) -> None:
+    """A helper whose task never comes stops when its stdin closes, answering nothing."""
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.close()
+    assert proc.stdout.read() == b"" and proc.wait() == 0
+    proc.stdout.close()

@@ -353,11 +353,14 @@ _DTYPES = {"kind": np.int8, "cat": np.int16, "name_idx": np.int32, "ts_ok": bool
 
 
 def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: Selector,
-           slice_bytes: int | None = None) -> tuple[dict[str, Any], Columns]:
+           slice_bytes: int | None = None, *, parts: bool = True
+           ) -> tuple[dict[str, Any], Columns]:
     """Validate ``data``, decode its header/tail keys (``meta``) and the kept events' columns.
 
     ``cats`` is the table of known categories (``Columns.cat`` indexes it); ``select`` says
     per event which kind it is (0: not kept). ``slice_bytes``: default :data:`SLICE_BYTES`.
+    ``parts``: a large events array may be decoded in parts by helper processes
+    (:mod:`gpuaudit.traces._kineto_parts`; the same columns).
     """
     if _NON_WS.search(data) is None:
         raise _bad(path, 0, "the file is empty")
@@ -387,7 +390,7 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     acc = _Accumulator(cats, select)
     # the closing bracket is at len(arr) - 1; a large array is decoded on several cores
     decode_events(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
-                  _Frame(data, events))
+                  _Frame(data, events), parts=parts)
     return meta, acc.finish()
 
 

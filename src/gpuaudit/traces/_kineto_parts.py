@@ -24,6 +24,11 @@ The answer is exactly the one-process answer, or it is not used:
   process decodes the rest itself, in order, so an error names the right event and byte.
 
 Names are merged into this process's table in first-seen order, as one pass interns them.
+
+**Several ranks' files** (a distributed job's folder) are shared out whole instead
+(:func:`load_ranks`): each helper loads its files into RankTraces, this process loads its
+own in one part each, and a file a helper could not load is loaded here, so the first error
+in file order is the one raised.
 """
 
 from __future__ import annotations
@@ -36,14 +41,17 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gpuaudit import _workers
 from gpuaudit.traces import _kineto_json as kj
+
+if TYPE_CHECKING:
+    from gpuaudit.traces.loader import RankTrace
 
 __all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "plan"]
 
@@ -112,10 +120,11 @@ def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
 
 
 def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
-                  slice_bytes: int, frame: kj._Frame) -> None:
-    """Decode the elements ``arr[1:end]`` into ``acc``, on several cores where it pays
-    (see the module docstring); the same columns as one pass in every case."""
-    helpers = _helpers(end - 1)
+                  slice_bytes: int, frame: kj._Frame, *, parts: bool = True) -> None:
+    """Decode the elements ``arr[1:end]`` into ``acc``, on several cores where it pays and
+    ``parts`` allows (see the module docstring); the same columns as one pass in every
+    case."""
+    helpers = _helpers(end - 1) if parts else []
     spans = plan(arr, 1, end, len(helpers) + 1) if helpers else [(1, end)]
     for proc in helpers[len(spans) - 1:]:  # fewer candidate cuts than helpers
         _stop(proc)
@@ -211,7 +220,7 @@ def _remove(name: str) -> None:
         pass
 
 
-def _send(proc: subprocess.Popen[bytes], task: _Task) -> None:
+def _send(proc: subprocess.Popen[bytes], task: _Task | _RanksTask) -> None:
     """Write the task to the helper (a few hundred bytes: the pipe takes them at once)."""
     try:
         assert proc.stdin is not None
@@ -243,32 +252,126 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
                 pass
 
 
-def _main() -> int:
-    """The helper: read a task and its part on stdin, decode it, answer its state (a
-    :class:`~gpuaudit.traces._kineto_json._PartState`) or None on stdout. An empty stdin (a
-    helper started ahead and never needed) ends it without a word."""
-    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+@dataclass(frozen=True)
+class _RanksTask:
+    """Whole rank trace files for a helper to load, each into a RankTrace."""
+
+    paths: tuple[str, ...]
+
+
+def load_ranks(files: list[Path], load: Callable[..., RankTrace]) -> list[RankTrace]:
+    """``load(file)`` of each file, in order: where there are several, their JSON is large
+    enough and the process may use two cores or more, shared between this process and
+    helper processes, each loading whole files (a rank's trace reads the same in any
+    process). A file a helper could not load (an error, a helper that dies or cannot start)
+    is loaded here, so the first error in file order is raised, as one process raises it."""
     try:
-        task = pickle.load(stdin)
+        sizes = [_workers.json_size(f) for f in files]
+    except OSError:  # loading names the file that cannot be read
+        sizes = [0] * len(files)
+    procs = min(_workers.available_cpus(), len(files), MAX_PARTS, sum(sizes) // PART_BYTES)
+    if procs < 2:
+        return [load(f) for f in files]
+    helpers: list[subprocess.Popen[bytes]] = []
+    ready = _workers.take("trace")
+    if ready is not None:
+        helpers.append(ready)
+    while len(helpers) < procs - 1:
+        proc = _workers.spawn(PROGRAM)
+        if proc is None:
+            break
+        helpers.append(proc)
+    share = _balance(sizes, len(helpers) + 1)
+    try:
+        for proc, own in zip(helpers, share[1:]):
+            _send(proc, _RanksTask(tuple(str(files[i]) for i in own)))
+        got: dict[int, RankTrace | Exception | None] = {}
+        for i in share[0]:  # this process's files, helpers being busy: in one part each
+            try:
+                got[i] = load(files[i], parts=False)
+            except Exception as exc:  # raised in file order, below
+                got[i] = exc
+        for proc, own in zip(helpers, share[1:]):
+            got.update(zip(own, _ranks_answer(proc, len(own))))
+    finally:
+        for proc in helpers:
+            _stop(proc)
+    out = []
+    for i, f in enumerate(files):
+        r = got.get(i)
+        if isinstance(r, Exception):
+            raise r
+        out.append(r if r is not None else load(f))
+    return out
+
+
+def _ranks_answer(proc: subprocess.Popen[bytes], n: int) -> list[RankTrace | None]:
+    """A helper's RankTraces (None for each it could not load, or all where it failed)."""
+    from gpuaudit.traces.loader import RankTrace
+
+    try:
+        assert proc.stdout is not None
+        got = pickle.load(proc.stdout)
+    except Exception:  # any broken answer means: load the files here
+        return [None] * n
+    if not isinstance(got, list) or len(got) != n:
+        return [None] * n
+    return [r if isinstance(r, RankTrace) else None for r in got]
+
+
+def _balance(sizes: list[int], n: int) -> list[list[int]]:
+    """File indices in ``n`` shares of about equal size (the largest file first to the
+    lightest share), each share in file order; the first share is this process's."""
+    shares: list[list[int]] = [[] for _ in range(n)]
+    load = [0] * n
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        k = load.index(min(load))
+        shares[k].append(i)
+        load[k] += sizes[i]
+    return [sorted(s) for s in shares]
+
+
+def _main() -> int:
+    """The helper: read a task on stdin, answer on stdout: a part's state (a
+    :class:`~gpuaudit.traces._kineto_json._PartState`) or, for a :class:`_RanksTask`, a
+    RankTrace per file; None for what it could not do (the caller does it, and reports).
+    An empty stdin (a helper started ahead and never needed) ends it without a word."""
+    try:
+        task = pickle.load(sys.stdin.buffer)
     except EOFError:
         return 0
-    answer: Any = None
+    answer = _ranks(task) if isinstance(task, _RanksTask) else _part(task)
+    try:
+        pickle.dump(answer, sys.stdout.buffer, protocol=5)
+        sys.stdout.buffer.flush()
+    except OSError:  # the caller stopped waiting (it ended, or did the work itself):
+        os._exit(0)  # nothing more to say, not even the flush of a closed pipe at exit
+    return 0
+
+
+def _part(task: _Task) -> kj._PartState | None:
     try:
         with open(task.part_path, "rb") as f:
             # mapped, not read: the file's pages are the part (a slice's framing brackets,
             # written in place, copy only the pages they touch)
             buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
         if len(buf) != task.n_bytes + 2 or buf[0] != 0x5B or buf[-1] != 0x5D:
-            raise EOFError(task.part_path)
+            return None
         acc = kj._Accumulator(task.cats, task.select)
         kj.decode_part(memoryview(buf), 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
                        kj._Frame.over(buf))
-        answer = acc.state()
-    except Exception:
-        answer = None
-    try:
-        pickle.dump(answer, stdout, protocol=5)
-        stdout.flush()
-    except OSError:  # the caller stopped waiting (it ended, or decoded the part itself):
-        os._exit(0)  # nothing more to say, not even the flush of a closed pipe at exit
-    return 0
+        return acc.state()
+    except Exception:  # the part is decoded again by the caller, who reports
+        return None
+
+
+def _ranks(task: _RanksTask) -> list[RankTrace | None]:
+    from gpuaudit.traces.loader import load_trace
+
+    out: list[RankTrace | None] = []
+    for path in task.paths:
+        try:
+            out.append(load_trace(path, parts=False))
+        except Exception:  # loaded again by the caller, who reports
+            out.append(None)
+    return out

@@ -30,6 +30,7 @@ import numpy as np
 
 from gpuaudit.errors import InputError
 from gpuaudit.traces import _kineto_json as kj
+from gpuaudit.traces._kineto_parts import load_ranks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -261,7 +262,8 @@ def load_traces(paths: Sequence[str | Path]) -> Trace:
     ranks by file order, also noted); two files claiming the same rank are an error.
     """
     files = _trace_files([Path(p) for p in paths])
-    ranks = [load_trace(path) for path in files]
+    # several files are loaded side by side by helper processes where that pays
+    ranks = load_ranks(files, load_trace)
     notes: list[TraceNote] = []
     missing = [r for r in ranks if "rank" not in _dist(r.meta)]
     if len(ranks) > 1 and missing:
@@ -313,12 +315,15 @@ def _skew_notes(ranks: list[RankTrace]) -> list[TraceNote]:
         "are unaffected, cross-rank timestamps are not comparable", len(spans))]
 
 
-def load_trace(path: str | Path) -> RankTrace:
-    """Load one Kineto trace file (``.json`` or ``.json.gz``) into a :class:`RankTrace`."""
+def load_trace(path: str | Path, *, parts: bool = True) -> RankTrace:
+    """Load one Kineto trace file (``.json`` or ``.json.gz``) into a :class:`RankTrace`.
+
+    ``parts``: a large trace's events may be decoded in parts by helper processes where the
+    process may use two cores or more (the same result: docs/traces.md, Loader)."""
     path = Path(path)
     data, _ = kj.read_document(path)
     try:
-        meta, cols = kj.decode(data, path, _ALL_CATS, _select)
+        meta, cols = kj.decode(data, path, _ALL_CATS, _select, parts=parts)
     except RecursionError as exc:  # msgspec's guard against a value nested too deep
         raise InputError("not a valid Kineto/Chrome trace: a JSON value nested too deep "
                          "(trace events and their args are flat objects)", where=str(path),
