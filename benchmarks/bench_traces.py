@@ -285,6 +285,27 @@ def build_big(target_mb: int = 500) -> Path:
     return out
 
 
+def build_ranks(n: int, mb: int) -> Path:
+    """SYNTHETIC: a folder of ``n`` rank traces of ~``mb`` MB each (the V100 trace repeated
+    in time, :func:`build_big`), each with its own ``distributedInfo.rank``."""
+    out = WORK / f"synthetic_v100_{n}ranks_{mb}mb"
+    if out.exists():
+        return out
+    one = build_big(mb)
+    head = one.read_bytes()[:1 << 16]
+    at = head.index(b'"traceEvents"')
+    info = head.index(b'"distributedInfo"')  # the V100 trace's: rank 0 of 1
+    rank = head.index(b'"rank": 0', info)
+    assert rank < at
+    out.mkdir(parents=True)
+    for r in range(n):
+        with open(out / f"rank{r}.json", "wb") as fh, open(one, "rb") as src:
+            fh.write(head[:rank] + f'"rank": {r}'.encode())
+            src.seek(rank + len(b'"rank": 0'))
+            shutil.copyfileobj(src, fh)
+    return out
+
+
 def _v100_variant(name: str, edit: Callable[[dict[str, Any]], None]) -> Path:
     """SYNTHETIC: the V100 trace with ``edit`` applied to every CPU operator event."""
     out = WORK / name
@@ -335,6 +356,12 @@ def main() -> None:
                     help="with --whole: gpuaudit (and --baseline) only")
     ap.add_argument("--baseline", type=Path, default=None,
                     help="with --whole: the src folder of another gpuaudit to run beside")
+    ap.add_argument("--ranks", type=int, default=0,
+                    help="with --whole: also a SYNTHETIC folder of this many rank traces")
+    ap.add_argument("--rank-mb", type=int, default=53,
+                    help="with --ranks: each rank trace's size in MB")
+    ap.add_argument("--only-synthetic", action="store_true",
+                    help="with --whole: leave the real traces out")
     ap.add_argument("--helper-rss", type=Path, default=None,
                     help="peak RSS of `gpuaudit trace PATH` and of its decoding helper")
     args = ap.parse_args()
@@ -345,8 +372,12 @@ def main() -> None:
         phases(args.phases, args.reps)
         return
     if args.whole:
-        paths = [(n, trace_dir(n)) for n in ("a100_1rank_ddp_nccl.json.gz",
-                                              "v100_1rank_ns_resolution.json.gz", "two_ranks")]
+        paths = [] if args.only_synthetic else [
+            (n, trace_dir(n)) for n in ("a100_1rank_ddp_nccl.json.gz",
+                                        "v100_1rank_ns_resolution.json.gz", "two_ranks")]
+        if args.ranks:
+            rd = build_ranks(args.ranks, args.rank_mb)
+            paths.append((f"{rd.name} ({args.ranks} x {args.rank_mb} MB, synthetic)", rd))
         if args.big:
             big = build_big(args.big_mb)
             d = WORK / "dirs" / big.stem

@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["PRESTART_BYTES", "TRACE_PRESTART_BYTES", "WORKER", "available_cpus", "json_size",
-           "prestart", "prestart_trace", "spawn", "take", "widen"]
+__all__ = ["PRESTART_BYTES", "TRACE_PRESTART_BYTES", "TRACE_WORKER", "WORKER", "available_cpus",
+           "json_size", "prestart", "prestart_trace", "spawn", "take", "widen"]
 
 #: The worker's program: -c, not -m (under -m runpy imports the package first, which imports
 #: the parallel module through classify.passes, and then runs the module again as __main__)
@@ -32,6 +32,10 @@ WORKER = "import sys; from gpuaudit.classify.parallel import _main; sys.exit(_ma
 _WARM_WORKER = ("import gc, sys; gc.disable(); import gpuaudit.measure.files; "
                 "from gpuaudit.classify.parallel import _main; gc.freeze(); gc.enable(); "
                 "sys.exit(_main(True))")
+#: The trace-decoding helper's program (gpuaudit.traces._kineto_parts), the collector
+#: paused for its imports as in classify's worker
+TRACE_WORKER = ("import gc, sys; gc.disable(); from gpuaudit.traces._kineto_parts import _main; "
+                "gc.freeze(); gc.enable(); sys.exit(_main())")
 #: A Parquet file from this size on is worth a worker started ahead (two processes share a
 #: file of 16M rows or more; a gpuaudit recording holds ~0.7 bytes a row at its smallest)
 PRESTART_BYTES = 12 << 20
@@ -105,9 +109,7 @@ def prestart_trace(paths: list[Path]) -> None:
     except OSError:
         return
     if size >= TRACE_PRESTART_BYTES:
-        from gpuaudit.traces._kineto_parts import PROGRAM
-
-        _start("trace", PROGRAM)
+        _start("trace", TRACE_WORKER)
 
 
 def json_size(path: Path) -> int:

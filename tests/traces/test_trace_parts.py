@@ -60,16 +60,14 @@ def _parts(monkeypatch: pytest.MonkeyPatch, cpus: int, part_bytes: int = 64) -> 
 
 def _one_pass(data: bytes | bytearray, slice_bytes: int) -> tuple[dict[str, object],
                                                                    kj.Columns]:
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(_workers, "available_cpus", lambda: 1)
-        return kj.decode(bytearray(data), Path("t.json"), loader._ALL_CATS, loader._select,
-                         slice_bytes=slice_bytes)
+    return kj.decode(bytearray(data), Path("t.json"), loader._ALL_CATS, loader._select,
+                     slice_bytes=slice_bytes)
 
 
 def _in_parts(data: bytes | bytearray, slice_bytes: int) -> tuple[dict[str, object],
                                                                   kj.Columns]:
     return kj.decode(bytearray(data), Path("t.json"), loader._ALL_CATS, loader._select,
-                     slice_bytes=slice_bytes)
+                     slice_bytes=slice_bytes, events=kp.decode_events)
 
 
 def _same_all(a: kj.Columns, b: kj.Columns) -> None:
@@ -153,7 +151,7 @@ def test_a_helper_that_dies_leaves_its_part_to_this_process(monkeypatch: pytest.
     data = gzip.decompress((DATA / "v100_1rank_ns_resolution.json.gz").read_bytes())
     _, whole = _one_pass(data, 1 << 18)
     spy = _parts(monkeypatch, 3, part_bytes=1 << 20)
-    monkeypatch.setattr(kp, "PROGRAM", "import os; os._exit(3)")
+    monkeypatch.setattr(_workers, "TRACE_WORKER", "import os; os._exit(3)")
     _, got = _in_parts(data, 1 << 18)
     _same_all(whole, got)
     assert spy.absorbed == 0
@@ -465,8 +463,8 @@ def _ranks_spy(monkeypatch: pytest.MonkeyPatch, cpus: int) -> list[int]:
     taken: list[int] = []
     real = kp._ranks_answer
 
-    def answer(proc: subprocess.Popen[bytes], n: int) -> list[object]:
-        got = real(proc, n)
+    def answer(proc: subprocess.Popen[bytes], n: int, kind: type) -> list[object]:
+        got = real(proc, n, kind)
         taken.append(sum(r is not None for r in got))
         return got
 
@@ -529,7 +527,7 @@ def test_a_rank_helper_that_dies_leaves_its_files_to_this_process(
         mp.setattr(_workers, "available_cpus", lambda: 1)
         ref = loader.load_traces([d])
     taken = _ranks_spy(monkeypatch, 3)
-    monkeypatch.setattr(kp, "PROGRAM", "import os; os._exit(3)")
+    monkeypatch.setattr(_workers, "TRACE_WORKER", "import os; os._exit(3)")
     _same_ranks(ref, loader.load_traces([d]))
     assert taken == [0, 0]
 

@@ -353,14 +353,15 @@ _DTYPES = {"kind": np.int8, "cat": np.int16, "name_idx": np.int32, "ts_ok": bool
 
 
 def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: Selector,
-           slice_bytes: int | None = None, *, parts: bool = True
+           slice_bytes: int | None = None, *, events: EventsDecoder | None = None
            ) -> tuple[dict[str, Any], Columns]:
     """Validate ``data``, decode its header/tail keys (``meta``) and the kept events' columns.
 
     ``cats`` is the table of known categories (``Columns.cat`` indexes it); ``select`` says
     per event which kind it is (0: not kept). ``slice_bytes``: default :data:`SLICE_BYTES`.
-    ``parts``: a large events array may be decoded in parts by helper processes
-    (:mod:`gpuaudit.traces._kineto_parts`; the same columns).
+    ``events``: how the events array is decoded into the accumulator (default: in one pass
+    here; :func:`gpuaudit.traces._kineto_parts.decode_events` decodes a large one in parts,
+    with the same columns).
     """
     if _NON_WS.search(data) is None:
         raise _bad(path, 0, "the file is empty")
@@ -377,21 +378,29 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
         raise _bad(path, 0, "the document is not a JSON object") from exc
     except msgspec.DecodeError as exc:
         raise _invalid_json(path, exc, len(data)) from exc
-    events = top.pop("traceEvents", None)
-    if events is None:
+    raw_events = top.pop("traceEvents", None)
+    if raw_events is None:
         raise _bad(path, 0, "no 'traceEvents' array found")
     meta = {k: msgspec.json.decode(v) for k, v in top.items()}
     del top
-    arr = memoryview(events)  # a view into ``data``: no copy
+    arr = memoryview(raw_events)  # a view into ``data``: no copy
     if not len(arr) or arr[0] != 0x5B:  # "["
         raise _bad(path, max(data.find(b'"traceEvents"'), 0), "'traceEvents' is not an array")
-    from gpuaudit.traces._kineto_parts import decode_events
-
     acc = _Accumulator(cats, select)
-    # the closing bracket is at len(arr) - 1; a large array is decoded on several cores
-    decode_events(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
-                  _Frame(data, events), parts=parts)
+    # the elements are arr[1:len(arr) - 1], before the closing bracket
+    (events or _one_pass)(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
+                          _Frame(data, raw_events))
     return meta, acc.finish()
+
+
+#: (the events array, its closing bracket's index, the path, the accumulator, the slice size,
+#: the frame) -> None: decodes the array's elements into the accumulator
+EventsDecoder = Callable[[memoryview, int, Path, "_Accumulator", int, "_Frame"], None]
+
+
+def _one_pass(arr: memoryview, end: int, path: Path, acc: _Accumulator, slice_bytes: int,
+              frame: _Frame) -> None:
+    decode_part(arr, 1, end, path, acc, slice_bytes, frame)
 
 
 class NotABoundary(Exception):

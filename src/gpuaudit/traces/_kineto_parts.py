@@ -45,15 +45,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, TypeVar
 
 from gpuaudit import _workers
 from gpuaudit.traces import _kineto_json as kj
 
-if TYPE_CHECKING:
-    from gpuaudit.traces.loader import RankTrace
+T = TypeVar("T")
 
-__all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "plan"]
+__all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "load_ranks", "plan"]
 
 #: The smallest part worth a helper started ahead (its interpreter and imports are already
 #: paid, beside this process's own imports). Measured on 2 cores (docs/benchmarks.md): a
@@ -65,10 +64,6 @@ PART_BYTES = 12 << 20
 HELPER_PART_BYTES = 48 << 20
 #: Parts at most (this process and 7 helpers)
 MAX_PARTS = 8
-#: The helper's program (see gpuaudit._workers.spawn): -c, the collector paused for its
-#: imports as in classify's worker
-PROGRAM = ("import gc, sys; gc.disable(); from gpuaudit.traces._kineto_parts import _main; "
-           "gc.freeze(); gc.enable(); sys.exit(_main())")
 
 
 @dataclass(frozen=True)
@@ -112,7 +107,7 @@ def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
         out.append(ready)
     want = min(cpus, MAX_PARTS, n_bytes // (HELPER_PART_BYTES if not out else PART_BYTES)) - 1
     while len(out) < want and n_bytes // (len(out) + 2) >= HELPER_PART_BYTES:
-        proc = _workers.spawn(PROGRAM)
+        proc = _workers.spawn(_workers.TRACE_WORKER)
         if proc is None:
             break
         out.append(proc)
@@ -120,11 +115,11 @@ def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
 
 
 def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
-                  slice_bytes: int, frame: kj._Frame, *, parts: bool = True) -> None:
-    """Decode the elements ``arr[1:end]`` into ``acc``, on several cores where it pays and
-    ``parts`` allows (see the module docstring); the same columns as one pass in every
-    case."""
-    helpers = _helpers(end - 1) if parts else []
+                  slice_bytes: int, frame: kj._Frame) -> None:
+    """Decode the elements ``arr[1:end]`` into ``acc``, on several cores where it pays
+    (see the module docstring); the same columns as one pass in every case (a
+    :data:`~gpuaudit.traces._kineto_json.EventsDecoder`)."""
+    helpers = _helpers(end - 1)
     spans = plan(arr, 1, end, len(helpers) + 1) if helpers else [(1, end)]
     for proc in helpers[len(spans) - 1:]:  # fewer candidate cuts than helpers
         _stop(proc)
@@ -254,17 +249,20 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class _RanksTask:
-    """Whole rank trace files for a helper to load, each into a RankTrace."""
+    """Whole rank trace files for a helper to load, each with ``load(path, parts=False)``
+    (a module-level function: pickled by name, imported by the helper)."""
 
     paths: tuple[str, ...]
+    load: Callable[..., Any]
 
 
-def load_ranks(files: list[Path], load: Callable[..., RankTrace]) -> list[RankTrace]:
+def load_ranks(files: list[Path], load: Callable[..., T], kind: type[T]) -> list[T]:
     """``load(file)`` of each file, in order: where there are several, their JSON is large
     enough and the process may use two cores or more, shared between this process and
     helper processes, each loading whole files (a rank's trace reads the same in any
-    process). A file a helper could not load (an error, a helper that dies or cannot start)
-    is loaded here, so the first error in file order is raised, as one process raises it."""
+    process); what a helper answers counts only as a ``kind``. A file a helper could not
+    load (an error, a helper that dies or cannot start) is loaded here, so the first error
+    in file order is raised, as one process raises it."""
     try:
         sizes = [_workers.json_size(f) for f in files]
     except OSError:  # loading names the file that cannot be read
@@ -277,22 +275,22 @@ def load_ranks(files: list[Path], load: Callable[..., RankTrace]) -> list[RankTr
     if ready is not None:
         helpers.append(ready)
     while len(helpers) < procs - 1:
-        proc = _workers.spawn(PROGRAM)
+        proc = _workers.spawn(_workers.TRACE_WORKER)
         if proc is None:
             break
         helpers.append(proc)
     share = _balance(sizes, len(helpers) + 1)
     try:
         for proc, own in zip(helpers, share[1:]):
-            _send(proc, _RanksTask(tuple(str(files[i]) for i in own)))
-        got: dict[int, RankTrace | Exception | None] = {}
+            _send(proc, _RanksTask(tuple(str(files[i]) for i in own), load))
+        got: dict[int, T | Exception | None] = {}
         for i in share[0]:  # this process's files, helpers being busy: in one part each
             try:
                 got[i] = load(files[i], parts=False)
             except Exception as exc:  # raised in file order, below
                 got[i] = exc
         for proc, own in zip(helpers, share[1:]):
-            got.update(zip(own, _ranks_answer(proc, len(own))))
+            got.update(zip(own, _ranks_answer(proc, len(own), kind)))
     finally:
         for proc in helpers:
             _stop(proc)
@@ -305,10 +303,8 @@ def load_ranks(files: list[Path], load: Callable[..., RankTrace]) -> list[RankTr
     return out
 
 
-def _ranks_answer(proc: subprocess.Popen[bytes], n: int) -> list[RankTrace | None]:
-    """A helper's RankTraces (None for each it could not load, or all where it failed)."""
-    from gpuaudit.traces.loader import RankTrace
-
+def _ranks_answer(proc: subprocess.Popen[bytes], n: int, kind: type[T]) -> list[T | None]:
+    """A helper's answers (None for each it could not load, or all where it failed)."""
     try:
         assert proc.stdout is not None
         got = pickle.load(proc.stdout)
@@ -316,7 +312,7 @@ def _ranks_answer(proc: subprocess.Popen[bytes], n: int) -> list[RankTrace | Non
         return [None] * n
     if not isinstance(got, list) or len(got) != n:
         return [None] * n
-    return [r if isinstance(r, RankTrace) else None for r in got]
+    return [r if isinstance(r, kind) else None for r in got]
 
 
 def _balance(sizes: list[int], n: int) -> list[list[int]]:
@@ -365,13 +361,11 @@ def _part(task: _Task) -> kj._PartState | None:
         return None
 
 
-def _ranks(task: _RanksTask) -> list[RankTrace | None]:
-    from gpuaudit.traces.loader import load_trace
-
-    out: list[RankTrace | None] = []
+def _ranks(task: _RanksTask) -> list[Any]:
+    out: list[Any] = []
     for path in task.paths:
         try:
-            out.append(load_trace(path, parts=False))
+            out.append(task.load(path, parts=False))
         except Exception:  # loaded again by the caller, who reports
             out.append(None)
     return out

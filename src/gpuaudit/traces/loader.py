@@ -30,7 +30,7 @@ import numpy as np
 
 from gpuaudit.errors import InputError
 from gpuaudit.traces import _kineto_json as kj
-from gpuaudit.traces._kineto_parts import load_ranks
+from gpuaudit.traces._kineto_parts import decode_events, load_ranks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -263,7 +263,7 @@ def load_traces(paths: Sequence[str | Path]) -> Trace:
     """
     files = _trace_files([Path(p) for p in paths])
     # several files are loaded side by side by helper processes where that pays
-    ranks = load_ranks(files, load_trace)
+    ranks = load_ranks(files, load_trace, RankTrace)
     notes: list[TraceNote] = []
     missing = [r for r in ranks if "rank" not in _dist(r.meta)]
     if len(ranks) > 1 and missing:
@@ -323,7 +323,8 @@ def load_trace(path: str | Path, *, parts: bool = True) -> RankTrace:
     path = Path(path)
     data, _ = kj.read_document(path)
     try:
-        meta, cols = kj.decode(data, path, _ALL_CATS, _select, parts=parts)
+        meta, cols = kj.decode(data, path, _ALL_CATS, _select,
+                               events=decode_events if parts else None)
     except RecursionError as exc:  # msgspec's guard against a value nested too deep
         raise InputError("not a valid Kineto/Chrome trace: a JSON value nested too deep "
                          "(trace events and their args are flat objects)", where=str(path),
