@@ -97,3 +97,26 @@ def test_unknown_metric_names_are_listed_not_fatal():
 def test_series_without_uuid_is_an_error_naming_the_metric():
     with pytest.raises(InputError, match="DCGM_FI_DEV_GPU_UTIL"):
         parse('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 5\n')
+
+
+@pytest.mark.parametrize(("metric", "column", "bad"), [
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "clocks_event_reasons", "-5"),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", "clocks_event_reasons", "4.5"),
+    ("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "ecc_dbe_total", "-1"),
+    ("DCGM_FI_DEV_XID_ERRORS", "xid", "43.25"),
+])
+def test_a_bitmask_counter_or_code_that_is_not_whole_is_null_and_counted(
+        metric: str, column: str, bad: str) -> None:
+    """A negative or fractional reading (a recording rule's average, a bad relabel) of an
+    integer column: nulled with a note naming the column, never truncated, wrapped or a
+    crash (a negative bitmask made the uint64 cast fail)."""
+    rows = [f'{metric}{{gpu="{i}",UUID="GPU-{i}",modelName="NVIDIA H100"}} {v}'
+            for i, v in enumerate(["8", bad, "0"])]
+    table, notes = parse("\n".join(rows) + "\n")
+    got = {r["gpu_uuid"]: r[column] for r in table.to_pylist()}
+    assert got["GPU-1"] is None
+    assert got["GPU-0"] == 8
+    assert got["GPU-2"] == (None if column == "xid" else 0)  # XID 0 is "no error"
+    note = [n for n in notes if "not a whole number" in n.reason]
+    assert len(note) == 1 and note[0].count == 1 and note[0].column == column
+    assert note[0].where == f"test: {column}"

@@ -292,6 +292,16 @@ def series_table(
         if col == "xid":
             x = np.where(x == 0.0, np.nan, x)  # XID 0 is "no error", not an error code
         if col in ("clocks_event_reasons", "ecc_dbe_total", "xid"):
+            # a bitmask, a counter, an error code: a reading that is not a whole number
+            # >= 0 (a recording rule's average, a negative) is nulled and counted, never
+            # truncated or wrapped
+            bad = (x < 0.0) | (x != np.floor(x))
+            bad &= ~np.isnan(x)
+            if bad.any():
+                notes.append(ImportNote(
+                    f"{int(bad.sum())} value(s) that are not a whole number >= 0 read as null",
+                    int(bad.sum()), where=f"{where}: {col}", column=col))
+                x = np.where(bad, np.nan, x)
             cols[col] = pa.array(np.nan_to_num(x).astype(np.int64), mask=np.isnan(x)).cast(
                 pa.uint64() if col == "clocks_event_reasons" else pa.int64())
         else:
