@@ -1,5 +1,5 @@
-"""classify's worker process, started ahead of its task where a command knows early that it
-will classify a large Parquet file on two cores.
+"""Worker processes (fresh interpreters, each in a session of its own), and the one a
+command starts ahead of its task where it knows early that a second core will be used.
 
 :mod:`gpuaudit.classify.parallel` starts a worker (a fresh interpreter that imports gpuaudit,
 NumPy, PyArrow and numba, then reads its task on stdin) once the file is open and split:
@@ -7,7 +7,9 @@ about half a second into the command, while the second core sat idle. :func:`pre
 it first thing instead, so its imports and the loading of the compiled loop run beside this
 process's own imports; :func:`take` hands it to the first range that needs a worker. A worker
 no range took reads an empty stdin when this process exits (or is ended at exit) and stops
-without a word. This module imports nothing heavy: it runs before anything else is imported.
+without a word. :func:`prestart_trace` does the same for a large profiler trace or a folder
+of ranks (:mod:`gpuaudit.traces._kineto_parts`); ``take(kind)`` keeps the kinds apart. This
+module imports nothing heavy: it runs before anything else is imported.
 """
 
 from __future__ import annotations
