@@ -202,7 +202,7 @@ def _part_dir(n_bytes: int) -> str | None:
     shm = "/dev/shm"
     try:
         st = os.statvfs(shm)
-    except OSError:
+    except (OSError, AttributeError):  # none there, or no statvfs (Windows)
         return None
     room = st.f_bavail * st.f_frsize
     return shm if os.access(shm, os.W_OK) and room >= 2 * n_bytes + (1 << 20) else None
