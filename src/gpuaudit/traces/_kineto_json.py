@@ -23,6 +23,12 @@ one JSON object: a small header (``schemaVersion``, ``deviceProperties``,
    no float rounding, HTA issue #317); names are interned (one ``str`` per distinct name, an
    int32 code per event); the slice's structs are then freed, so memory is the document plus
    one slice's structs plus the kept columns.
+
+How the events array is walked is the caller's choice (``decode(..., events=...)``): in one
+pass here by default, or in parts by helper processes
+(:func:`gpuaudit.traces._kineto_parts.decode_events`), which use :func:`decode_part` and the
+accumulator's :meth:`~_Accumulator.state` / :meth:`~_Accumulator.absorb` and give the same
+columns.
 """
 
 from __future__ import annotations
