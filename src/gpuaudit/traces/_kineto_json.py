@@ -185,8 +185,9 @@ class Columns:
     (``ts``, ``dur``: microsecond text x 1000) or integers (``stream``, ``device``,
     ``correlation``, ``flops``), each with a validity mask (absent, ``null`` or not a number:
     invalid; never zero); the integer args are read only for the kinds of event an analysis
-    reads them for (``_INT_ARGS``) and invalid on the others. ``ts_frac``: the timestamp had a fractional part. ``unknown_cats`` counts
-    the events whose category the selector's table does not know, by category.
+    reads them for (``_INT_ARGS``) and invalid on the others. ``ts_frac``: the timestamp had
+    a fractional part. ``unknown_cats`` counts the events whose category the selector's
+    table does not know, by category.
     """
 
     n_events: int
@@ -271,19 +272,18 @@ class _Accumulator:
         kind = self.select(is_x, code, names_of, has_flops)
         keep = kind > 0
         kept = list(compress(evs, keep))
+        kept_kind = kind[keep]
         p = self.parts
-        p["kind"].append(kind[keep])
+        p["kind"].append(kept_kind)
         p["cat"].append(code[keep])
         p["name_idx"].append(self._intern(list(map(attrgetter("name"), kept))))
-        # the numbers of one kind read in one call: ts and dur interleaved, then the four
-        # integer args (a column is a strided view of the call's result)
+        # ts and dur read in one call, interleaved (each column a strided view of its result)
         ns, ok, frac = parse_raw(list(chain.from_iterable(map(_TS_DUR, kept))))
         for i, key in enumerate(("ts", "dur")):
             p[f"{key}_ns"].append(ns[i::2])
             p[f"{key}_ok"].append(ok[i::2])
         p["ts_frac"].append(frac[0::2])
         args = list(map(attrgetter("args"), kept))
-        kept_kind = kind[keep]
         for key, kinds in _INT_ARGS:  # each read only where an analysis reads it
             val = np.zeros(len(kept), I64)
             ok = np.zeros(len(kept), bool)
@@ -294,7 +294,7 @@ class _Accumulator:
             p[key].append(val)
             p[f"{key}_ok"].append(ok)
         p["flops_derived"].append(
-            _derive_flops(kind[keep], kept, args, p["flops"][-1], p["flops_ok"][-1]))
+            _derive_flops(kept_kind, kept, args, p["flops"][-1], p["flops_ok"][-1]))
 
     def state(self) -> _PartState:
         """What this accumulator holds, to be absorbed by another (a part's helper)."""
@@ -483,8 +483,8 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
         try:
             return _decode_slice(arr, lo, cut, path, n_before, frame), nxt
         except msgspec.DecodeError as exc:
-            if cut == end:  # end is a candidate cut inside a string (the array's own end,
-                raise NotABoundary(lo) from exc  # validated, cannot fail)
+            if cut == end:  # end is a part's cut, inside a string (the array's own end was
+                raise NotABoundary(lo) from exc  # validated: it cannot fail)
             pos = cut  # the cut was inside a string or a nested object: try the next one
     try:
         return _decode_slice(arr, lo, end, path, n_before, frame), end
@@ -495,14 +495,13 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
 def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int,
                   frame: _Frame | None = None) -> list[_Event]:
     frame = frame or _Frame(b"", msgspec.Raw(b""))
-    dec = _SLICE_DECODER
     try:
         try:
-            return cast(list[_Event], frame.decode(dec, arr, lo, hi))
+            return cast(list[_Event], frame.decode(_SLICE_DECODER, arr, lo, hi))
         except UnicodeDecodeError:
             # invalid UTF-8 inside a string: decode it as U+FFFD, as other trace viewers do
             text = frame.text(arr, lo, hi)
-            return dec.decode(text.decode("utf-8", errors="replace").encode())
+            return _SLICE_DECODER.decode(text.decode("utf-8", errors="replace").encode())
     except msgspec.ValidationError as exc:
         m = _INDEX_AT.search(str(exc))
         at = f"traceEvents[{n_before + int(m.group(1))}]" if m else "traceEvents"

@@ -101,12 +101,21 @@ def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
     cpus = _workers.available_cpus()
     if cpus < 2 or n_bytes < 2 * PART_BYTES:
         return []
-    out: list[subprocess.Popen[bytes]] = []
     ready = _workers.take("trace")
-    if ready is not None:
-        out.append(ready)
-    want = min(cpus, MAX_PARTS, n_bytes // (HELPER_PART_BYTES if not out else PART_BYTES)) - 1
-    while len(out) < want and n_bytes // (len(out) + 2) >= HELPER_PART_BYTES:
+    # parts of PART_BYTES or more; a helper started here only for parts of HELPER_PART_BYTES
+    count = min(cpus, MAX_PARTS, n_bytes // PART_BYTES) - 1
+    return _gather(min(count, max(ready is not None, n_bytes // HELPER_PART_BYTES - 1)), ready)
+
+
+def _gather(count: int, ready: subprocess.Popen[bytes] | None
+            ) -> list[subprocess.Popen[bytes]]:
+    """``count`` helpers at most: ``ready`` (the one started ahead) first, then ones started
+    now (fewer where one cannot start)."""
+    out = [ready] if ready is not None else []
+    for unneeded in out[count:]:
+        _stop(unneeded)
+    out = out[:count]
+    while len(out) < count:
         proc = _workers.spawn(_workers.TRACE_WORKER)
         if proc is None:
             break
@@ -143,7 +152,7 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
             return
         for proc, name, (a, _) in zip(helpers, files, spans[1:]):
             got = _answer(proc) if name is not None else None
-            if got is None:
+            if not isinstance(got, kj._PartState):
                 # from here on, one pass here (an error then names its event and byte)
                 kj.decode_part(arr, a, end, path, acc, slice_bytes, frame)
                 return
@@ -225,14 +234,14 @@ def _send(proc: subprocess.Popen[bytes], task: _Task | _RanksTask) -> None:
         pass
 
 
-def _answer(proc: subprocess.Popen[bytes]) -> kj._PartState | None:
-    """The helper's part state, or None (it failed, died, or answered something else)."""
+def _answer(proc: subprocess.Popen[bytes]) -> Any:
+    """What the helper answered, or None where it died or wrote something unreadable (the
+    caller checks the answer's type)."""
     try:
         assert proc.stdout is not None
-        got = pickle.load(proc.stdout)
-    except Exception:
+        return pickle.load(proc.stdout)
+    except Exception:  # any broken answer means: do the work here
         return None
-    return got if isinstance(got, kj._PartState) else None
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -270,15 +279,7 @@ def load_ranks(files: list[Path], load: Callable[..., T], kind: type[T]) -> list
     procs = min(_workers.available_cpus(), len(files), MAX_PARTS, sum(sizes) // PART_BYTES)
     if procs < 2:
         return [load(f) for f in files]
-    helpers: list[subprocess.Popen[bytes]] = []
-    ready = _workers.take("trace")
-    if ready is not None:
-        helpers.append(ready)
-    while len(helpers) < procs - 1:
-        proc = _workers.spawn(_workers.TRACE_WORKER)
-        if proc is None:
-            break
-        helpers.append(proc)
+    helpers = _gather(procs - 1, _workers.take("trace"))
     share = _balance(sizes, len(helpers) + 1)
     try:
         for proc, own in zip(helpers, share[1:]):
@@ -305,11 +306,7 @@ def load_ranks(files: list[Path], load: Callable[..., T], kind: type[T]) -> list
 
 def _ranks_answer(proc: subprocess.Popen[bytes], n: int, kind: type[T]) -> list[T | None]:
     """A helper's answers (None for each it could not load, or all where it failed)."""
-    try:
-        assert proc.stdout is not None
-        got = pickle.load(proc.stdout)
-    except Exception:  # any broken answer means: load the files here
-        return [None] * n
+    got = _answer(proc)
     if not isinstance(got, list) or len(got) != n:
         return [None] * n
     return [r if isinstance(r, kind) else None for r in got]
