@@ -377,15 +377,17 @@ def test_a_part_goes_to_the_temporary_folder_where_dev_shm_has_no_room(
         assert kp._part_dir(1) == "/dev/shm"
 
 
-def test_ctrl_c_while_a_helper_decodes_stops_both_quietly(tmp_path: Path) -> None:
+@pytest.mark.parametrize("gz", [True, False])
+def test_ctrl_c_while_a_helper_decodes_stops_both_quietly(tmp_path: Path, gz: bool) -> None:
     """A Ctrl-C at the terminal (SIGINT to the foreground process group) while the helper
-    decodes its part: the command says it was aborted (exit 130), the helper prints nothing
+    decodes its part (handed over in a file for a gzip trace, mapped from the trace itself
+    for a plain one): the command says it was aborted (exit 130), the helper prints nothing
     (it runs in a session of its own and is stopped by the command), and neither a helper nor
     a part's file is left behind."""
     evs: list[dict[str, object]] = []
     for i in range(60_000):
         evs += [launch(10 * i, i), kernel(f"void k{i % 7}<float>(int)", 10 * i + 2, 5, i)]
-    path = write(tmp_path / "big.json", evs)
+    path = write(tmp_path / ("big.json.gz" if gz else "big.json"), evs, gz=gz)
     parts_dir = tmp_path / "parts"
     parts_dir.mkdir()
     code = f"""
@@ -405,7 +407,7 @@ sys.exit(main(["trace", {str(path)!r}, "--price", "2.5", "-o", "/dev/null"]))
     proc = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, env=env,
                             start_new_session=True)  # its own group, as a terminal's job
     deadline = time.monotonic() + 60
-    while not list(parts_dir.iterdir()) and proc.poll() is None:
+    while not (list(parts_dir.iterdir()) if gz else _mapping(path)) and proc.poll() is None:
         assert time.monotonic() < deadline
         time.sleep(0.001)
     assert proc.poll() is None, "the command ended before handing a part over"
@@ -418,6 +420,17 @@ sys.exit(main(["trace", {str(path)!r}, "--price", "2.5", "-o", "/dev/null"]))
     assert not list(parts_dir.iterdir())
     time.sleep(0.2)
     assert not (helpers & _helper_pids())
+
+
+def _mapping(path: Path) -> bool:
+    """Whether a helper has mapped ``path``."""
+    for pid in _helper_pids():
+        try:
+            if str(path) in Path(f"/proc/{pid}/maps").read_text():
+                return True
+        except OSError:
+            pass
+    return False
 
 
 def _helper_pids() -> set[int]:

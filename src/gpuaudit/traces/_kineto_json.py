@@ -54,12 +54,16 @@ from gpuaudit.errors import InputError
 from gpuaudit.limits import inflate_gzip
 from gpuaudit.traces.op_flops import FORMULA_OPS, op_flops
 
-__all__ = ["SLICE_BYTES", "Columns", "decode", "parse_ns", "read_document"]
+__all__ = ["SLICE_BYTES", "Columns", "decode", "meta_around", "parse_ns", "read_document"]
 
 I64 = np.int64
 #: bytes of the traceEvents array decoded at a time (bounds the transient Python structs)
 SLICE_BYTES = 1 << 22
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+#: where a document's events array opens (the ``[`` ends the match) and may close (a ``}``
+#: then the ``]`` that ends the match): candidates, proven by :func:`meta_around`
+_EVENTS_OPEN = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
+_EVENTS_CLOSE = re.compile(rb"\}[ \t\r\n]*\]")
 _CUT_TRIES = 8  # candidate cuts per slice before the slice runs to the end of the array
 _GZIP_MAGIC = b"\x1f\x8b"
 _NUM_ROWS = 1 << 13  # numbers per decode step (a few 2-D int64 temporaries)
@@ -399,6 +403,33 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     return meta, acc.finish()
 
 
+def meta_around(doc: bytes, at: int) -> dict[str, Any] | None:
+    """The header and tail keys of ``doc``, a trace document whose events array was replaced
+    by ``[]`` at byte ``at``, decoded as :func:`decode` decodes them; None unless ``doc`` is a
+    JSON object whose ``traceEvents`` value is that ``[]``.
+
+    Putting any JSON array back in place of the ``[]`` gives a valid document in which that
+    array is the ``traceEvents`` value (a JSON value can stand wherever another can), so a
+    document is proven valid by this and its events array's parts
+    (:func:`gpuaudit.traces._kineto_parts.decode_file`), with no pass over the whole."""
+    try:
+        top = _TOP_DECODER.decode(doc)
+        raw = top.pop("traceEvents", None)
+        if raw is None or bytes(raw) != b"[]" or _offset(raw, doc) != at:
+            return None
+        return {k: msgspec.json.decode(v) for k, v in top.items()}
+    except (msgspec.DecodeError, UnicodeDecodeError, RecursionError):
+        return None  # decode() names what is wrong, reading the whole document
+
+
+def _offset(view: Any, buf: Any) -> int:
+    """Where the buffer ``view`` lies in ``buf`` (-1 where it does not)."""
+    a = np.frombuffer(view, np.uint8).__array_interface__["data"][0]
+    b = np.frombuffer(buf, np.uint8).__array_interface__["data"][0]
+    off = a - b
+    return off if 0 <= off and off + len(view) <= len(buf) else -1
+
+
 #: (the events array, its closing bracket's index, the path, the accumulator, the slice size,
 #: the frame) -> None: decodes the array's elements into the accumulator
 EventsDecoder = Callable[[memoryview, int, Path, "_Accumulator", int, "_Frame"], None]
@@ -440,10 +471,8 @@ class _Frame:
         self.buf: bytearray | mmap.mmap | None = None
         self.base = 0
         if isinstance(data, bytearray) and len(events):
-            a = np.frombuffer(events, np.uint8).__array_interface__["data"][0]
-            b = np.frombuffer(data, np.uint8).__array_interface__["data"][0]
-            off = a - b
-            if 0 <= off and off + len(events) <= len(data) and data[off] == 0x5B:
+            off = _offset(events, data)
+            if off >= 0 and data[off] == 0x5B:
                 self.buf, self.base = data, off
 
     @classmethod

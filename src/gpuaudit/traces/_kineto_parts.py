@@ -47,12 +47,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import msgspec
+
 from gpuaudit import _workers
+from gpuaudit.errors import InputError
 from gpuaudit.traces import _kineto_json as kj
 
 T = TypeVar("T")
 
-__all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "load_ranks", "plan"]
+__all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "decode_file",
+           "load_ranks", "plan"]
 
 #: The smallest part worth a helper started ahead (its interpreter and imports are already
 #: paid, beside this process's own imports). Measured on 2 cores (docs/benchmarks.md): a
@@ -82,15 +86,27 @@ def plan(arr: memoryview, lo: int, end: int, parts: int) -> list[tuple[int, int]
     """``arr[lo:end]`` (an events array's elements) cut into at most ``parts`` consecutive
     ``(start, stop)`` spans at candidate boundaries near equal sizes: each stop is just after
     a ``}``, the next start at the ``{`` after the comma. Candidates, not proven ones."""
+    return _plan(lambda pos: _cut_in(arr, pos, end), lo, end, parts)
+
+
+def _cut_in(buf: Any, pos: int, end: int, base: int = 0) -> tuple[int, int] | None:
+    """The first candidate cut in ``buf[pos:end]``: (just after its ``}``, its ``{``), plus
+    ``base``."""
+    m = kj._CUT.search(buf, pos, end)
+    return (base + m.start() + 1, base + m.end() - 1) if m else None
+
+
+def _plan(cut_from: Callable[[int], tuple[int, int] | None], lo: int, end: int, parts: int
+          ) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     start = lo
     for k in range(1, parts):
         pos = max(lo + (end - lo) * k // parts, start + 1)
-        m = kj._CUT.search(arr, pos, end) if pos < end else None
-        if m is None:
+        cut = cut_from(pos) if pos < end else None
+        if cut is None:
             break
-        spans.append((start, m.start() + 1))
-        start = m.end() - 1
+        spans.append((start, cut[0]))
+        start = cut[1]
     spans.append((start, end))
     return spans
 
@@ -165,6 +181,141 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
                 _remove(name)
 
 
+#: bytes read at a plain file's head and tail to find its events array (a Kineto header or
+#: tail is a few KiB; a file whose are larger is read whole, as one pass reads it)
+_PROBE_BYTES = 1 << 20
+
+
+def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
+                slice_bytes: int | None = None) -> tuple[dict[str, Any], kj.Columns] | None:
+    """A large plain (not gzip) trace file decoded in parts without reading it whole first:
+    ``(meta, columns)`` as :func:`~gpuaudit.traces._kineto_json.decode` gives them, or None
+    where this does not apply or anything is not as expected (the caller then reads and
+    decodes the document whole, which names any error).
+
+    The events array is found from the file's head and tail, and the header and tail are
+    proven valid around it (:func:`~gpuaudit.traces._kineto_json.meta_around`); the array's
+    parts are then proven by decoding, as in :func:`decode_events`. So no pass validates the
+    whole document first, and this process reads only its own part: each helper maps its
+    part from the file itself. Where a helper fails, this process reads and decodes that
+    part. The file must look the same (size, modification time, inode) throughout."""
+    try:
+        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below, helpers or not)
+    except OSError:
+        return None
+    helpers: list[subprocess.Popen[bytes]] = []
+    try:
+        stamp = _stamp(os.fstat(f.fileno()))
+        if stamp[0] < 2 * PART_BYTES or _workers.available_cpus() < 2:
+            return None
+        found = _locate(f, stamp[0])
+        if found is None:
+            return None
+        meta, lo, end = found
+        helpers = _helpers(end - lo)
+        spans = _plan(lambda pos: _file_cut(f, pos, end), lo, end, len(helpers) + 1)
+        if len(spans) < 2:
+            return None
+        helpers, extra = helpers[:len(spans) - 1], helpers[len(spans) - 1:]
+        for proc in extra:  # fewer candidate cuts than helpers
+            _stop(proc)
+        for proc, (a, b) in zip(helpers, spans[1:]):
+            _send(proc, _FileTask(cats, select, slice_bytes or kj.SLICE_BYTES, str(path), a, b,
+                                  stamp))
+        acc = kj._Accumulator(cats, select)
+        if not _decode_span(f, spans[0], path, acc, slice_bytes):
+            return None
+        for proc, span in zip(helpers, spans[1:]):
+            got = _answer(proc)
+            if isinstance(got, kj._PartState):
+                acc.absorb(got)
+            elif not _decode_span(f, span, path, acc, slice_bytes):
+                return None
+        if _stamp(os.stat(path)) != stamp:  # changed while read: read it again, whole
+            return None
+        return meta, acc.finish()
+    except OSError:
+        return None
+    finally:
+        f.close()
+        for proc in helpers:
+            _stop(proc)
+
+
+def _stamp(st: os.stat_result) -> tuple[int, int, int]:
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def _read_at(f: Any, pos: int, n: int) -> bytes:
+    """At most ``n`` bytes of the file from ``pos`` (a probe or a window: a MiB at most)."""
+    f.seek(pos)
+    return bytes(f.read(n))
+
+
+def _read_into(f: Any, pos: int, view: memoryview) -> None:
+    """Fill ``view`` from the file at ``pos`` (an OSError where the file ends first)."""
+    f.seek(pos)
+    got = 0
+    while got < len(view):
+        k = f.readinto(view[got:])
+        if not k:
+            raise OSError(f"{f.name}: ended at byte {pos + got}")
+        got += k
+
+
+def _locate(f: Any, size: int) -> tuple[dict[str, Any], int, int] | None:
+    """The document's header and tail keys and its events array's elements' span
+    ``(lo, end)`` (from the byte after its ``[`` to its ``]``), found in the file's first and
+    last :data:`_PROBE_BYTES` and proven by :func:`~gpuaudit.traces._kineto_json.meta_around`;
+    None where not found (gzip, a header or tail larger than that, not a trace)."""
+    head = _read_at(f, 0, min(size, _PROBE_BYTES))
+    m = kj._EVENTS_OPEN.search(head) if head[:2] != kj._GZIP_MAGIC else None
+    if m is None:
+        return None
+    open_at = m.end() - 1
+    tail_at = max(open_at + 1, size - _PROBE_BYTES)
+    tail = _read_at(f, tail_at, size - tail_at)
+    # the array's last element ends it. Candidates in file order: one inside the array (an
+    # array of objects in an event's args) leaves closers over, which meta_around refutes;
+    # the true one comes before any in the tail (an array of objects there could pass it)
+    for close, _ in zip(kj._EVENTS_CLOSE.finditer(tail), range(8)):
+        close_at = tail_at + close.end() - 1
+        meta = kj.meta_around(head[:open_at] + b"[]" + tail[close.end():], open_at)
+        if meta is not None:
+            return meta, open_at + 1, close_at
+    return None
+
+
+def _file_cut(f: Any, pos: int, end: int) -> tuple[int, int] | None:
+    """The first candidate cut in the file from ``pos`` (see :func:`plan`), read a window at a
+    time (None within 8 windows: fewer parts)."""
+    for _ in range(8):
+        if pos >= end:
+            return None
+        window = _read_at(f, pos, min(_PROBE_BYTES, end - pos))
+        cut = _cut_in(window, 0, len(window), base=pos)
+        if cut is not None:
+            return cut
+        pos += max(len(window) - 64, 1)  # overlapping: a cut across two windows is found
+    return None
+
+
+def _decode_span(f: Any, span: tuple[int, int], path: Path, acc: kj._Accumulator,
+                 slice_bytes: int | None) -> bool:
+    """The file's ``span`` (elements of its events array) read and decoded into ``acc``;
+    False where it does not decode to its end (the caller reads the document whole)."""
+    a, b = span
+    buf = bytearray(b - a + 2)
+    buf[0], buf[-1] = 0x5B, 0x5D  # [ and ]
+    _read_into(f, a, memoryview(buf)[1:-1])
+    try:
+        kj.decode_part(memoryview(buf), 1, len(buf) - 1, path, acc,
+                       slice_bytes or kj.SLICE_BYTES, kj._Frame.over(buf))
+    except (kj.NotABoundary, InputError, msgspec.DecodeError, RecursionError):
+        return False
+    return True
+
+
 def _hand_over(part: memoryview) -> str | None:
     """The part between brackets, as a JSON array of its own, in a new file that its helper
     maps (None where it cannot be written: that part is then decoded here). In memory where
@@ -224,7 +375,7 @@ def _remove(name: str) -> None:
         pass
 
 
-def _send(proc: subprocess.Popen[bytes], task: _Task | _RanksTask) -> None:
+def _send(proc: subprocess.Popen[bytes], task: _Task | _FileTask | _RanksTask) -> None:
     """Write the task to the helper (a few hundred bytes: the pipe takes them at once)."""
     try:
         assert proc.stdin is not None
@@ -254,6 +405,20 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
                 pipe.close()
             except OSError:
                 pass
+
+
+@dataclass(frozen=True)
+class _FileTask:
+    """A part of a plain trace file, ``[lo, hi)`` (see :func:`decode_file`), for a helper to
+    map and decode in place, if the file still has the ``stamp`` this process saw."""
+
+    cats: tuple[str, ...]
+    select: kj.Selector
+    slice_bytes: int
+    path: str
+    lo: int
+    hi: int
+    stamp: tuple[int, int, int]
 
 
 @dataclass(frozen=True)
@@ -333,7 +498,8 @@ def _main() -> int:
         task = pickle.load(sys.stdin.buffer)
     except EOFError:
         return 0
-    answer = _ranks(task) if isinstance(task, _RanksTask) else _part(task)
+    answer = (_ranks(task) if isinstance(task, _RanksTask)
+              else _file_part(task) if isinstance(task, _FileTask) else _part(task))
     try:
         pickle.dump(answer, sys.stdout.buffer, protocol=5)
         sys.stdout.buffer.flush()
@@ -355,6 +521,21 @@ def _part(task: _Task) -> kj._PartState | None:
                        kj._Frame.over(buf))
         return acc.state()
     except Exception:  # the part is decoded again by the caller, who reports
+        return None
+
+
+def _file_part(task: _FileTask) -> kj._PartState | None:
+    try:
+        with open(task.path, "rb") as f:
+            if _stamp(os.fstat(f.fileno())) != task.stamp:
+                return None
+            # mapped (copy on write: a slice's framing brackets copy only the pages they touch)
+            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        acc = kj._Accumulator(task.cats, task.select)
+        kj.decode_part(memoryview(buf), task.lo, task.hi, Path(task.path), acc,
+                       task.slice_bytes, kj._Frame.over(buf))
+        return acc.state()
+    except Exception:  # the part is decoded again by the caller
         return None
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from gpuaudit.errors import InputError
 from gpuaudit.traces import _kineto_json as kj
-from gpuaudit.traces._kineto_parts import decode_events, load_ranks
+from gpuaudit.traces._kineto_parts import decode_events, decode_file, load_ranks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -321,10 +321,19 @@ def load_trace(path: str | Path, *, parts: bool = True) -> RankTrace:
     ``parts``: a large trace's events may be decoded in parts by helper processes where the
     process may use two cores or more (the same result: docs/traces.md, Loader)."""
     path = Path(path)
+    got = decode_file(path, _ALL_CATS, _select) if parts else None
+    if got is None:
+        got = _decode_whole(path, parts)
+    return _build_rank(path, *got)
+
+
+def _decode_whole(path: Path, parts: bool) -> tuple[dict[str, Any], kj.Columns]:
+    """The document read whole, validated, then decoded (its events in parts where
+    ``parts`` and it pays); every error of a damaged trace is raised here."""
     data, _ = kj.read_document(path)
     try:
-        meta, cols = kj.decode(data, path, _ALL_CATS, _select,
-                               events=decode_events if parts else None)
+        return kj.decode(data, path, _ALL_CATS, _select,
+                         events=decode_events if parts else None)
     except RecursionError as exc:  # msgspec's guard against a value nested too deep
         raise InputError("not a valid Kineto/Chrome trace: a JSON value nested too deep "
                          "(trace events and their args are flat objects)", where=str(path),
@@ -334,8 +343,6 @@ def load_trace(path: str | Path, *, parts: bool = True) -> RankTrace:
                          " is not UTF-8 text", where=str(path),
                          fix="the file is damaged or not a trace; write it again with "
                          "torch.profiler") from None
-    del data  # the document is no longer needed once the columns exist
-    return _build_rank(path, meta, cols)
 
 
 def _select(is_x: np.ndarray, cat: np.ndarray,
