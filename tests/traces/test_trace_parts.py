@@ -575,3 +575,256 @@ def _stop_unused(proc: subprocess.Popen[bytes]) -> None:
     proc.stdin.close()
     assert proc.stdout.read() == b"" and proc.wait() == 0
     proc.stdout.close()
+
+
+# -- a large plain file in parts, read from the file itself (decode_file) ------------------
+
+
+def _file_parts(monkeypatch: pytest.MonkeyPatch, cpus: int, part_bytes: int,
+                probe_bytes: int = 1 << 20) -> _Spy:
+    spy = _parts(monkeypatch, cpus, part_bytes)
+    monkeypatch.setattr(kp, "_PROBE_BYTES", probe_bytes)
+    return spy
+
+
+def _from_file(path: Path, slice_bytes: int | None = None
+               ) -> tuple[dict[str, object], kj.Columns] | None:
+    return kp.decode_file(path, loader._ALL_CATS, loader._select, slice_bytes)
+
+
+def _no_whole_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fail(path: Path) -> None:
+        raise AssertionError(f"{path} was read whole")
+
+    monkeypatch.setattr(kj, "read_document", fail)
+
+
+_TAILS = {"plain": {"z": [2], "traceName": "t"},
+          "objects after": {"samples": [{"a": 1}, {"b": [{}]}], "z": 2}}
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+                                                                 HealthCheck.function_scoped_fixture])
+@given(events(), st.integers(2, 4), st.integers(40, 400), st.integers(1, 300),
+       st.integers(16, 4096), st.sampled_from(sorted(_TAILS)), st.booleans(), st.booleans())
+def test_a_plain_file_in_parts_reads_what_one_pass_reads(
+        tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+        evs: list[dict[str, object]], cpus: int, part_bytes: int, slice_bytes: int,
+        probe_bytes: int, tail: str, decoy: bool, indent: bool) -> None:
+    """Random events (false cuts inside strings, arrays of objects in args), parts and slices
+    of any size, probes of any size, a tail with or without an array of objects after the
+    events, a decoy ``"traceEvents": [`` inside a header string: the file's parts give one
+    pass's meta and columns, or nothing (and then the document is read whole)."""
+    doc: dict[str, object] = {"a": 1}
+    if decoy:
+        doc["note"] = 'x "traceEvents": [{"ph": "X"}], '
+    doc["traceEvents"] = evs
+    doc.update(_TAILS[tail])
+    data = json.dumps(doc, indent=1 if indent else None).encode()
+    path = tmp_path_factory.mktemp("plain") / "t.json"
+    path.write_bytes(data)
+    meta, whole = _one_pass(data, slice_bytes)
+    _file_parts(monkeypatch, cpus, part_bytes, probe_bytes)
+    got = _from_file(path, slice_bytes)
+    if got is not None:
+        assert got[0] == meta
+        _same_all(whole, got[1])
+    if tail == "plain" and not decoy and probe_bytes >= len(data):
+        # the whole file probed, nothing unusual: read in parts wherever there are two
+        lo = data.index(b"[", data.index(b'"traceEvents"')) + 1
+        end = [m.end() - 1 for m in kj._EVENTS_CLOSE.finditer(data)][-1]
+        two = end - lo >= 2 * part_bytes and len(kp.plan(memoryview(data), lo, end, 2)) == 2
+        assert (got is not None) == two
+
+
+@pytest.mark.parametrize("name", REAL)
+@pytest.mark.parametrize("cpus", [2, 3])
+def test_real_traces_from_the_file_in_parts_equal_one_pass(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, cpus: int) -> None:
+    """The real traces as plain files: loaded in parts (each helper's part taken, the
+    document never read whole), the same RankTrace as one process."""
+    data = gzip.decompress((DATA / name).read_bytes())
+    path = tmp_path / "t.json"
+    path.write_bytes(data)
+    ref = loader.load_trace(path, parts=False)
+    meta, whole = _one_pass(data, 1 << 16)
+    spy = _file_parts(monkeypatch, cpus, part_bytes=len(data) // (cpus + 1))
+    got = _from_file(path, 1 << 16)
+    assert got is not None and got[0] == meta
+    _same_all(whole, got[1])
+    assert spy.absorbed == cpus - 1
+    _no_whole_read(monkeypatch)
+    rank = loader.load_trace(path)
+    assert rank.kernels.equals(ref.kernels) and rank.notes == ref.notes
+    assert rank.spans.names == ref.spans.names and rank.meta == ref.meta
+    np.testing.assert_array_equal(rank.runtime_ts_ns, ref.runtime_ts_ns)
+
+
+def _big_plain(tmp_path: Path, n: int = 3000) -> Path:
+    evs: list[dict[str, object]] = []
+    for i in range(n):
+        evs += [launch(10 * i, i), kernel(f"void k{i % 7}<float>(int)", 10 * i + 2, 5, i)]
+    evs.append(span("ProfilerStep#1", 0, 10 * n))
+    return write(tmp_path / "big.json", evs)
+
+
+def test_a_helper_that_dies_leaves_its_file_part_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big_plain(tmp_path)
+    ref = _one_pass(path.read_bytes(), 1 << 16)
+    spy = _file_parts(monkeypatch, 3, part_bytes=path.stat().st_size // 4)
+    monkeypatch.setattr(_workers, "TRACE_WORKER", "import os; os._exit(3)")
+    got = _from_file(path, 1 << 16)
+    assert got is not None and got[0] == ref[0]
+    _same_all(ref[1], got[1])
+    assert spy.absorbed == 0
+
+
+def test_a_helper_that_sees_another_file_leaves_its_part_to_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper maps its part only from the file this process saw (size, modification
+    time, inode): here it sees another, answers nothing, and this process reads the part."""
+    path = _big_plain(tmp_path)
+    ref = _one_pass(path.read_bytes(), 1 << 16)
+    spy = _file_parts(monkeypatch, 2, part_bytes=path.stat().st_size // 3)
+    monkeypatch.setattr(kp, "_stamp", lambda st: (st.st_size, st.st_mtime_ns + 1, st.st_ino))
+    got = _from_file(path, 1 << 16)
+    assert got is not None
+    _same_all(ref[1], got[1])
+    assert spy.absorbed == 0
+
+
+def test_a_file_that_changes_while_read_is_read_again_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _big_plain(tmp_path)
+    ref = loader.load_trace(path, parts=False)
+    _file_parts(monkeypatch, 2, part_bytes=path.stat().st_size // 3)
+    real = kp._decode_span
+
+    def decode_then_touch(*args: object) -> bool:
+        ok = real(*args)  # type: ignore[arg-type]
+        st = path.stat()
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+        return ok
+
+    monkeypatch.setattr(kp, "_decode_span", decode_then_touch)
+    assert _from_file(path) is None
+    rank = loader.load_trace(path)  # read whole, after the parts were refused
+    assert rank.kernels.equals(ref.kernels)
+
+
+@pytest.mark.parametrize("where", [0.2, 0.8])  # this process's part, a helper's part
+def test_a_bad_event_in_a_file_part_is_named_as_one_pass_names_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: float) -> None:
+    evs = [kernel(f"k{i}", 10 * i, 1, i) for i in range(400)]
+    evs[int(len(evs) * where)]["name"] = 5
+    path = write(tmp_path / "t.json", evs)
+    with pytest.raises(InputError) as ref:
+        loader.load_trace(path, parts=False)
+    spy = _file_parts(monkeypatch, 2, part_bytes=path.stat().st_size // 3)
+    assert _from_file(path) is None
+    with pytest.raises(InputError) as exc:
+        loader.load_trace(path)
+    assert str(exc.value) == str(ref.value)
+    assert f"traceEvents[{int(len(evs) * where)}]" in str(exc.value)
+    assert spy.absorbed == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage in a part", "no closing bracket"])
+def test_damaged_json_in_a_plain_file_is_the_one_pass_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, damage: str) -> None:
+    """No pass validated the document before its parts: a part that does not decode sends
+    it back to be read whole, which names the damage and its byte as before."""
+    data = _big_plain(tmp_path).read_bytes()
+    if damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    elif damage == "garbage in a part":
+        at = data.index(b"},", len(data) * 3 // 4)
+        data = data[:at] + b"}} ," + data[at + 2:]
+    else:
+        data = data[: data.rindex(b"]")] + data[data.rindex(b"]") + 1:]
+    path = tmp_path / "damaged.json"
+    path.write_bytes(data)
+    with pytest.raises(InputError) as ref:
+        loader.load_trace(path, parts=False)
+    _file_parts(monkeypatch, 2, part_bytes=len(data) // 3)
+    assert _from_file(path) is None
+    with pytest.raises(InputError) as exc:
+        loader.load_trace(path)
+    assert str(exc.value) == str(ref.value)
+
+
+def test_a_large_header_or_a_gzip_file_is_not_read_in_file_parts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the events array is not found in the probes, nothing is started: the document
+    is read whole (a gzip trace is inflated, then decoded in parts as before)."""
+    evs = [kernel(f"k{i}", 10 * i, 1, i) for i in range(300)]
+    big_head = write(tmp_path / "head.json", evs, deviceProperties=[{"x": "y" * 5000}])
+    gz = write(tmp_path / "t.json.gz", evs, gz=True)
+    _file_parts(monkeypatch, 2, part_bytes=64, probe_bytes=4096)
+
+    def no_spawn(program: str | None = None) -> None:
+        raise AssertionError("a helper was started")
+
+    monkeypatch.setattr(_workers, "spawn", no_spawn)
+    assert _from_file(big_head) is None and _from_file(gz) is None
+
+
+def test_a_file_cut_inside_a_string_is_decoded_on_here(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper's part starts at a false cut (inside the first event's name): this
+    process's part does not decode to it, so this process reads on from where it stopped,
+    in one pass, and the helper's answer is not used."""
+    name = 'x"}, {"y' * 40
+    path = write(tmp_path / "t.json", [kernel(name, 10 + i, 1, i) for i in range(40)])
+    data = path.read_bytes()
+    first = kj._CUT.search(data)
+    assert first is not None
+    assert data.index(b'"name"') < first.start() < data.index(b'"pid"')
+    ref = _one_pass(data, 1 << 20)
+    spy = _file_parts(monkeypatch, 2, part_bytes=64)
+    monkeypatch.setattr(kp, "_file_cut", lambda f, pos, end: (first.start() + 1,
+                                                               first.end() - 1))
+    _no_whole_read(monkeypatch)
+    got = _from_file(path, 1 << 20)
+    assert got is not None and got[0] == ref[0]
+    _same_all(ref[1], got[1])
+    assert spy.absorbed == 0
+    assert [got[1].names[i] for i in got[1].name_idx.tolist()] == [name] * 40
+
+
+@pytest.mark.parametrize(("doc", "ok"), [
+    (b'{"a": 1, "traceEvents": [], "z": [2]}', True),
+    (b'{"traceEvents": []}', True),
+    (b'{"traceEvents": [], "traceEvents": [1]}', False),  # the later value is the one
+    (b'{"traceEvents": [], "traceEvents": []}', False),  # ... even where it is alike
+    (b'{"note": "\\"traceEvents\\": [", "traceEvents": []}', True),
+    (b'{"traceEvents": [] ', False),  # not closed
+    (b'{"traceEvents": []}, 1', False),  # something after the object
+    (b'[{"traceEvents": []}]', False),  # not an object
+    (b'{"x": {"traceEvents": []}}', False),  # not the top-level key
+])
+def test_the_header_and_tail_are_proven_around_the_events(doc: bytes, ok: bool) -> None:
+    at = doc.index(b"[]")
+    meta = kj.meta_around(doc, at)
+    assert (meta is not None) == ok
+    if ok:  # what decode() gives for the document with any events put back
+        full = doc[:at] + b'[{"ph": "X", "cat": "kernel", "name": "k"}]' + doc[at + 2:]
+        assert meta == kj.decode(bytearray(full), Path("t.json"), loader._ALL_CATS,
+                                 loader._select)[0]
+
+
+def test_arrays_of_objects_in_events_are_not_the_arrays_end(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event's args end with an array of objects (``}]`` all through the tail that is
+    probed): the events array's own end is still found, and the file is read in parts."""
+    evs = [kernel(f"k{i}", 10 * i, 1, i) for i in range(300)]
+    for ev in evs:
+        ev["args"]["nested"] = [{"a": [{}]}]  # type: ignore[index]
+    path = write(tmp_path / "t.json", evs)
+    ref = _one_pass(path.read_bytes(), 1 << 12)
+    spy = _file_parts(monkeypatch, 2, part_bytes=path.stat().st_size // 3, probe_bytes=4096)
+    got = _from_file(path, 1 << 12)
+    assert got is not None and got[0] == ref[0]
+    _same_all(ref[1], got[1])
+    assert spy.absorbed == 1

@@ -200,7 +200,7 @@ def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
     part from the file itself. Where a helper fails, this process reads and decodes that
     part. The file must look the same (size, modification time, inode) throughout."""
     try:
-        f = open(path, "rb", buffering=0)  # noqa: SIM115 (closed below, helpers or not)
+        f = open(path, "rb", buffering=0)  # closed below, helpers or not
     except OSError:
         return None
     helpers: list[subprocess.Popen[bytes]] = []
@@ -223,16 +223,20 @@ def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
             _send(proc, _FileTask(cats, select, slice_bytes or kj.SLICE_BYTES, str(path), a, b,
                                   stamp))
         acc = kj._Accumulator(cats, select)
-        if not _decode_span(f, spans[0], path, acc, slice_bytes):
-            return None
-        for proc, span in zip(helpers, spans[1:]):
-            got = _answer(proc)
-            if isinstance(got, kj._PartState):
+        at = lo  # where the next element starts, proven
+        for k, (a, b) in enumerate(spans):
+            if at != a:  # the cut before was not a boundary: on from there in one pass
+                at = _decode_span(f, at, end, path, acc, slice_bytes)
+                break
+            got = _answer(helpers[k - 1]) if k else None
+            if isinstance(got, kj._PartState):  # decoded to its end: its cut is proven
                 acc.absorb(got)
-            elif not _decode_span(f, span, path, acc, slice_bytes):
-                return None
-        if _stamp(os.stat(path)) != stamp:  # changed while read: read it again, whole
-            return None
+                at = spans[k + 1][0] if k + 1 < len(spans) else end
+            else:  # this process's part, or one its helper did not answer
+                at = _decode_span(f, a, b, path, acc, slice_bytes)
+                at = spans[k + 1][0] if at == b and k + 1 < len(spans) else at
+        if at != end or _stamp(os.stat(path)) != stamp:  # not decoded, or changed while
+            return None  # read: the document is read whole
         return meta, acc.finish()
     except OSError:
         return None
@@ -275,10 +279,10 @@ def _locate(f: Any, size: int) -> tuple[dict[str, Any], int, int] | None:
     open_at = m.end() - 1
     tail_at = max(open_at + 1, size - _PROBE_BYTES)
     tail = _read_at(f, tail_at, size - tail_at)
-    # the array's last element ends it. Candidates in file order: one inside the array (an
-    # array of objects in an event's args) leaves closers over, which meta_around refutes;
-    # the true one comes before any in the tail (an array of objects there could pass it)
-    for close, _ in zip(kj._EVENTS_CLOSE.finditer(tail), range(8)):
+    # the array's last element ends it: candidates from the file's end backwards (the last
+    # is the one, but in a document with an array of objects after its events, which no
+    # Kineto trace has: meta_around may accept that one, and then the last part refutes it)
+    for close in list(kj._EVENTS_CLOSE.finditer(tail))[:-5:-1]:
         close_at = tail_at + close.end() - 1
         meta = kj.meta_around(head[:open_at] + b"[]" + tail[close.end():], open_at)
         if meta is not None:
@@ -300,20 +304,23 @@ def _file_cut(f: Any, pos: int, end: int) -> tuple[int, int] | None:
     return None
 
 
-def _decode_span(f: Any, span: tuple[int, int], path: Path, acc: kj._Accumulator,
-                 slice_bytes: int | None) -> bool:
-    """The file's ``span`` (elements of its events array) read and decoded into ``acc``;
-    False where it does not decode to its end (the caller reads the document whole)."""
-    a, b = span
+def _decode_span(f: Any, a: int, b: int, path: Path, acc: kj._Accumulator,
+                 slice_bytes: int | None) -> int:
+    """The file's bytes ``[a, b)`` (elements of its events array from a proven start) read
+    and decoded into ``acc``: returns ``b``, or where the decode stopped where ``b`` is not
+    just after an element (a cut inside a string or a nested object), or -1 where it
+    failed otherwise (the caller then reads the document whole)."""
     buf = bytearray(b - a + 2)
     buf[0], buf[-1] = 0x5B, 0x5D  # [ and ]
     _read_into(f, a, memoryview(buf)[1:-1])
     try:
         kj.decode_part(memoryview(buf), 1, len(buf) - 1, path, acc,
                        slice_bytes or kj.SLICE_BYTES, kj._Frame.over(buf))
-    except (kj.NotABoundary, InputError, msgspec.DecodeError, RecursionError):
-        return False
-    return True
+    except kj.NotABoundary as exc:
+        return a + exc.at - 1
+    except (InputError, msgspec.DecodeError, RecursionError):
+        return -1
+    return b
 
 
 def _hand_over(part: memoryview) -> str | None:
