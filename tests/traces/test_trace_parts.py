@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import mmap
 import os
 import signal
 import subprocess
@@ -828,3 +829,41 @@ def test_arrays_of_objects_in_events_are_not_the_arrays_end(
     assert got is not None and got[0] == ref[0]
     _same_all(ref[1], got[1])
     assert spy.absorbed == 1
+
+
+def test_a_helper_lets_its_decoded_pages_go_and_reads_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The helper's mapped part is let go page by page behind its slices (never the page the
+    next slice starts in), and what it answers is what one pass reads."""
+    path = _big_plain(tmp_path)
+    data = path.read_bytes()
+    page = mmap.PAGESIZE
+
+    class Pages:  # records what is let go
+        def __init__(self) -> None:
+            self.calls: list[tuple[int, int]] = []
+
+        def madvise(self, advice: int, start: int, length: int) -> None:
+            assert advice == mmap.MADV_DONTNEED
+            self.calls.append((start, length))
+
+    lo = data.index(b"{", data.index(b'"traceEvents"'))
+    pages = Pages()
+    done = kp._releaser(pages, lo)  # type: ignore[arg-type]
+    assert done is not None
+    for upto in (lo + 10, lo + 3 * page + 5, lo + 3 * page + 9, lo + 9 * page, len(data)):
+        done(upto)
+        start, length = pages.calls[-1] if pages.calls else (lo - lo % page, 0)
+        assert start % page == 0 and length % page == 0
+        assert start + length <= upto - 1  # the page holding the byte before `upto` stays
+    assert [s for s, _ in pages.calls] == sorted({s for s, _ in pages.calls})  # in order, once
+    assert pages.calls[0][0] == lo - lo % page
+    # in place, through the real mapping, with slices small enough to let pages go
+    ref = _one_pass(data, 1 << 12)
+    end = [m.end() - 1 for m in kj._EVENTS_CLOSE.finditer(data)][-1]
+    state = kp._file_part(kp._FileTask(loader._ALL_CATS, loader._select, 1 << 12, str(path),
+                                       lo, end, kp._stamp(path.stat())))
+    assert state is not None
+    acc = kj._Accumulator(loader._ALL_CATS, loader._select)
+    acc.absorb(state)
+    _same_all(ref[1], acc.finish())

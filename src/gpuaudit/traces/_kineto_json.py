@@ -450,14 +450,18 @@ class NotABoundary(Exception):
 
 
 def decode_part(arr: memoryview, lo: int, end: int, path: Path, acc: _Accumulator,
-                slice_bytes: int, frame: _Frame) -> None:
+                slice_bytes: int, frame: _Frame, done: Callable[[int], None] | None = None
+                ) -> None:
     """Decode the elements ``arr[lo:end]`` slice by slice into ``acc``. ``lo`` must start an
     element; ``end`` is the array's end or a candidate cut (:class:`NotABoundary` where the
-    slice that ends there does not decode)."""
+    slice that ends there does not decode). ``done(lo)``, where given, is told after each
+    slice that the bytes before ``lo`` are no longer read."""
     while lo < end:
         evs, lo = _next_slice(arr, lo, end, slice_bytes, path, acc.n_events, frame)
         acc.add(evs)
         del evs
+        if done is not None:
+            done(lo)
 
 
 class _Frame:
