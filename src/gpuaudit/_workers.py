@@ -20,9 +20,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["PRESTART_BYTES", "TRACE_LEAD_WORKER", "TRACE_PRESTART_BYTES", "TRACE_WORKER", "WORKER",
-           "available_cpus",
-           "json_size", "prestart", "prestart_trace", "spawn", "take", "take_lead", "widen"]
+__all__ = ["PRESTART_BYTES", "TRACE_PRESTART_BYTES", "TRACE_WORKER", "WORKER", "available_cpus",
+           "json_size", "prestart", "prestart_trace", "spawn", "take", "widen"]
 
 #: The worker's program: -c, not -m (under -m runpy imports the package first, which imports
 #: the parallel module through classify.passes, and then runs the module again as __main__)
@@ -39,10 +38,6 @@ _WARM_WORKER = ("import gc, sys; gc.disable(); import gpuaudit.measure.files; "
 #: paused for its imports as in classify's worker
 TRACE_WORKER = ("import gc, sys; gc.disable(); from gpuaudit.traces._kineto_parts import _main; "
                 "gc.freeze(); gc.enable(); sys.exit(_main())")
-#: ... and the helper started on one plain trace file (its path the argument), which
-#: decodes the last part of its events at once (gpuaudit.traces.loader._lead_main)
-TRACE_LEAD_WORKER = ("import gc, sys; gc.disable(); from gpuaudit.traces.loader import "
-                     "_lead_main; gc.freeze(); gc.enable(); sys.exit(_lead_main())")
 #: A Parquet file from this size on is worth a worker started ahead (two processes share a
 #: file of 16M rows or more; a gpuaudit recording holds ~0.7 bytes a row at its smallest)
 PRESTART_BYTES = 12 << 20
@@ -51,22 +46,20 @@ PRESTART_BYTES = 12 << 20
 #: (gpuaudit.traces._kineto_parts: two parts of PART_BYTES or more)
 TRACE_PRESTART_BYTES = 24 << 20
 
-#: Workers started ahead and not yet taken, by kind ("classify", "trace", "trace-lead")
+#: Workers started ahead and not yet taken, by kind ("classify", "trace")
 _ready: dict[str, subprocess.Popen[bytes]] = {}
-#: the file a "trace-lead" helper was started on, by its pid
-_lead_path: dict[int, str] = {}
 
 
-def spawn(program: str = WORKER, *args: str) -> subprocess.Popen[bytes] | None:
-    """A worker process running ``program`` (with ``args`` as its ``sys.argv[1:]``) with
-    this copy of gpuaudit on its path (None where it cannot start)."""
+def spawn(program: str = WORKER) -> subprocess.Popen[bytes] | None:
+    """A worker process running ``program`` with this copy of gpuaudit on its path (None
+    where it cannot start)."""
     env = dict(os.environ)
     here = str(Path(__file__).resolve().parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     try:
         # a session of its own: a Ctrl-C at the terminal reaches this process, which stops
         # its workers, and not the workers themselves (each would print its traceback)
-        proc = subprocess.Popen([sys.executable, "-c", program, *args], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-c", program], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, env=env, start_new_session=True)
     except OSError:
         return None
@@ -109,41 +102,16 @@ def prestart_trace(paths: list[Path]) -> None:
     """Start a trace-decoding helper now if ``paths`` (trace files, or folders of them)
     hold JSON enough to be decoded on two cores: one large trace in parts, or several ranks'
     traces side by side (gpuaudit.traces._kineto_parts). A guess from the files' sizes, as
-    for :func:`prestart`: a ``.gz``'s from its trailer.
-
-    For one plain (not gzip) trace file the helper is told the file at once and starts on
-    its share of the events as soon as its imports are done, while this process still
-    imports its own (it *leads*: :func:`take_lead`)."""
+    for :func:`prestart`: a ``.gz``'s from its trailer."""
     try:
         files = [q for p in map(Path, paths)
                  for q in (sorted(p.iterdir()) if p.is_dir() else [p])
                  if q.is_file() and (q.name.endswith(".json") or q.name.endswith(".json.gz"))]
         size = sum(map(json_size, files))
-        lead = files[0] if len(files) == 1 and not _is_gzip(files[0]) else None
     except OSError:
         return
-    if size < TRACE_PRESTART_BYTES:
-        return
-    if lead is None:
+    if size >= TRACE_PRESTART_BYTES:
         _start("trace", TRACE_WORKER)
-    else:
-        proc = _start("trace-lead", TRACE_LEAD_WORKER, os.path.realpath(lead))
-        if proc is not None:
-            _lead_path[proc.pid] = os.path.realpath(lead)
-
-
-def take_lead(path: Path | str) -> subprocess.Popen[bytes] | None:
-    """The helper started ahead on ``path`` by :func:`prestart_trace` (once), still
-    running; None where there is none for that file."""
-    proc = _ready.get("trace-lead")
-    if proc is None or _lead_path.get(proc.pid) != os.path.realpath(path):
-        return None
-    return take("trace-lead")
-
-
-def _is_gzip(path: Path) -> bool:
-    with path.open("rb") as f:
-        return f.read(2) == b"\x1f\x8b"
 
 
 def json_size(path: Path) -> int:
@@ -157,15 +125,14 @@ def json_size(path: Path) -> int:
     return size
 
 
-def _start(kind: str, program: str, *args: str) -> subprocess.Popen[bytes] | None:
+def _start(kind: str, program: str) -> None:
     if kind in _ready or available_cpus() < 2:
-        return None
-    proc = spawn(program, *args)
+        return
+    proc = spawn(program)
     if proc is not None:
         if not _ready:
             atexit.register(_end)
         _ready[kind] = proc
-    return proc
 
 
 def take(kind: str = "classify") -> subprocess.Popen[bytes] | None:

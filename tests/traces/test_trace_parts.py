@@ -59,15 +59,6 @@ def _parts(monkeypatch: pytest.MonkeyPatch, cpus: int, part_bytes: int = 64) -> 
     return _Spy(monkeypatch)
 
 
-def _lead_program(part_bytes: int, prelude: str = "") -> str:
-    """The lead helper's program with parts of ``part_bytes`` (its own constants, as a
-    test sets this process's)."""
-    return (f"import sys; from gpuaudit import _workers; _workers.available_cpus = lambda: 2; "
-            f"{prelude}from gpuaudit.traces import _kineto_parts as kp; "
-            f"kp.PART_BYTES = kp.HELPER_PART_BYTES = {part_bytes}; "
-            "from gpuaudit.traces.loader import _lead_main; sys.exit(_lead_main())")
-
-
 def _one_pass(data: bytes | bytearray, slice_bytes: int) -> tuple[dict[str, object],
                                                                    kj.Columns]:
     return kj.decode(bytearray(data), Path("t.json"), loader._ALL_CATS, loader._select,
@@ -284,9 +275,8 @@ def test_a_helper_started_ahead_only_for_large_traces(tmp_path: Path,
 
 def test_the_command_on_a_large_trace_uses_the_helper_and_leaves_nothing(tmp_path: Path
                                                                          ) -> None:
-    """``gpuaudit trace`` starts the helper ahead on the file (it leads: its part is the
-    last, begun while the command imports), its part is used, and the command ends with no
-    helper left and nothing on stderr; the report equals the one-process report."""
+    """``gpuaudit trace`` starts the helper ahead, its part is used, and the command ends
+    with no helper left and nothing on stderr; the report equals the one-process report."""
     evs: list[dict[str, object]] = []
     for i in range(3000):
         evs += [launch(10 * i, i), kernel(f"void k{i % 7}<float>(int)", 10 * i + 2, 5, i)]
@@ -297,7 +287,6 @@ import sys
 from gpuaudit import _workers
 from gpuaudit.traces import _kineto_parts as kp, _kineto_json as kj
 _workers.TRACE_PRESTART_BYTES = 1
-_workers.TRACE_LEAD_WORKER = {_lead_program(1 << 10)!r}
 kp.PART_BYTES = 1 << 10
 n = [0]
 real = kj._Accumulator.absorb
@@ -305,16 +294,13 @@ def absorb(acc, part):
     n[0] += 1
     real(acc, part)
 kj._Accumulator.absorb = absorb
-led = []
-real_led = kp._led_span
-kp._led_span = lambda *a: led.append(real_led(*a)) or led[-1]
 _workers.available_cpus = lambda: 1 if sys.argv[1] == "one" else 2
 from gpuaudit.cli import main
 try:
     main(["trace", {str(path)!r}, "--price", "2.5", "--format", "json", "-o", sys.argv[2]])
 except SystemExit as exc:
     assert not exc.code, exc.code
-print(n[0], [p.pid for p in _workers._ready.values()], sum(x is not None for x in led))
+print(n[0], [p.pid for p in _workers._ready.values()])
 """
     env = dict(os.environ)
     src = str(Path(kp.__file__).resolve().parents[2])
@@ -328,7 +314,6 @@ print(n[0], [p.pid for p in _workers._ready.values()], sum(x is not None for x i
         assert "Traceback" not in res.stderr and "Warning" not in res.stderr, res.stderr
         absorbed = int(res.stdout.split()[0])
         assert absorbed == (1 if mode == "parts" else 0)
-        assert res.stdout.split()[-1] == ("1" if mode == "parts" else "0")  # the lead's part
         report = json.loads(out.read_text())
         report.pop("generated_at", None)
         outs[mode] = report
@@ -411,7 +396,6 @@ import sys
 from gpuaudit import _workers
 from gpuaudit.traces import _kineto_parts as kp
 _workers.TRACE_PRESTART_BYTES = 1
-_workers.TRACE_LEAD_WORKER = {_lead_program(1 << 20)!r}
 _workers.available_cpus = lambda: 2
 kp._part_dir = lambda n: {str(parts_dir)!r}
 kp.PART_BYTES = 1 << 20
@@ -883,112 +867,3 @@ def test_a_helper_lets_its_decoded_pages_go_and_reads_the_same(
     acc = kj._Accumulator(loader._ALL_CATS, loader._select)
     acc.absorb(state)
     _same_all(ref[1], acc.finish())
-
-
-# -- the lead: a helper started on one plain file, decoding its last part at once ------------
-
-
-def _lead(monkeypatch: pytest.MonkeyPatch, path: Path, part_bytes: int,
-          program: str | None = None) -> None:
-    """Start a lead helper on ``path`` as ``gpuaudit trace`` does, with parts of
-    ``part_bytes`` (or ``program`` instead of the lead's)."""
-    monkeypatch.setattr(_workers, "TRACE_PRESTART_BYTES", 1)
-    monkeypatch.setattr(_workers, "TRACE_LEAD_WORKER", program or _lead_program(part_bytes))
-    _workers.prestart_trace([path])
-    assert "trace-lead" in _workers._ready and "trace" not in _workers._ready
-
-
-@pytest.mark.parametrize("cpus", [2, 3])
-def test_a_lead_decodes_the_last_part_and_the_rest_is_shared_here(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cpus: int) -> None:
-    """The lead's part (the last, larger than the others: it began while this process
-    imported) and the parts before it, this process's and another helper's, give one
-    pass's columns."""
-    path = _big_plain(tmp_path)
-    ref = _one_pass(path.read_bytes(), 1 << 14)
-    part = path.stat().st_size // 4
-    spy = _file_parts(monkeypatch, cpus, part_bytes=part)
-    _lead(monkeypatch, path, part)
-    led: list[tuple[int, int] | None] = []
-    real = kp._led_span
-    monkeypatch.setattr(kp, "_led_span", lambda *a: led.append(real(*a)) or led[-1])
-    got = _from_file(path, 1 << 14)
-    assert got is not None and got[0] == ref[0]
-    _same_all(ref[1], got[1])
-    assert led and led[0] is not None and spy.absorbed == cpus - 1
-    size = path.stat().st_size
-    assert led[0][1] < size * 0.47  # its part: 1.25 of the others' (the last 1.25 / 2.25)
-    assert "trace-lead" not in _workers._ready  # taken, once
-
-
-@pytest.mark.parametrize("lie", ["another file", "not a cut", "dies"])
-def test_a_lead_that_is_wrong_is_stopped_and_its_part_read_otherwise(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, lie: str) -> None:
-    """A lead whose first answer does not match this process's reading (another stamp; a
-    start that is not the ``{`` of a cut) or that dies: stopped, and the file is read in
-    parts without it, to the same columns."""
-    path = _big_plain(tmp_path)
-    data = path.read_bytes()
-    ref = _one_pass(data, 1 << 14)
-    part = len(data) // 3
-    lo = data.index(b"[", data.index(b'"traceEvents"')) + 1
-    end = [m.end() - 1 for m in kj._EVENTS_CLOSE.finditer(data)][-1]
-    cut = kj._CUT.search(data, len(data) // 2)
-    assert cut is not None
-    st = path.stat()
-    stamp = (st.st_size, st.st_mtime_ns + (lie == "another file"), st.st_ino)
-    start = cut.end() - 1 + (lie == "not a cut")
-    said = (stamp, cut.start() + 1, start, end)
-    program = ("import os; os._exit(3)" if lie == "dies" else
-               f"import pickle, sys, time; pickle.dump({said!r}, sys.stdout.buffer); "
-               "sys.stdout.flush(); time.sleep(60)")
-    spy = _file_parts(monkeypatch, 2, part_bytes=part)
-    _lead(monkeypatch, path, part, program)
-    proc = _workers._ready["trace-lead"]
-    got = _from_file(path, 1 << 14)
-    assert got is not None and got[0] == ref[0] and lo < said[1] < end
-    _same_all(ref[1], got[1])
-    assert proc.poll() is not None  # stopped, not left waiting
-    assert spy.absorbed == 1  # a helper started here took the lead's place
-
-
-def test_a_lead_on_another_file_is_not_taken(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    a = _big_plain(tmp_path)
-    b = tmp_path / "b.json"
-    b.write_bytes(a.read_bytes())
-    part = a.stat().st_size // 3
-    _file_parts(monkeypatch, 2, part_bytes=part)
-    _lead(monkeypatch, a, part)
-    assert _workers.take_lead(b) is None and _workers.take_lead(str(a) + "x") is None
-    proc = _workers.take_lead(a)
-    assert proc is not None and _workers.take_lead(a) is None  # once
-    _stop_unused_lead(proc)
-
-
-def _stop_unused_lead(proc: subprocess.Popen[bytes]) -> None:
-    kp._stop(proc)
-    assert proc.poll() is not None
-
-
-def test_a_leads_cut_inside_a_string_is_read_on_here(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    """The lead's part starts at a false cut (inside an event's name): this process's part
-    does not decode to it, so it reads on in one pass from there, and the lead's answer is
-    not used."""
-    name = 'x"}, {"y' * 400
-    path = write(tmp_path / "t.json", [kernel(name, 10 + i, 1, i) for i in range(100)])
-    data = path.read_bytes()
-    ref = _one_pass(data, 1 << 12)
-    part = len(data) // 3
-    spy = _file_parts(monkeypatch, 2, part_bytes=part)
-    lo = data.index(b"[", data.index(b'"traceEvents"')) + 1
-    end = [m.end() - 1 for m in kj._EVENTS_CLOSE.finditer(data)][-1]
-    with path.open("rb", buffering=0) as f:
-        stop, start = kp._lead_cut(f, lo, end) or (0, 0)
-    assert data[stop - 1:start + 1] == b"}, {"  # in a name: events are cut by "},\n {"
-    _lead(monkeypatch, path, part)
-    got = _from_file(path, 1 << 12)
-    assert got is not None
-    _same_all(ref[1], got[1])
-    assert spy.absorbed == 0

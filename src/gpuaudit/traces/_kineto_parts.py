@@ -61,8 +61,8 @@ from gpuaudit.traces import _kineto_json as kj
 
 T = TypeVar("T")
 
-__all__ = ["HELPER_PART_BYTES", "LEAD_WEIGHT", "MAX_PARTS", "PART_BYTES", "decode_events",
-           "decode_file", "lead", "load_ranks", "plan"]
+__all__ = ["HELPER_PART_BYTES", "MAX_PARTS", "PART_BYTES", "decode_events", "decode_file",
+           "load_ranks", "plan"]
 
 #: The smallest part worth a helper started ahead (its interpreter and imports are already
 #: paid, beside this process's own imports). Measured on 2 cores (docs/benchmarks.md): a
@@ -117,23 +117,16 @@ def _plan(cut_from: Callable[[int], tuple[int, int] | None], lo: int, end: int, 
     return spans
 
 
-def _part_count(n_bytes: int, ready: bool) -> int:
-    """Parts for an events array of ``n_bytes``: of PART_BYTES or more, one per core, with a
-    helper started here only for parts of HELPER_PART_BYTES (``ready``: one started ahead)."""
-    cpus = _workers.available_cpus()
-    if cpus < 2 or n_bytes < 2 * PART_BYTES:
-        return 1
-    count = min(cpus, MAX_PARTS, n_bytes // PART_BYTES) - 1
-    return 1 + min(count, max(ready, n_bytes // HELPER_PART_BYTES - 1))
-
-
 def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
     """Helper processes for an events array of ``n_bytes``: the one started ahead if any,
     plus ones started now where the array is large enough to repay their start."""
-    if _part_count(n_bytes, True) < 2:
+    cpus = _workers.available_cpus()
+    if cpus < 2 or n_bytes < 2 * PART_BYTES:
         return []
     ready = _workers.take("trace")
-    return _gather(_part_count(n_bytes, ready is not None) - 1, ready)
+    # parts of PART_BYTES or more; a helper started here only for parts of HELPER_PART_BYTES
+    count = min(cpus, MAX_PARTS, n_bytes // PART_BYTES) - 1
+    return _gather(min(count, max(ready is not None, n_bytes // HELPER_PART_BYTES - 1)), ready)
 
 
 def _gather(count: int, ready: subprocess.Popen[bytes] | None
@@ -216,8 +209,7 @@ def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
         f = open(path, "rb", buffering=0)  # closed below, helpers or not
     except OSError:
         return None
-    lead = _workers.take_lead(path)  # started on this file by the command: see lead()
-    helpers: list[subprocess.Popen[bytes]] = [lead] if lead is not None else []
+    helpers: list[subprocess.Popen[bytes]] = []
     try:
         stamp = _stamp(os.fstat(f.fileno()))
         if stamp[0] < 2 * PART_BYTES or _workers.available_cpus() < 2:
@@ -226,28 +218,16 @@ def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
         if found is None:
             return None
         meta, lo, end = found
-        led = _led_span(lead, f, stamp, lo, end) if lead is not None else None
-        if lead is not None and led is None:
-            _stop(lead)
-        if lead is not None and led is not None:  # the lead decodes the last part; this
-            others = _gather(_part_count(end - lo, True) - 2, None)  # process and others the rest
-            spans = [*_plan(lambda pos: _file_cut(f, pos, led[0]), lo, led[0], len(others) + 1),
-                     (led[1], end)]
-            for proc in others[len(spans) - 2:]:  # fewer candidate cuts than helpers
-                _stop(proc)
-            helpers = [*others[:len(spans) - 2], lead]
-        else:
-            helpers = _helpers(end - lo)
-            spans = _plan(lambda pos: _file_cut(f, pos, end), lo, end, len(helpers) + 1)
+        helpers = _helpers(end - lo)
+        spans = _plan(lambda pos: _file_cut(f, pos, end), lo, end, len(helpers) + 1)
         if len(spans) < 2:
             return None
         helpers, extra = helpers[:len(spans) - 1], helpers[len(spans) - 1:]
         for proc in extra:  # fewer candidate cuts than helpers
             _stop(proc)
         for proc, (a, b) in zip(helpers, spans[1:]):
-            if proc is not lead:
-                _send(proc, _FileTask(cats, select, slice_bytes or kj.SLICE_BYTES, str(path),
-                                      a, b, stamp))
+            _send(proc, _FileTask(cats, select, slice_bytes or kj.SLICE_BYTES, str(path), a, b,
+                                  stamp))
         acc = kj._Accumulator(cats, select)
         at = lo  # where the next element starts, proven
         for k, (a, b) in enumerate(spans):
@@ -270,34 +250,6 @@ def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
         f.close()
         for proc in helpers:
             _stop(proc)
-
-
-#: A lead's part, in equal parts of the others' (it starts while this process imports)
-LEAD_WEIGHT = 1.25
-
-
-def _lead_cut(f: Any, lo: int, end: int) -> tuple[int, int] | None:
-    """Where a lead's part starts (see :func:`_plan`): the last of as many parts as there
-    are cores to use, LEAD_WEIGHT times the others'."""
-    n = _part_count(end - lo, True)
-    if n < 2:
-        return None
-    return _file_cut(f, lo + int((end - lo) * (n - 1) / (n - 1 + LEAD_WEIGHT)), end)
-
-
-def _led_span(lead: subprocess.Popen[bytes], f: Any, stamp: tuple[int, int, int], lo: int,
-              end: int) -> tuple[int, int] | None:
-    """The cut ``(stop, start)`` before the last part, as the lead says it is decoding it
-    (its first answer), where that is the same file, the same events array and a candidate
-    cut in it; else None (the lead is then stopped)."""
-    said = _answer(lead)
-    if not (isinstance(said, tuple) and len(said) == 4 and said[0] == stamp and said[3] == end
-            and all(isinstance(v, int) for v in said[1:3]) and lo < said[1] < said[2] < end):
-        return None
-    stop, start = said[1], said[2]
-    if kj._CUT.fullmatch(_read_at(f, stop - 1, start - stop + 2)) is None:
-        return None
-    return stop, start
 
 
 def _stamp(st: os.stat_result) -> tuple[int, int, int]:
@@ -583,37 +535,6 @@ def _part(task: _Task) -> kj._PartState | None:
         return acc.state()
     except Exception:  # the part is decoded again by the caller, who reports
         return None
-
-
-def lead(path: str, cats: tuple[str, ...], select: kj.Selector) -> int:
-    """A helper started on one plain trace file (:func:`gpuaudit._workers.prestart_trace`,
-    the program :func:`gpuaudit.traces.loader._lead_main`): it finds the events array
-    itself, answers the last part's span at once, ``(stamp, stop, start, end)`` (None where
-    it cannot), then decodes that part and answers its state, as for a task
-    (:func:`decode_file` checks the span against its own reading)."""
-    out = sys.stdout.buffer
-    task: _FileTask | None = None
-    try:
-        with open(path, "rb", buffering=0) as f:
-            stamp = _stamp(os.fstat(f.fileno()))
-            found = _locate(f, stamp[0])
-            cut = _lead_cut(f, found[1], found[2]) if found is not None else None
-        if found is not None and cut is not None:
-            task = _FileTask(cats, select, kj.SLICE_BYTES, path, cut[1], found[2], stamp)
-            said: tuple[Any, ...] | None = (stamp, cut[0], cut[1], found[2])
-        else:
-            said = None
-    except OSError:
-        said = None
-    try:
-        pickle.dump(said, out, protocol=5)
-        out.flush()
-        if task is not None:
-            pickle.dump(_file_part(task), out, protocol=5)
-            out.flush()
-    except OSError:  # the caller stopped waiting
-        os._exit(0)
-    return 0
 
 
 def _file_part(task: _FileTask) -> kj._PartState | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -31,7 +30,7 @@ import numpy as np
 
 from gpuaudit.errors import InputError
 from gpuaudit.traces import _kineto_json as kj
-from gpuaudit.traces._kineto_parts import decode_events, decode_file, lead, load_ranks
+from gpuaudit.traces._kineto_parts import decode_events, decode_file, load_ranks
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -326,13 +325,6 @@ def load_trace(path: str | Path, *, parts: bool = True) -> RankTrace:
     if got is None:
         got = _decode_whole(path, parts)
     return _build_rank(path, *got)
-
-
-def _lead_main() -> int:
-    """The program of a helper started on one plain trace file, its path the argument
-    (:func:`gpuaudit._workers.prestart_trace`): decodes the last part of its events with
-    this loader's table and selector (:func:`gpuaudit.traces._kineto_parts.lead`)."""
-    return lead(sys.argv[1], _ALL_CATS, _select)
 
 
 def _decode_whole(path: Path, parts: bool) -> tuple[dict[str, Any], kj.Columns]:
