@@ -228,3 +228,85 @@ def test_digits_and_dots_only_decode_exactly(texts: list[str]) -> None:
         assert (good, v) == ((False, 0) if want is None else (True, want)), t
         if good:
             assert f == ("." in t), t
+
+
+# -- no pass over the whole document where its events array is found from its ends ----------
+
+
+def _validated_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """decode() as it was: the document validated whole before its events."""
+    monkeypatch.setattr(kj, "locate_events", lambda read_at, size, probe: None)
+
+
+def _never_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail where decode() would validate the whole document (the first thing that path
+    does is look for a non-blank byte in it)."""
+    class NoScan:
+        def search(self, *args: object) -> None:
+            raise AssertionError("the document was validated whole")
+
+    monkeypatch.setattr(kj, "_NON_WS", NoScan())
+
+
+_TAILS = [{"z": [2]}, {}, {"samples": [{"a": 1}], "z": 2}, {"traceName": "a}]b"}]
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events(), st.integers(1, 400), st.sampled_from(range(len(_TAILS))), st.booleans(),
+       st.sampled_from([None, 1]), st.integers(8, 4096))
+def test_events_found_from_the_ends_read_what_a_whole_validation_reads(
+        monkeypatch: pytest.MonkeyPatch, evs: list[dict[str, object]], size: int, tail: int,
+        decoy: bool, indent: int | None, probe: int) -> None:
+    """Random events (arrays of objects in args, false cuts in names), tails with and
+    without an array of objects after the events, a decoy ``"traceEvents": [`` in a header
+    string, any probe size: the same meta and columns as the document validated whole."""
+    doc: dict[str, object] = {"a": 1}
+    if decoy:
+        doc["note"] = '"traceEvents": [{"ph": "X"}]'
+    doc["traceEvents"] = evs
+    doc.update(_TAILS[tail])
+    data = bytearray(json.dumps(doc, indent=indent).encode())
+    monkeypatch.setattr(kj, "PROBE_BYTES", probe)
+    meta, got = _decode(data, size)
+    with monkeypatch.context() as m:
+        _validated_whole(m)
+        meta2, whole = _decode(data, size)
+    assert meta == meta2
+    _same(whole, got)
+
+
+@pytest.mark.parametrize("name", ["a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz",
+                                  "mi250_rocm_minitoy.json.gz", "cpu_linear_flops.json.gz",
+                                  "two_ranks/sampled_rank-0.json.gz"])
+def test_real_traces_are_never_validated_whole_and_read_the_same(
+        monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+    data = bytearray(gzip.decompress((DATA / name).read_bytes()))
+    with monkeypatch.context() as m:
+        _validated_whole(m)
+        meta, whole = _decode(data, 1 << 16)
+    _never_whole(monkeypatch)
+    meta2, got = _decode(data, 1 << 16)
+    assert meta == meta2
+    _same(whole, got)
+    assert whole.flops_derived.tolist() == got.flops_derived.tolist()
+
+
+def test_an_array_of_objects_after_the_events_is_validated_whole(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one document shape whose events' end is taken wrongly (an array of objects after
+    them: no Kineto trace has one): the last slice refutes it, and the whole validation
+    reads it right."""
+    data = bytearray(json.dumps({"traceEvents": [kernel("k", 1, 1, 0)],
+                                 "samples": [{"a": 1}], "z": 2}).encode())
+    calls: list[int] = []
+    real = kj._NON_WS
+
+    class Spy:
+        def search(self, *args: object) -> object:
+            calls.append(1)
+            return real.search(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(kj, "_NON_WS", Spy())
+    meta, got = _decode(data, 1 << 16)
+    assert meta == {"samples": [{"a": 1}], "z": 2} and got.n_events == 1 and calls

@@ -54,7 +54,8 @@ from gpuaudit.errors import InputError
 from gpuaudit.limits import inflate_gzip
 from gpuaudit.traces.op_flops import FORMULA_OPS, op_flops
 
-__all__ = ["SLICE_BYTES", "Columns", "decode", "meta_around", "parse_ns", "read_document"]
+__all__ = ["PROBE_BYTES", "SLICE_BYTES", "Columns", "decode", "locate_events", "meta_around",
+           "parse_ns", "read_document"]
 
 I64 = np.int64
 #: bytes of the traceEvents array decoded at a time (bounds the transient Python structs)
@@ -373,6 +374,17 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     here; :func:`gpuaudit.traces._kineto_parts.decode_events` decodes a large one in parts,
     with the same columns).
     """
+    found = locate_events(lambda pos, n: bytes(data[pos:pos + n]), len(data), PROBE_BYTES)
+    if found is not None:  # no pass over the whole document: its events prove themselves
+        meta, lo, end = found
+        arr = memoryview(data)[lo - 1:end + 1]  # the array, brackets included
+        acc = _Accumulator(cats, select)
+        try:
+            (events or _one_pass)(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
+                                  _Frame(data, arr))
+            return meta, acc.finish()
+        except (NotABoundary, InputError, msgspec.DecodeError, RecursionError):
+            pass  # validated whole below, which names what is wrong as it always has
     if _NON_WS.search(data) is None:
         raise _bad(path, 0, "the file is empty")
     try:
@@ -401,6 +413,34 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     (events or _one_pass)(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
                           _Frame(data, raw_events))
     return meta, acc.finish()
+
+
+#: bytes of a document's head and tail in which its events array's ends are looked for
+PROBE_BYTES = 1 << 20
+
+
+def locate_events(read_at: Callable[[int, int], bytes], size: int, probe_bytes: int
+                  ) -> tuple[dict[str, Any], int, int] | None:
+    """A document's header and tail keys and its events array's elements' span ``(lo, end)``
+    (from the byte after its ``[`` to its ``]``), found in its first and last
+    ``probe_bytes`` (``read_at(pos, n)``: at most ``n`` bytes from ``pos``) and proven by
+    :func:`meta_around`; None where not found (gzip, a header or tail larger than that, no
+    events, not a trace). The elements are not read: decoding them proves them."""
+    head = read_at(0, min(size, probe_bytes))
+    m = _EVENTS_OPEN.search(head) if head[:2] != _GZIP_MAGIC else None
+    if m is None:
+        return None
+    open_at = m.end() - 1
+    tail_at = max(open_at + 1, size - probe_bytes)
+    tail = read_at(tail_at, size - tail_at)
+    # the array's last element ends it: candidates from the end backwards (the last is the
+    # one, but in a document with an array of objects after its events, which no Kineto
+    # trace has: meta_around may accept that one, and then the last slice refutes it)
+    for close in list(_EVENTS_CLOSE.finditer(tail))[:-5:-1]:
+        meta = meta_around(head[:open_at] + b"[]" + tail[close.end():], open_at)
+        if meta is not None:
+            return meta, open_at + 1, tail_at + close.end() - 1
+    return None
 
 
 def meta_around(doc: bytes, at: int) -> dict[str, Any] | None:
@@ -471,7 +511,7 @@ class _Frame:
     for the decode only, then both are put back. Where the document is immutable (bytes) or
     the array is not a view into it, the slice is copied between brackets instead."""
 
-    def __init__(self, data: bytes | bytearray, events: msgspec.Raw) -> None:
+    def __init__(self, data: bytes | bytearray, events: msgspec.Raw | memoryview) -> None:
         self.buf: bytearray | mmap.mmap | None = None
         self.base = 0
         if isinstance(data, bytearray) and len(events):

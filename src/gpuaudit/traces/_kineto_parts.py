@@ -188,8 +188,9 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
 
 
 #: bytes read at a plain file's head and tail to find its events array (a Kineto header or
-#: tail is a few KiB; a file whose are larger is read whole, as one pass reads it)
-_PROBE_BYTES = 1 << 20
+#: tail is a few KiB; a file whose are larger is read whole, as one pass reads it), and the
+#: window read at a time to find a cut
+_PROBE_BYTES = kj.PROBE_BYTES
 
 
 def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
@@ -214,7 +215,8 @@ def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
         stamp = _stamp(os.fstat(f.fileno()))
         if stamp[0] < 2 * PART_BYTES or _workers.available_cpus() < 2:
             return None
-        found = _locate(f, stamp[0])
+        found = kj.locate_events(lambda pos, n: _read_at(f, pos, n), stamp[0],
+                                 _PROBE_BYTES)
         if found is None:
             return None
         meta, lo, end = found
@@ -271,29 +273,6 @@ def _read_into(f: Any, pos: int, view: memoryview) -> None:
         if not k:
             raise OSError(f"{f.name}: ended at byte {pos + got}")
         got += k
-
-
-def _locate(f: Any, size: int) -> tuple[dict[str, Any], int, int] | None:
-    """The document's header and tail keys and its events array's elements' span
-    ``(lo, end)`` (from the byte after its ``[`` to its ``]``), found in the file's first and
-    last :data:`_PROBE_BYTES` and proven by :func:`~gpuaudit.traces._kineto_json.meta_around`;
-    None where not found (gzip, a header or tail larger than that, not a trace)."""
-    head = _read_at(f, 0, min(size, _PROBE_BYTES))
-    m = kj._EVENTS_OPEN.search(head) if head[:2] != kj._GZIP_MAGIC else None
-    if m is None:
-        return None
-    open_at = m.end() - 1
-    tail_at = max(open_at + 1, size - _PROBE_BYTES)
-    tail = _read_at(f, tail_at, size - tail_at)
-    # the array's last element ends it: candidates from the file's end backwards (the last
-    # is the one, but in a document with an array of objects after its events, which no
-    # Kineto trace has: meta_around may accept that one, and then the last part refutes it)
-    for close in list(kj._EVENTS_CLOSE.finditer(tail))[:-5:-1]:
-        close_at = tail_at + close.end() - 1
-        meta = kj.meta_around(head[:open_at] + b"[]" + tail[close.end():], open_at)
-        if meta is not None:
-            return meta, open_at + 1, close_at
-    return None
 
 
 def _file_cut(f: Any, pos: int, end: int) -> tuple[int, int] | None:
