@@ -6,9 +6,13 @@ one JSON object: a small header (``schemaVersion``, ``deviceProperties``,
 ``traceName``). Parsing every event into a dict is what makes other tools slow and large
 (``json.loads`` of a 54 MB trace: ~0.9 s, 377 MB). Here:
 
-1. the whole document is validated by msgspec's C parser as ``dict[str, Raw]`` (every value
-   skipped without building objects, ~1.5 GB/s): damaged JSON is an error with the byte offset
-   msgspec reports, never silently skipped; the header and tail values are decoded as JSON;
+1. the ``traceEvents`` array is found from the document's ends and the header and tail
+   around it are proven valid (:func:`locate_events`, :func:`meta_around`), so the array's
+   own decoding (step 2) proves the rest and no pass goes over the whole document first.
+   Where that does not apply or anything fails, the whole document is validated by msgspec's
+   C parser as ``dict[str, Raw]`` (every value skipped without building objects, ~1.5 GB/s)
+   and then decoded: damaged JSON is an error with the byte offset msgspec reports, never
+   silently skipped. The header and tail values are decoded as JSON;
 2. the ``traceEvents`` array (a zero-copy :class:`msgspec.Raw` view) is decoded in slices of
    about :data:`SLICE_BYTES`, each into compact :class:`_Event` structs holding only ``ph``,
    ``cat``, ``name``, ``ts``, ``dur`` and ``args.{stream,correlation,device,flops}`` (plus

@@ -2,8 +2,8 @@
 
 Decoding the events (:mod:`gpuaudit.traces._kineto_json`: msgspec builds a struct per event,
 then the selector and the columns read them) runs on one core at ~130 MB/s of JSON, and a
-rank's trace of a long training run is 100 MB to a few GB. The document is validated first,
-in this process, as always; then the events array is cut into parts at candidate element
+rank's trace of a long training run is 100 MB to a few GB. Once the document's events array
+is found (:func:`~gpuaudit.traces._kineto_json.decode`), it is cut into parts at candidate element
 boundaries (``}`` ``,`` ``{``), this process decodes the first part, and each other part is
 sent to a helper process (a fresh interpreter, as :mod:`gpuaudit.classify.parallel` uses:
 started ahead by the command, :func:`gpuaudit._workers.prestart_trace`, or here) that decodes
