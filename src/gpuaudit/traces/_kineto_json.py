@@ -372,6 +372,11 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
            ) -> tuple[dict[str, Any], Columns]:
     """Validate ``data``, decode its header/tail keys (``meta``) and the kept events' columns.
 
+    The events array found from the document's ends (:func:`locate_events`) is decoded
+    directly, which validates the document (step 1 of the module docstring); where it is not
+    found so, or that fails, the document is validated whole first and then decoded, so an
+    error is named as it always was.
+
     ``cats`` is the table of known categories (``Columns.cat`` indexes it); ``select`` says
     per event which kind it is (0: not kept). ``slice_bytes``: default :data:`SLICE_BYTES`.
     ``events``: how the events array is decoded into the accumulator (default: in one pass
