@@ -593,6 +593,16 @@ def _from_file(path: Path, slice_bytes: int | None = None
     return kp.decode_file(path, loader._ALL_CATS, loader._select, slice_bytes)
 
 
+def _reads_one_pass(path: Path, slice_bytes: int) -> kj.Columns:
+    """The file read in parts (it must be: not sent back to be read whole) gives one pass's
+    meta and columns; returns them."""
+    ref = _one_pass(path.read_bytes(), slice_bytes)
+    got = _from_file(path, slice_bytes)
+    assert got is not None and got[0] == ref[0]
+    _same_all(ref[1], got[1])
+    return got[1]
+
+
 def _no_whole_read(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(path: Path) -> None:
         raise AssertionError(f"{path} was read whole")
@@ -672,12 +682,9 @@ def _big_plain(tmp_path: Path, n: int = 3000) -> Path:
 def test_a_helper_that_dies_leaves_its_file_part_to_this_process(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = _big_plain(tmp_path)
-    ref = _one_pass(path.read_bytes(), 1 << 16)
     spy = _file_parts(monkeypatch, 3, part_bytes=path.stat().st_size // 4)
     monkeypatch.setattr(_workers, "TRACE_WORKER", "import os; os._exit(3)")
-    got = _from_file(path, 1 << 16)
-    assert got is not None and got[0] == ref[0]
-    _same_all(ref[1], got[1])
+    _reads_one_pass(path, 1 << 16)
     assert spy.absorbed == 0
 
 
@@ -686,12 +693,9 @@ def test_a_helper_that_sees_another_file_leaves_its_part_to_this_process(
     """The helper maps its part only from the file this process saw (size, modification
     time, inode): here it sees another, answers nothing, and this process reads the part."""
     path = _big_plain(tmp_path)
-    ref = _one_pass(path.read_bytes(), 1 << 16)
     spy = _file_parts(monkeypatch, 2, part_bytes=path.stat().st_size // 3)
     monkeypatch.setattr(kp, "_stamp", lambda st: (st.st_size, st.st_mtime_ns + 1, st.st_ino))
-    got = _from_file(path, 1 << 16)
-    assert got is not None
-    _same_all(ref[1], got[1])
+    _reads_one_pass(path, 1 << 16)
     assert spy.absorbed == 0
 
 
@@ -782,16 +786,13 @@ def test_a_file_cut_inside_a_string_is_decoded_on_here(tmp_path: Path,
     first = kj._CUT.search(data)
     assert first is not None
     assert data.index(b'"name"') < first.start() < data.index(b'"pid"')
-    ref = _one_pass(data, 1 << 20)
     spy = _file_parts(monkeypatch, 2, part_bytes=64)
     monkeypatch.setattr(kp, "_file_cut", lambda f, pos, end: (first.start() + 1,
                                                                first.end() - 1))
     _no_whole_read(monkeypatch)
-    got = _from_file(path, 1 << 20)
-    assert got is not None and got[0] == ref[0]
-    _same_all(ref[1], got[1])
+    got = _reads_one_pass(path, 1 << 20)
     assert spy.absorbed == 0
-    assert [got[1].names[i] for i in got[1].name_idx.tolist()] == [name] * 40
+    assert [got.names[i] for i in got.name_idx.tolist()] == [name] * 40
 
 
 @pytest.mark.parametrize(("doc", "ok"), [
@@ -823,11 +824,8 @@ def test_arrays_of_objects_in_events_are_not_the_arrays_end(
     for ev in evs:
         ev["args"]["nested"] = [{"a": [{}]}]  # type: ignore[index]
     path = write(tmp_path / "t.json", evs)
-    ref = _one_pass(path.read_bytes(), 1 << 12)
     spy = _file_parts(monkeypatch, 2, part_bytes=path.stat().st_size // 3, probe_bytes=4096)
-    got = _from_file(path, 1 << 12)
-    assert got is not None and got[0] == ref[0]
-    _same_all(ref[1], got[1])
+    _reads_one_pass(path, 1 << 12)
     assert spy.absorbed == 1
 
 
