@@ -64,7 +64,7 @@ __all__ = ["PROBE_BYTES", "SLICE_BYTES", "Columns", "decode", "locate_events", "
 I64 = np.int64
 #: bytes of the traceEvents array decoded at a time (bounds the transient Python structs;
 #: a 1 MiB slice's, ~1 MB, stay in a core's cache while its columns are read: 1 MiB slices
-#: took 11-17 % less CPU than 4 MiB ones on a 106 MB trace, 4-5 % on the real traces)
+#: took 11-17 % less CPU than 4 MiB ones on a 106 MB trace, 3-4 % on the real traces)
 SLICE_BYTES = 1 << 20
 _CUT = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 #: where a document's events array opens (the ``[`` ends the match) and may close (a ``}``
