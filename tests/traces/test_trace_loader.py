@@ -153,6 +153,24 @@ def test_ncclDevKernel_is_communication_except_in_hta_compat(tmp_path: Path) -> 
     assert compat.comm_ns == 0  # HTA 0.5.0's regex misses the modern name (#122, #247)
 
 
+def test_kernel_categories_matmul_and_tensor_core_time(tmp_path: Path) -> None:
+    """Each kernel's time lands in its category; GEMM, convolution and attention kernels
+    are the matmul time, those of them on tensor cores the tensor-core time."""
+    names = {"ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn": 100,  # TC
+             "implicit_convolve_sgemm": 200,  # convolution, no tensor-core marker
+             "flash_fwd_kernel": 400,  # attention, tensor cores
+             "void at::native::vectorized_elementwise_kernel<4>(int)": 800,
+             "void at::native::reduce_kernel<512, 1>(int)": 1600}
+    ev: list[dict[str, object]] = []
+    for i, (name, dur) in enumerate(names.items()):
+        ev += [launch(10_000 * i, i), kernel(name, 10_000 * i + 10, dur, i)]
+    r = analyze(load_traces([write(tmp_path / "k.json", ev)])).ranks[0]
+    assert r.category_ns == {"gemm": 100_000, "convolution": 200_000, "attention": 400_000,
+                             "elementwise": 800_000, "reduction": 1_600_000}
+    assert r.matmul_ns == 700_000 and r.tensor_core_ns == 500_000
+    assert r.kernel_count == 5
+
+
 def test_skewed_rank_clocks_are_noted(tmp_path: Path) -> None:
     write(tmp_path / "r0.json", [launch(0, 1), kernel("k", 10, 5, 1)], rank=0)
     write(tmp_path / "r1.json", [launch(5e6, 1), kernel("k", 5e6 + 10, 5, 1)], rank=1)

@@ -272,8 +272,8 @@ def analyze_rank(p: PreparedRank, opt: AnalysisOptions) -> RankAnalysis:
         busy = int((me - ms).sum())
     else:
         window = busy = 0
-    ev_type = p.hta_type[p.name_idx] if p.name_idx.size else np.zeros(0, dtype=object)
-    sets = {t: merge(s[ev_type == t], e[ev_type == t]) for t in _TYPES}
+    ev_type = _codes(p.hta_type, _TYPES, p.name_idx)
+    sets = {t: merge(s[ev_type == i], e[ev_type == i]) for i, t in enumerate(_TYPES)}
     comp = sets[kclass.COMPUTATION]
     compute = int((comp[1] - comp[0]).sum())
     states = sweep([sets[t] for t in _TYPES])
@@ -285,10 +285,11 @@ def analyze_rank(p: PreparedRank, opt: AnalysisOptions) -> RankAnalysis:
     comm_ns = int((comm[1] - comm[0]).sum())
     overlap = intersect_len(comm, comp)
     h, kw, o = _rank_idle_causes(p, ms, me, opt)
-    cat = p.category[p.name_idx] if p.name_idx.size else np.zeros(0, dtype=object)
-    category_ns = {c: int(dur[cat == c].sum()) for c in kclass.CATEGORIES
-                   if (cat == c).any()}
-    matmul = np.isin(cat, ["gemm", "convolution", "attention"])
+    cat = _codes(p.category, kclass.CATEGORIES, p.name_idx)
+    category_ns = {c: int(dur[cat == i].sum()) for i, c in enumerate(kclass.CATEGORIES)
+                   if (cat == i).any()}
+    matmul = np.isin(cat, [kclass.CATEGORIES.index(c)
+                           for c in ("gemm", "convolution", "attention")])
     tc = p.tensor_core[p.name_idx] if p.name_idx.size else np.zeros(0, dtype=bool)
     small = dur < opt.small_kernel_ns
     dl, stall = _input_stall(p, ms, me)
@@ -304,6 +305,14 @@ def analyze_rank(p: PreparedRank, opt: AnalysisOptions) -> RankAnalysis:
         small_kernel_ns=int(dur[small].sum()), dataloader_ns=dl, input_stall_ns=stall,
         dropped_last_step=p.dropped_last_step,
     )
+
+
+def _codes(per_name: np.ndarray, table: tuple[str, ...], name_idx: np.ndarray) -> np.ndarray:
+    """Each event's value (``per_name[name_idx]``, strings) as its index in ``table`` (-1:
+    not in it): integer compares per event, not string ones."""
+    code = np.array([table.index(v) if v in table else -1 for v in per_name.tolist()],
+                    dtype=np.int8)
+    return code[name_idx] if name_idx.size else np.zeros(0, np.int8)
 
 
 def _input_stall(p: PreparedRank, ms: np.ndarray, me: np.ndarray) -> tuple[int, int]:
