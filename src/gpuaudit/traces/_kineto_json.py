@@ -385,15 +385,13 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     here; :func:`gpuaudit.traces._kineto_parts.decode_events` decodes a large one in parts,
     with the same columns).
     """
-    found = locate_events(lambda pos, n: bytes(data[pos:pos + n]), len(data), PROBE_BYTES)
+    found = locate_events(lambda pos, n: bytes(memoryview(data)[pos:pos + n]), len(data),
+                          PROBE_BYTES)
     if found is not None:  # no pass over the whole document: its events prove themselves
         meta, lo, end = found
-        arr = memoryview(data)[lo - 1:end + 1]  # the array, brackets included
-        acc = _Accumulator(cats, select)
         try:
-            (events or _one_pass)(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
-                                  _Frame(data, arr))
-            return meta, acc.finish()
+            return meta, _columns(memoryview(data)[lo - 1:end + 1], data, path, cats, select,
+                                  slice_bytes, events)
         except (NotABoundary, InputError, msgspec.DecodeError, RecursionError):
             pass  # validated whole below, which names what is wrong as it always has
     if _NON_WS.search(data) is None:
@@ -419,11 +417,18 @@ def decode(data: bytes | bytearray, path: Path, cats: tuple[str, ...], select: S
     arr = memoryview(raw_events)  # a view into ``data``: no copy
     if not len(arr) or arr[0] != 0x5B:  # "["
         raise _bad(path, max(data.find(b'"traceEvents"'), 0), "'traceEvents' is not an array")
+    return meta, _columns(arr, data, path, cats, select, slice_bytes, events)
+
+
+def _columns(arr: memoryview, data: bytes | bytearray, path: Path, cats: tuple[str, ...],
+             select: Selector, slice_bytes: int | None, events: EventsDecoder | None
+             ) -> Columns:
+    """The kept events' columns of the events array ``arr`` (a view into ``data``, its
+    brackets included: the elements are ``arr[1:len(arr) - 1]``), walked by ``events``."""
     acc = _Accumulator(cats, select)
-    # the elements are arr[1:len(arr) - 1], before the closing bracket
     (events or _one_pass)(arr, len(arr) - 1, path, acc, slice_bytes or SLICE_BYTES,
-                          _Frame(data, raw_events))
-    return meta, acc.finish()
+                          _Frame(data, arr))
+    return acc.finish()
 
 
 #: bytes of a document's head and tail in which its events array's ends are looked for
@@ -522,7 +527,7 @@ class _Frame:
     for the decode only, then both are put back. Where the document is immutable (bytes) or
     the array is not a view into it, the slice is copied between brackets instead."""
 
-    def __init__(self, data: bytes | bytearray, events: msgspec.Raw | memoryview) -> None:
+    def __init__(self, data: bytes | bytearray, events: memoryview) -> None:
         self.buf: bytearray | mmap.mmap | None = None
         self.base = 0
         if isinstance(data, bytearray) and len(events):
@@ -533,7 +538,7 @@ class _Frame:
     @classmethod
     def over(cls, buf: bytearray | mmap.mmap) -> _Frame:
         """Slices of ``buf``, which holds an events array from its first byte."""
-        frame = cls(b"", msgspec.Raw(b""))
+        frame = cls(b"", memoryview(b""))
         frame.buf = buf
         return frame
 
@@ -567,8 +572,8 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
         try:
             return _decode_slice(arr, lo, cut, path, n_before, frame), nxt
         except msgspec.DecodeError as exc:
-            if cut == end:  # end is a part's cut, inside a string (the array's own end was
-                raise NotABoundary(lo) from exc  # validated: it cannot fail)
+            if cut == end:  # a part's cut inside a string, or an array's end not proven
+                raise NotABoundary(lo) from exc  # (damaged JSON): the caller decides
             pos = cut  # the cut was inside a string or a nested object: try the next one
     try:
         return _decode_slice(arr, lo, end, path, n_before, frame), end
@@ -578,7 +583,7 @@ def _next_slice(arr: memoryview, lo: int, end: int, slice_bytes: int, path: Path
 
 def _decode_slice(arr: memoryview, lo: int, hi: int, path: Path, n_before: int,
                   frame: _Frame | None = None) -> list[_Event]:
-    frame = frame or _Frame(b"", msgspec.Raw(b""))
+    frame = frame or _Frame(b"", memoryview(b""))
     try:
         try:
             return cast(list[_Event], frame.decode(_SLICE_DECODER, arr, lo, hi))

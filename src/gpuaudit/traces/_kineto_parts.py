@@ -76,18 +76,6 @@ HELPER_PART_BYTES = 48 << 20
 MAX_PARTS = 8
 
 
-@dataclass(frozen=True)
-class _Task:
-    """What a helper needs besides the part's bytes."""
-
-    cats: tuple[str, ...]
-    select: kj.Selector
-    slice_bytes: int
-    #: the part's bytes between brackets, in a file of their own (see _hand_over)
-    part_path: str
-    n_bytes: int
-
-
 def plan(arr: memoryview, lo: int, end: int, parts: int) -> list[tuple[int, int]]:
     """``arr[lo:end]`` (an events array's elements) cut into at most ``parts`` consecutive
     ``(start, stop)`` spans at candidate boundaries near equal sizes: each stop is just after
@@ -129,6 +117,15 @@ def _helpers(n_bytes: int) -> list[subprocess.Popen[bytes]]:
     return _gather(min(count, max(ready is not None, n_bytes // HELPER_PART_BYTES - 1)), ready)
 
 
+def _fit(helpers: list[subprocess.Popen[bytes]], spans: list[tuple[int, int]]
+         ) -> list[subprocess.Popen[bytes]]:
+    """One helper for each span after the first (this process's): those beyond are stopped
+    (there were fewer candidate cuts than helpers)."""
+    for proc in helpers[len(spans) - 1:]:
+        _stop(proc)
+    return helpers[:len(spans) - 1]
+
+
 def _gather(count: int, ready: subprocess.Popen[bytes] | None
             ) -> list[subprocess.Popen[bytes]]:
     """``count`` helpers at most: ``ready`` (the one started ahead) first, then ones started
@@ -152,9 +149,7 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
     :data:`~gpuaudit.traces._kineto_json.EventsDecoder`)."""
     helpers = _helpers(end - 1)
     spans = plan(arr, 1, end, len(helpers) + 1) if helpers else [(1, end)]
-    for proc in helpers[len(spans) - 1:]:  # fewer candidate cuts than helpers
-        _stop(proc)
-    helpers = helpers[:len(spans) - 1]
+    helpers = _fit(helpers, spans)
     if not helpers:
         kj.decode_part(arr, 1, end, path, acc, slice_bytes, frame)
         return
@@ -163,10 +158,11 @@ def decode_events(arr: memoryview, end: int, path: Path, acc: kj._Accumulator,
     try:
         for proc, (a, b) in zip(helpers, spans[1:]):
             with _interrupt_held():  # a file made is a file recorded, to be removed
-                name = _hand_over(arr[a:b])
-                files.append(name)
-            if name is not None:
-                _send(proc, _Task(acc.cats, acc.select, slice_bytes, name, b - a))
+                made = _hand_over(arr[a:b])
+                files.append(made[0] if made is not None else None)
+            if made is not None:  # the part's elements are the file's [1, b - a + 1)
+                _send(proc, _FileTask(acc.cats, acc.select, slice_bytes, made[0], 1,
+                                      b - a + 1, made[1]))
         try:
             kj.decode_part(arr, start, stop, path, acc, slice_bytes, frame)
         except kj.NotABoundary as exc:  # the first cut was inside a string: one pass on
@@ -222,14 +218,12 @@ def decode_file(path: Path, cats: tuple[str, ...], select: kj.Selector,
         meta, lo, end = found
         helpers = _helpers(end - lo)
         spans = _plan(lambda pos: _file_cut(f, pos, end), lo, end, len(helpers) + 1)
-        if len(spans) < 2:
+        helpers = _fit(helpers, spans)
+        if not helpers:
             return None
-        helpers, extra = helpers[:len(spans) - 1], helpers[len(spans) - 1:]
-        for proc in extra:  # fewer candidate cuts than helpers
-            _stop(proc)
+        slice_bytes = slice_bytes or kj.SLICE_BYTES
         for proc, (a, b) in zip(helpers, spans[1:]):
-            _send(proc, _FileTask(cats, select, slice_bytes or kj.SLICE_BYTES, str(path), a, b,
-                                  stamp))
+            _send(proc, _FileTask(cats, select, slice_bytes, str(path), a, b, stamp))
         acc = kj._Accumulator(cats, select)
         at = lo  # where the next element starts, proven
         for k, (a, b) in enumerate(spans):
@@ -290,7 +284,7 @@ def _file_cut(f: Any, pos: int, end: int) -> tuple[int, int] | None:
 
 
 def _decode_span(f: Any, a: int, b: int, path: Path, acc: kj._Accumulator,
-                 slice_bytes: int | None) -> int:
+                 slice_bytes: int) -> int:
     """The file's bytes ``[a, b)`` (elements of its events array from a proven start) read
     and decoded into ``acc``: returns ``b``, or where the decode stopped where ``b`` is not
     just after an element (a cut inside a string or a nested object), or -1 where it
@@ -299,8 +293,8 @@ def _decode_span(f: Any, a: int, b: int, path: Path, acc: kj._Accumulator,
     buf[0], buf[-1] = 0x5B, 0x5D  # [ and ]
     _read_into(f, a, memoryview(buf)[1:-1])
     try:
-        kj.decode_part(memoryview(buf), 1, len(buf) - 1, path, acc,
-                       slice_bytes or kj.SLICE_BYTES, kj._Frame.over(buf))
+        kj.decode_part(memoryview(buf), 1, len(buf) - 1, path, acc, slice_bytes,
+                       kj._Frame.over(buf))
     except kj.NotABoundary as exc:
         return a + exc.at - 1
     except (InputError, msgspec.DecodeError, RecursionError):
@@ -308,28 +302,29 @@ def _decode_span(f: Any, a: int, b: int, path: Path, acc: kj._Accumulator,
     return b
 
 
-def _hand_over(part: memoryview) -> str | None:
+def _hand_over(part: memoryview) -> tuple[str, tuple[int, int, int]] | None:
     """The part between brackets, as a JSON array of its own, in a new file that its helper
-    maps (None where it cannot be written: that part is then decoded here). In memory where
+    maps as it maps a plain trace's part (:class:`_FileTask`): its name and stamp, or None
+    where it cannot be written (that part is then decoded here). In memory where
     /dev/shm exists and has room for it (a container's is often 64 MiB), else in the
     temporary folder. Not through the helper's stdin: a pipe takes ~1 MiB per hand-over, and
     this process, decoding meanwhile, holds the interpreter for a whole slice at a time, so a
     thread feeding the pipe would move one chunk per slice."""
-    fd, name, written = -1, "", False
+    fd, name, stamp = -1, "", None
     try:
         fd, name = tempfile.mkstemp(prefix="gpuaudit-trace-part-", dir=_part_dir(len(part)))
         for view in (memoryview(b"["), part, memoryview(b"]")):
             while len(view):
                 view = view[os.write(fd, view):]
-        written = True
+        stamp = _stamp(os.fstat(fd))
     except OSError:  # no room, no folder: this process decodes the part
         pass
     finally:  # a Ctrl-C while writing leaves no file behind either
         if fd >= 0:
             os.close(fd)
-        if name and not written:
+        if name and stamp is None:
             _remove(name)
-    return name if written else None
+    return (name, stamp) if stamp is not None else None
 
 
 @contextmanager
@@ -367,7 +362,7 @@ def _remove(name: str) -> None:
         pass
 
 
-def _send(proc: subprocess.Popen[bytes], task: _Task | _FileTask | _RanksTask) -> None:
+def _send(proc: subprocess.Popen[bytes], task: _FileTask | _RanksTask) -> None:
     """Write the task to the helper (a few hundred bytes: the pipe takes them at once)."""
     try:
         assert proc.stdin is not None
@@ -401,8 +396,9 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 @dataclass(frozen=True)
 class _FileTask:
-    """A part of a plain trace file, ``[lo, hi)`` (see :func:`decode_file`), for a helper to
-    map and decode in place, if the file still has the ``stamp`` this process saw."""
+    """A part of a file, ``[lo, hi)``, for a helper to map and decode in place, if the file
+    still has the ``stamp`` this process saw: of a plain trace file (:func:`decode_file`), or
+    a part's own file (:func:`_hand_over`)."""
 
     cats: tuple[str, ...]
     select: kj.Selector
@@ -490,30 +486,13 @@ def _main() -> int:
         task = pickle.load(sys.stdin.buffer)
     except EOFError:
         return 0
-    answer = (_ranks(task) if isinstance(task, _RanksTask)
-              else _file_part(task) if isinstance(task, _FileTask) else _part(task))
+    answer = _ranks(task) if isinstance(task, _RanksTask) else _file_part(task)
     try:
         pickle.dump(answer, sys.stdout.buffer, protocol=5)
         sys.stdout.buffer.flush()
     except OSError:  # the caller stopped waiting (it ended, or did the work itself):
         os._exit(0)  # nothing more to say, not even the flush of a closed pipe at exit
     return 0
-
-
-def _part(task: _Task) -> kj._PartState | None:
-    try:
-        with open(task.part_path, "rb") as f:
-            # mapped, not read: the file's pages are the part (a slice's framing brackets,
-            # written in place, copy only the pages they touch)
-            buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
-        if len(buf) != task.n_bytes + 2 or buf[0] != 0x5B or buf[-1] != 0x5D:
-            return None
-        acc = kj._Accumulator(task.cats, task.select)
-        kj.decode_part(memoryview(buf), 1, len(buf) - 1, Path("part"), acc, task.slice_bytes,
-                       kj._Frame.over(buf))
-        return acc.state()
-    except Exception:  # the part is decoded again by the caller, who reports
-        return None
 
 
 def _file_part(task: _FileTask) -> kj._PartState | None:

@@ -328,8 +328,9 @@ def load_trace(path: str | Path, *, parts: bool = True) -> RankTrace:
 
 
 def _decode_whole(path: Path, parts: bool) -> tuple[dict[str, Any], kj.Columns]:
-    """The document read whole, validated, then decoded (its events in parts where
-    ``parts`` and it pays); every error of a damaged trace is raised here."""
+    """The document read whole (inflated where gzip) and decoded (its events in parts where
+    ``parts`` and it pays; :func:`~gpuaudit.traces._kineto_json.decode` validates it whole
+    where its events cannot prove it); every error of a damaged trace is raised here."""
     data, _ = kj.read_document(path)
     try:
         return kj.decode(data, path, _ALL_CATS, _select,
