@@ -180,6 +180,54 @@ print(json.dumps({"import click": t1 - t0, "import numpy + msgspec": t2 - t1,
 """
 
 
+#: the floors of ``--floor``: what any Python command on this stack pays before its own work
+FLOORS: dict[str, list[str]] = {
+    "interpreter": [PY, "-c", "pass"],
+    "interpreter + NumPy": [PY, "-c", "import numpy"],
+    "+ the loader (read and decode, nothing else)": [
+        PY, "-c", "import sys, numpy; from gpuaudit.traces.loader import load_traces; "
+        "load_traces(sys.argv[1:])"],
+}
+
+
+def floor(paths: list[tuple[str, Path]], reps: int) -> None:
+    """Issue 27's `trace` goal on the real traces against what no command on this stack can
+    go below: HTA 0.5.0 (``hta_compare.py``), ``gpuaudit trace``, and the floors of
+    :data:`FLOORS` (the interpreter alone, with NumPy imported, and with the trace read and
+    decoded by gpuaudit's loader and nothing else), interleaved run by run, whole processes
+    (wall and peak RSS by ``/usr/bin/time``); min and median of ``reps``. The goal's budget
+    is HTA's min wall / 20 and HTA's median RSS / 4."""
+    gpuaudit = str(Path(PY).with_name("gpuaudit"))
+    print(f"load before: {os.getloadavg()[0]:.2f}; nproc {os.cpu_count()}")
+    print("| trace | HTA 0.5.0 wall min / median, RSS | 20x budget, 1/4 RSS | gpuaudit trace | "
+          + " | ".join(FLOORS) + " |")
+    print("|---|---|---|---|" + "---|" * len(FLOORS))
+    for name, d in paths:
+        cmds = {"HTA": [str(HTA_PY), str(ROOT / "benchmarks" / "hta_compare.py"), str(d)],
+                "ours": [gpuaudit, "trace", str(d), "--hta-compat", "--price", "2.5", "-o",
+                         "/dev/null"],
+                **{k: [*v, *([str(d)] if k.startswith("+") else [])]
+                   for k, v in FLOORS.items()}}
+        got: dict[str, list[tuple[float, float]]] = {k: [] for k in cmds}
+        for c in cmds.values():
+            run_whole(c)  # warm the page cache and the bytecode
+        for _ in range(reps):
+            for k, c in cmds.items():
+                got[k].append(run_whole(c))
+
+        def cell(k: str, got: dict[str, list[tuple[float, float]]] = got) -> str:
+            w = [x for x, _ in got[k]]
+            r = [x for _, x in got[k]]
+            return (f"{1e3 * min(w):.0f} / {1e3 * statistics.median(w):.0f} ms, "
+                    f"{statistics.median(r):.0f} MiB")
+
+        hw = min(w for w, _ in got["HTA"])
+        hr = statistics.median(r for _, r in got["HTA"])
+        print(f"| {name} | {cell('HTA')} | {1e3 * hw / 20:.0f} ms, {hr / 4:.0f} MiB | "
+              f"{cell('ours')} | " + " | ".join(cell(k) for k in FLOORS) + " |", flush=True)
+    print(f"load after: {os.getloadavg()[0]:.2f}")
+
+
 def phases(path: Path, reps: int) -> None:
     """CPU time per phase of `gpuaudit trace PATH --hta-compat` (``time.process_time``, each
     phase as the command runs it; fresh process per run; min of ``reps``)."""
@@ -362,6 +410,9 @@ def main() -> None:
                     help="with --ranks: each rank trace's size in MB")
     ap.add_argument("--only-synthetic", action="store_true",
                     help="with --whole: leave the real traces out")
+    ap.add_argument("--floor", action="store_true",
+                    help="the real traces: HTA, gpuaudit and what no command on this stack "
+                    "goes below (the interpreter, NumPy, the loader alone), interleaved")
     ap.add_argument("--helper-rss", type=Path, default=None,
                     help="peak RSS of `gpuaudit trace PATH` and of its decoding helper")
     args = ap.parse_args()
@@ -370,6 +421,11 @@ def main() -> None:
         return
     if args.phases:
         phases(args.phases, args.reps)
+        return
+    if args.floor:
+        floor([(n, trace_dir(n)) for n in ("a100_1rank_ddp_nccl.json.gz",
+                                           "v100_1rank_ns_resolution.json.gz", "two_ranks")],
+              args.reps)
         return
     if args.whole:
         paths = [] if args.only_synthetic else [

@@ -118,20 +118,29 @@ class _Flaky:
                 with lock:
                     proxy.count += 1
                     n = proxy.count
+                import hashlib
                 from urllib.parse import parse_qs
 
-                form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+                ctype = self.headers.get("Content-Type", "")
+                # a query's form fields; a remote read's protobuf body stands as its digest
+                form = {k: v[0] for k, v in parse_qs(body.decode()).items()} \
+                    if "form-urlencoded" in ctype else \
+                    {"body": hashlib.sha256(body).hexdigest()}
+                out_type = "application/json"
                 if proxy.fail(n, form):
                     with lock:
                         proxy.failed += 1
                     payload = b'{"status":"error","error":"internal error (injected)"}'
                     self.send_response(500)
                 else:
+                    sent = {k: v for k, v in self.headers.items() if k.lower() in (
+                        "content-type", "content-encoding", "x-prometheus-remote-read-version")}
                     r = httpx.post(proxy.upstream + self.path, content=body, timeout=60,
-                                   headers={"Content-Type": self.headers["Content-Type"]})
+                                   headers=sent)
                     payload = r.content
+                    out_type = r.headers.get("Content-Type", out_type)
                     self.send_response(r.status_code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", out_type)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)

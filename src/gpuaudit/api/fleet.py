@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from gpuaudit.api.compose import Report, assemble, group_keys, rates_for
 from gpuaudit.classify import Usage, classify
-from gpuaudit.errors import InputError
+from gpuaudit.errors import InputError, SourceUnavailableError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding
 
@@ -484,12 +484,14 @@ def _sharded_usage(
         shards = plan_shards(live, chunks, max(1, round(shard_s / chunk_s)))
         last = chunks[-1]
 
+        raw_util = _raw_util_readers(live, clients, step=step, matchers=matchers)
+
         def fetch(sh: Shard) -> PushdownData:
             return pull_aggregates(
                 clients[sh.store.name], identify=series_id, start_s=sh.start_s,
                 end_s=sh.end_s, step_s=step, matchers=matchers, chunk_s=chunk_s,
                 chunks=sh.chunks, fleet=sh.chunks[-1] == last, fleet_start_s=start,
-                workers=concurrency)
+                workers=concurrency, raw_util=raw_util.get(sh.store.name))
 
         answers, lost = fan_out(shards, fetch, describe=lambda sh: sh.store,
                                 label=lambda sh: sh.label,
@@ -513,6 +515,46 @@ def _sharded_usage(
         for c in clients.values():
             c.close()
     return usage_fine, daily, util_window, transfer
+
+
+#: set to 0 to have the stores evaluate every pushdown subquery (benchmarks, a store whose
+#: native form misreads); by default a store that streams its raw samples has the
+#: utilization view's subqueries answered here (gpuaudit.classify.pushdown_raw)
+RAW_VIEW_ENV = "GPUAUDIT_PUSHDOWN_RAW"
+
+
+def _raw_util_readers(stores: Sequence[Any], clients: Mapping[str, Any], *, step: float,
+                      matchers: Mapping[str, str] | None) -> dict[str, Any]:
+    """Per store that answers remote read (Prometheus) and whose windows' edge is known: a
+    reader of its raw utilization samples, for the pushdown to answer the utilization
+    view's subqueries from (the same numbers, tested; the store's CPU spared). None for the
+    others, and for all with ``GPUAUDIT_PUSHDOWN_RAW=0``. VictoriaMetrics keeps its own:
+    its subqueries answer a series' edges differently in places (a series present at the
+    audit's first step at a UTC midnight is not seen there), and its pushdown's figures
+    stay what they were."""
+    import os
+
+    from gpuaudit.measure.fleet.native import RawUtilReader, probe_form, window_left_open
+    from gpuaudit.measure.fleet.shards import fan_out
+
+    if os.environ.get(RAW_VIEW_ENV, "1") == "0":
+        return {}
+
+    def probe(st: Any) -> Any:
+        c = clients[st.name]
+        try:
+            form = probe_form(c)
+            left_open = window_left_open(c, form)
+        except (InputError, SourceUnavailableError):  # the store's PromQL answers all
+            return None
+        if form != "remote-read" or left_open is None:
+            return None
+        return RawUtilReader(c, form, step_s=step, matchers=matchers, left_open=left_open)
+
+    got, _failed = fan_out(list(stores), probe, describe=lambda st: st,
+                           label=lambda st: f"{st.name} (native form)",
+                           workers=max(1, len(stores)), allow_partial=True)
+    return {st.name: r for st, r in got if r is not None}
 
 
 def _survey(stores: Sequence[Any], clients: Mapping[str, Any], start: float, end: float, *,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -41,8 +42,8 @@ from gpuaudit.errors import InputError
 from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
 
-__all__ = ["Answers", "PushdownData", "QueryClient", "chunk_grid", "merge_pushdown",
-           "pull_aggregates", "usage_from_pushdown"]
+__all__ = ["Answers", "PushdownData", "QueryClient", "RawUtil", "chunk_grid",
+           "merge_pushdown", "pull_aggregates", "usage_from_pushdown"]
 
 
 _T = TypeVar("_T")
@@ -105,6 +106,22 @@ class QueryClient(Protocol):
 Identify = Callable[..., SeriesId]
 
 
+class RawUtil(Protocol):
+    """The store's raw ``DCGM_FI_DEV_GPU_UTIL`` samples, read in its native form (measure's
+    :class:`gpuaudit.measure.fleet.native.RawUtilReader`): what lets
+    :func:`pull_aggregates` answer the utilization view's subqueries here
+    (:mod:`gpuaudit.classify.pushdown_raw`) instead of in the store."""
+
+    #: whether the store's windows leave their left edge out (``(t - w, t]``)
+    left_open: bool
+
+    def samples(self, a_s: float, b_s: float
+                ) -> list[tuple[Mapping[str, str], np.ndarray, np.ndarray]]:
+        """Every util series the pushdown's selector selects, with its samples in
+        ``(a - 2 step, b]`` at least: (labels, times in ms, values), stale markers out."""
+        ...
+
+
 def chunk_grid(start_s: float, end_s: float, step_s: float,
                chunk_s: float = 86_400.0) -> list[tuple[float, float]]:
     """The step-aligned chunks of [start, end] that :func:`pull_aggregates` asks: the first
@@ -132,6 +149,7 @@ def pull_aggregates(
     chunks: Sequence[tuple[float, float]] | None = None,
     fleet: bool = True,
     fleet_start_s: float | None = None,
+    raw_util: RawUtil | None = None,
 ) -> PushdownData:
     """Run the pushdown queries chunk by chunk (step-aligned, ``chunk_s`` long, ``workers``
     queries at a time) and collect the decoded answers; then the threshold queries
@@ -144,7 +162,12 @@ def pull_aggregates(
     ``chunks`` (a run of :func:`chunk_grid`'s chunks: a time shard) replaces the grid of
     [start, end]; ``fleet`` asks the fleet's 1 h / 24 h utilization windows at the last
     chunk's end, reaching back no further than ``fleet_start_s`` (default: the first chunk's
-    start); the time shard holding the audit's end asks them, the others do not."""
+    start); the time shard holding the audit's end asks them, the others do not.
+
+    ``raw_util``: the store's raw utilization samples. Then the utilization view's
+    subqueries (:data:`~gpuaudit.classify.pushdown_raw.RAW_VIEW`) are answered here from
+    them, chunk by chunk, with the same numbers the store's PromQL gives, and the store
+    evaluates only the rest (see :mod:`gpuaudit.classify.pushdown_raw`)."""
     if step_s <= 0:
         raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
     sel = selector(matchers)
@@ -169,12 +192,17 @@ def pull_aggregates(
     ans = data.answers
     ids = _SeriesCodes(data, client.url, identify)
     jobs: list[tuple[int, str, str]] = []
+    from gpuaudit.classify.pushdown_raw import RAW_VIEW  # (numba, only for raw reads)
+
+    here = RAW_VIEW if raw_util is not None else ()
     for i, (a, b) in enumerate(chunks):
         for fam in families:
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
                                signals=fam == "util", has_cpu=has_cpu and fam == "util")
             jobs += [(i, name, expr) for name, expr in qs.items()
-                     if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)]
+                     if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)
+                     and not (fam == "util" and name in here)]
+    local = _LocalView(data, ids, raw_util, step_s, narrow) if raw_util is not None else None
     # fleet mean utilization over the last hour and day: raw sums, run with the rest
     fleet_jobs: list[tuple[int, str, str]] = []
     for label, secs in (("1h", 3600.0), ("24h", 86400.0)) if fleet else ():
@@ -189,7 +217,7 @@ def pull_aggregates(
     # in flight are short ones and the server's cores stay busy to the end
     jobs.sort(key=lambda j: _SUBQUERY.search(j[2]) is None)
     fleet_answers = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
-                         end_s=float(end_s))
+                         end_s=float(end_s), local=local)
     for label in ("1h", "24h") if fleet else ():
         total = sum(fleet_answers.get(f"{label} sum {fam}", 0.0) for fam in families)
         count = sum(fleet_answers.get(f"{label} count {fam}", 0.0) for fam in families)
@@ -201,6 +229,8 @@ def pull_aggregates(
     jobs2: list[tuple[int, str, str]] = []
     wanted = _second_pass_rows(ans, narrow)
     row_code, row_chunk = ans.code, ans.chunk
+    if local is not None:  # the util series' answers from their raw samples
+        wanted = local.settle(wanted)
     for i, (a, b) in enumerate(chunks):
         in_chunk = row_chunk == i
         for nm, mask in wanted.items():
@@ -216,7 +246,8 @@ def pull_aggregates(
                     if plabel:
                         gpus = with_matcher(gpus, f'{plabel}=~"{regex_of({p for _, p in part})}"')
                     out = []
-                    for fam in families:
+                    for fam in (["mig"] if local is not None and nm in here
+                                else families):
                         qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
                                            family=fam, signals=False)
                         if nm in qs:
@@ -340,7 +371,9 @@ class _SeriesCodes:
         self.url = url
         self.identify = identify
         self.by_raw: dict[bytes, int] = {}
+        self.by_labels: dict[tuple[tuple[str, str], ...], int] = {}
         self.by_id: dict[SeriesId, int] = {}
+        self.lock = threading.Lock()
         self.uuid_label: dict[int, tuple[str, str]] = {}  # code -> (UUID or uuid, value)
         #: code -> the pod label that tells its series apart (exported_pod, else pod; "")
         self.pod_label: dict[int, tuple[str, str]] = {}
@@ -358,43 +391,67 @@ class _SeriesCodes:
         if code is not None:
             return code
         labels = {str(k): str(v) for k, v in msgspec.json.decode(raw).items()}
-        sid = self.identify(labels, default_host="unknown", where=f"{self.url}: pushdown {query}")
-        code = self.by_id.get(sid)
-        if code is None:
-            code = self.by_id[sid] = len(self.data.ids)
-            self.data.ids.append(sid)
-            self.uuid_label[code] = ("UUID", labels["UUID"]) if labels.get("UUID") else \
-                ("uuid", labels.get("uuid", ""))
-            pod = "exported_pod" if "exported_pod" in labels else \
-                "pod" if "pod" in labels else ""
-            self.pod_label[code] = (pod, labels.get(pod, "")) if pod else ("", "")
-        self.by_raw[raw] = code
+        code = self.by_raw[raw] = self.code_of(labels, query)
         return code
+
+    def code_of(self, labels: Mapping[str, str], query: str) -> int:
+        """The code of the series ``labels`` (``__name__`` aside, as PromQL's answers drop
+        it) names; a new one for a series not seen before."""
+        key = tuple(sorted((k, v) for k, v in labels.items() if k != "__name__"))
+        with self.lock:  # raw reads name their series from the query threads
+            code = self.by_labels.get(key)
+            if code is not None:
+                return code
+            named = dict(key)
+            sid = self.identify(named, default_host="unknown",
+                                where=f"{self.url}: pushdown {query}")
+            code = self.by_id.get(sid)
+            if code is None:
+                code = self.by_id[sid] = len(self.data.ids)
+                self.data.ids.append(sid)
+                self.uuid_label[code] = ("UUID", named["UUID"]) if named.get("UUID") else \
+                    ("uuid", named.get("uuid", ""))
+                pod = "exported_pod" if "exported_pod" in named else \
+                    "pod" if "pod" in named else ""
+                self.pod_label[code] = (pod, named.get(pod, "")) if pod else ("", "")
+            self.by_labels[key] = code
+            return code
 
 
 def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
          chunks: list[tuple[float, float]], data: PushdownData, ids: _SeriesCodes,
-         workers: int, what: str, *, end_s: float | None = None) -> dict[str, float]:
+         workers: int, what: str, *, end_s: float | None = None,
+         local: _LocalView | None = None) -> dict[str, float]:
     """Evaluate ``jobs`` (chunk, name, PromQL) at their chunk's end, ``workers`` at a time,
     into ``data.answers``; NaN answers (nothing measured) are left out. Jobs of chunk -1 are
-    fleet-wide aggregates evaluated at ``end_s``: returned by name, not stored per series."""
+    fleet-wide aggregates evaluated at ``end_s``: returned by name, not stored per series.
+    ``local``: each chunk's utilization view read raw and answered here, beside the jobs."""
     out: dict[str, float] = {}
-    if not jobs:
+    raw_jobs = [(i, _RAW_JOB, "") for i in range(len(chunks))] if local is not None else []
+    if not jobs and not raw_jobs:
         return out
-    advance = client.progress(what, len(jobs)) if client.progress else None
+    advance = client.progress(what, len(jobs) + len(raw_jobs)) if client.progress else None
     nchunks = data.answers.nchunks
 
     def run(job: tuple[int, str, str]) -> tuple[int, str, tuple[list[bytes], list[float]]]:
         i, name, expr = job
-        at = chunks[i][1] if i >= 0 else end_s
-        assert at is not None
-        rows = client.query_rows(expr, at)
+        if name == _RAW_JOB:
+            assert local is not None
+            local.read(i)
+            rows: tuple[list[bytes], list[float]] = ([], [])
+        else:
+            at = chunks[i][1] if i >= 0 else end_s
+            assert at is not None
+            rows = client.query_rows(expr, at)
         if advance:
             advance(1)
         return i, name, rows
 
     with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        for i, name, (raws, values) in pool.map(run, jobs):
+        # the raw reads first: each is a chunk's worth of samples, the longest jobs
+        for i, name, (raws, values) in pool.map(run, raw_jobs + jobs):
+            if name == _RAW_JOB:
+                continue
             if i < 0:
                 if values and values[0] == values[0]:
                     out[name] = values[0]
@@ -403,8 +460,80 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
             vals = np.array(values, dtype=np.float64)
             live = ~np.isnan(vals)  # NaN: nothing measured
             data.answers.add(name, codes[live] * nchunks + i, vals[live])
+    if local is not None:
+        local.add_first_pass()
     data.answers.flush()
     return out
+
+
+_RAW_JOB = "(raw utilization samples)"
+#: what the first pass asks of every util series (the rest waits for the second pass's need)
+_FIRST = ("n", "raw_n", "at_start", "at_end")
+
+
+class _LocalView:
+    """The utilization view answered here (:func:`~gpuaudit.classify.pushdown_raw.util_answers`)
+    from the store's raw samples, chunk by chunk: the first pass's answers go into the
+    answers as the store's would; the second pass's are held until
+    :func:`_second_pass_rows` says which rows need them (:meth:`settle`)."""
+
+    def __init__(self, data: PushdownData, ids: _SeriesCodes, raw: RawUtil, step_s: float,
+                 narrow: bool) -> None:
+        self.data, self.ids, self.raw, self.step_s, self.narrow = data, ids, raw, step_s, narrow
+        self.lock = threading.Lock()
+        self.got: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+        self.util_keys: list[np.ndarray] = []
+
+    def read(self, i: int) -> None:
+        from gpuaudit.classify.pushdown_raw import util_answers
+
+        a, b = self.data.chunks[i]
+        series = self.raw.samples(a, b)
+        codes = np.array([self.ids.code_of(labels, "raw DCGM_FI_DEV_GPU_UTIL")
+                          for labels, _t, _v in series], dtype=np.int64)
+        got = util_answers([t for _l, t, _v in series], [v for _l, _t, v in series], a_s=a,
+                           b_s=b, step_s=self.step_s, left_open=self.raw.left_open)
+        nch = self.data.answers.nchunks
+        with self.lock:
+            self.util_keys.append(codes * nch + i)
+            for name, (idx, vals) in got.items():
+                self.got.setdefault(name, []).append((codes[idx] * nch + i, vals))
+
+    def _column(self, name: str) -> tuple[np.ndarray, np.ndarray]:
+        parts = self.got.get(name, [])
+        if not parts:
+            return np.zeros(0, np.int64), np.zeros(0)
+        return np.concatenate([k for k, _ in parts]), np.concatenate([v for _, v in parts])
+
+    def add_first_pass(self) -> None:
+        from gpuaudit.classify.pushdown_raw import RAW_VIEW
+
+        for name in _FIRST + (() if self.narrow else tuple(n for n in RAW_VIEW
+                                                               if n not in _FIRST)):
+            keys, vals = self._column(name)
+            self.data.answers.add(name, keys, vals)
+
+    def settle(self, wanted: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Put the held answers of the rows ``wanted`` asks for into the answers; returns
+        what is left for the store (its MIG series, and the several-samples forms)."""
+        from gpuaudit.classify.pushdown_raw import RAW_VIEW
+
+        ans = self.data.answers
+        util = np.concatenate(self.util_keys) if self.util_keys else np.zeros(0, np.int64)
+        is_util = np.isin(ans.key, util)
+        left: dict[str, np.ndarray] = {}
+        for nm, mask in wanted.items():
+            if nm not in RAW_VIEW:
+                left[nm] = mask
+                continue
+            keys, vals = self._column(nm)
+            asked = np.isin(keys, ans.key[mask & is_util])
+            ans.add(nm, keys[asked], vals[asked])
+            rest = mask & ~is_util
+            if rest.any():
+                left[nm] = rest
+        ans.flush()
+        return left
 
 
 #: the longest PromQL text a query may have: VictoriaMetrics refuses longer ones

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from gpuaudit.errors import SourceUnavailableError
+from gpuaudit.errors import InputError, SourceUnavailableError
 
 if TYPE_CHECKING:
     from gpuaudit.measure.fleet.prometheus import PromClient
@@ -571,6 +571,42 @@ def probe_form(client: PromClient) -> str | None:
         return "export"
     except RemoteReadRefused:
         return None
+
+
+def window_left_open(client: PromClient, form: str | None) -> bool | None:
+    """Whether the store's range windows leave their left edge out (``(t - w, t]``:
+    VictoriaMetrics, Prometheus 3) or keep it (``[t - w, t]``: Prometheus 2), which decides
+    which sample a step's window holds; None where the store's answer says neither (its
+    subqueries are then left to it). A remote-read store is asked how many points the
+    subquery ``vector(1)[2s:1s]`` has at a whole second: 3 (edge kept) or 2 (left out)."""
+    if form == "export":  # VictoriaMetrics: (t - w, t]
+        return True
+    if form != "remote-read":
+        return None
+    try:
+        got = client.query("count_over_time(vector(1)[2s:1s])", 1_700_000_000.0)
+    except (InputError, SourceUnavailableError):
+        return None
+    counts = {v for _labels, v in got}
+    return {frozenset({3.0}): False, frozenset({2.0}): True}.get(frozenset(counts))
+
+
+class RawUtilReader:
+    """A store's raw ``DCGM_FI_DEV_GPU_UTIL`` samples in its native form, for the pushdown
+    to answer the utilization view's subqueries itself (:class:`gpuaudit.classify.pushdown.RawUtil`:
+    the store streams stored chunks instead of evaluating PromQL per point)."""
+
+    def __init__(self, client: PromClient, form: str, *, step_s: float,
+                 matchers: Mapping[str, str] | None, left_open: bool) -> None:
+        self.left_open = left_open
+        # its label caches are dicts the query threads share: a race decodes a set twice
+        self._source = NativeSource(client, form, start_s=0.0, end_s=0.0, step_s=step_s,
+                                    matchers=matchers, metrics=("DCGM_FI_DEV_GPU_UTIL",))
+
+    def samples(self, a_s: float, b_s: float
+                ) -> list[tuple[Mapping[str, str], np.ndarray, np.ndarray]]:
+        """Every util series with its samples in (a - 2 step, b + step), stale markers out."""
+        return [(s.labels, s.ts_ms, s.values) for s in self._source.fetch(a_s, b_s)]
 
 
 def on_grid(series: Sequence[RawSeries], start_ms: int, step_ms: int, n_steps: int,

@@ -1,0 +1,203 @@
+"""The utilization view's subqueries answered here from a store's raw samples
+(gpuaudit.classify.pushdown_raw) give the store's own answers, bit for bit: against a
+slow reference written from the queries' definitions (any samples, either window edge),
+and against a real Prometheus on 127.0.0.1 (every query, every series and chunk, on a
+fleet with shifted, doubled and missing scrapes); the whole pushdown audit is the same
+report with the store answering them or not; VictoriaMetrics keeps its own."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from fleetgen import Fleet, backfill, make_fleet, run_prometheus, run_victoria_metrics
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gpuaudit.classify.pushdown as pd
+from gpuaudit.api import audit_fleet
+from gpuaudit.api.fleet import RAW_VIEW_ENV, _raw_util_readers
+from gpuaudit.classify.pushdown_queries import pack_base
+from gpuaudit.classify.pushdown_raw import RAW_VIEW, util_answers
+from gpuaudit.measure.fleet.dcgm import series_id
+from gpuaudit.measure.fleet.native import RawUtilReader, probe_form, window_left_open
+from gpuaudit.measure.fleet.prometheus import PromClient
+from gpuaudit.measure.fleet.shards import parse_stores
+
+TEAMS = Path(__file__).parents[1] / "data" / "fleet" / "teams.toml"
+
+
+def _reference(ts: list[int], vals: list[float], a_ms: int, b_ms: int, step_ms: int,
+               shut: int) -> dict[str, float]:
+    """Each query of RAW_VIEW for one series, straight from its PromQL definition (a
+    window ``[w]`` holds the samples with ``t - w + shut <= ts <= t`` in milliseconds;
+    ``[s-1ms]`` and ``[2s-1ms]`` for a step and two)."""
+    pts = sorted(zip(ts, vals), key=lambda p: p[0])
+    steps = list(range(a_ms, b_ms + 1, step_ms))
+
+    def window(t: int, w: int) -> list[float]:
+        return [v for x, v in pts if t - w + shut <= x <= t]
+
+    base = pack_base(len(steps))
+    point = {t: window(t, step_ms - 1)[-1] for t in steps if window(t, step_ms - 1)}
+    two = {t: window(t, 2 * step_ms - 1) for t in steps}
+    edges = [t for t in steps if len(two[t]) == 1]
+    out: dict[str, float] = {}
+
+    def put(name: str, x: float, present: bool) -> None:
+        if present:
+            out[name] = x
+
+    u = [point[t] for t in steps if t in point]
+    put("n", len(u), bool(u))
+    put("lo", sum_in_order([x + base for x in u if x < 10]), any(x < 10 for x in u))
+    put("hi", sum_in_order([x + base for x in u if x >= 70]), any(x >= 70 for x in u))
+    put("top", sum(x >= 90 for x in u), any(x >= 90 for x in u))
+    put("idle_pairs", sum(bool(w) and max(w) < 10 for w in two.values()),
+        any(bool(w) and max(w) < 10 for w in two.values()))
+    put("edges", len(edges), bool(edges))
+    live = [w for w in two.values() if w]
+    put("absstep", sum_in_order([max(w) for w in live]) - sum_in_order([min(w) for w in live]),
+        bool(live))
+    first_w, last_w = window(a_ms, step_ms - 1), window(b_ms, step_ms - 1)
+    put("at_start", len(first_w), bool(first_w))
+    put("at_end", len(last_w), bool(last_w))
+    offset_s = (b_ms - a_ms) / 1000
+    late = [t for t in edges if t > a_ms]
+    if first_w:
+        out["first"] = b_ms / 1000 - float(f"{offset_s:g}")
+    elif late and b_ms > a_ms:
+        out["first"] = min(late) / 1000
+    if last_w:
+        out["last"] = b_ms / 1000
+    elif edges:
+        out["last"] = max(edges) / 1000 - float(f"{step_ms / 1000:g}")
+    raw = [v for x, v in pts if b_ms - (b_ms - a_ms + step_ms - 1) + shut <= x <= b_ms]
+    put("raw_n", len(raw), bool(raw))
+    return out
+
+
+def sum_in_order(xs: list[float]) -> float:
+    total = 0.0
+    for x in xs:  # PromQL's sum_over_time: one addition after another, in time order
+        total += x
+    return total
+
+
+@settings(max_examples=150, deadline=None)
+@given(series=st.lists(st.lists(st.tuples(st.integers(-40_000, 140_000),
+                                          st.sampled_from([0.0, 3.0, 9.0, 10.0, 42.5, 69.0,
+                                                           70.0, 89.5, 90.0, 100.0])),
+                                max_size=25), min_size=1, max_size=4),
+       steps=st.integers(1, 8), shut=st.booleans())
+def test_answers_equal_the_queries_definitions(series: list[list[tuple[int, float]]],
+                                               steps: int, shut: bool) -> None:
+    step_ms, a_ms = 15_000, 15_000
+    b_ms = a_ms + (steps - 1) * step_ms
+    ts = [np.array([t for t, _ in s], np.int64) for s in series]  # any order, repeats
+    vals = [np.array([v for _, v in s], np.float64) for s in series]
+    got = util_answers(ts, vals, a_s=a_ms / 1000, b_s=b_ms / 1000, step_s=15.0,
+                       left_open=shut)
+    for j, s in enumerate(series):
+        ref = _reference([t for t, _ in s], [v for _, v in s], a_ms, b_ms, step_ms, int(shut))
+        mine = {name: float(vals_[list(idx).index(j)]) for name, (idx, vals_) in got.items()
+                if j in idx}
+        assert mine == ref, (j, s)
+
+
+def _jittered(fleet: Fleet) -> Fleet:
+    """Scrapes moved within their step, some steps scraped twice, some scrapes missed."""
+    rng = np.random.default_rng(5)
+    for k, s in enumerate(fleet.series):
+        if k % 5 == 1:
+            s.ts_s = s.ts_s + int(rng.integers(1, 15))
+        elif k % 7 == 2:
+            ts = np.concatenate([s.ts_s, s.ts_s[::3] + 5])
+            u = np.concatenate([s.util, s.util[::3]])
+            order = np.argsort(ts, kind="stable")
+            s.ts_s, s.util = ts[order], u[order]
+        elif k % 11 == 3:
+            keep = rng.random(s.ts_s.shape[0]) > 0.2
+            s.ts_s, s.util = s.ts_s[keep], s.util[keep]
+    return fleet
+
+
+@pytest.fixture(scope="module")
+def jittered() -> Iterator[tuple[str, Fleet]]:
+    fleet = _jittered(make_fleet(nodes=3, gpus_per_node=4, hours=26, step_s=15, seed=11))
+    with tempfile.TemporaryDirectory() as root:
+        backfill(fleet, Path(root) / "prom")
+        with run_prometheus(Path(root) / "prom") as url:
+            yield url, fleet
+
+
+def _answers(data: pd.PushdownData) -> dict[tuple[str, object, int], float]:
+    a = data.answers
+    return {(name, data.ids[int(k // a.nchunks)], int(k % a.nchunks)): float(v)
+            for name, col in a.cols.items() for k, v in zip(a.key, col) if v == v}
+
+
+def test_every_query_equals_prometheus(jittered: tuple[str, Fleet],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every series and chunk asked every query (no narrowing), the answers before any
+    decoding: the store's and ours, the same floats."""
+    url, fleet = jittered
+    for name in ("decode_columns", "_settle_edges"):
+        monkeypatch.setattr(pd, name, lambda *a, **k: None)
+    monkeypatch.setattr(pd, "_overlapping", lambda *a, **k: [])
+    c = PromClient(url)
+    kw = {"identify": series_id, "start_s": fleet.start_s, "end_s": fleet.end_s,
+          "step_s": float(fleet.step_s), "narrow": False}
+    assert window_left_open(c, probe_form(c)) is False  # Prometheus 2: [t - w, t]
+    theirs = _answers(pd.pull_aggregates(c, **kw))
+    reader = RawUtilReader(c, "remote-read", step_s=float(fleet.step_s), matchers=None,
+                           left_open=False)
+    ours = _answers(pd.pull_aggregates(c, **kw, raw_util=reader))
+    util = {k for k in theirs if k[0] in RAW_VIEW and not k[1].mig_profile}  # type: ignore[attr-defined]
+    assert len(util) > 1000 and {k[0] for k in util} == set(RAW_VIEW)
+    assert ours.keys() == theirs.keys()
+    assert all(ours[k] == theirs[k] for k in theirs), \
+        [(k, ours[k], theirs[k]) for k in theirs if ours[k] != theirs[k]][:5]
+    c.close()
+
+
+def _report(url: str, fleet: Fleet, raw: str, monkeypatch: pytest.MonkeyPatch) -> dict:  # type: ignore[type-arg]
+    monkeypatch.setenv(RAW_VIEW_ENV, raw)
+    r = audit_fleet(prometheus=url, start_s=fleet.start_s, end_s=fleet.end_s,
+                    step_s=fleet.step_s, by=("team",), map_file=TEAMS,
+                    pricing={"price": "1.37"})
+    d = json.loads(r.render("json"))
+    d.pop("generated_at", None)
+    return {"report": _without(d, "transfer"),
+            "requests": r.extra["fleet"]["transfer"]["requests"]}
+
+
+def _without(x: object, key: str) -> object:
+    """``x`` with every ``key`` of its objects left out (what was sent and received)."""
+    if isinstance(x, dict):
+        return {k: _without(v, key) for k, v in x.items() if k != key}
+    if isinstance(x, list):
+        return [_without(v, key) for v in x]
+    return x
+
+
+def test_the_pushdown_report_is_the_same_with_the_stores_subqueries(
+        jittered: tuple[str, Fleet], monkeypatch: pytest.MonkeyPatch) -> None:
+    url, fleet = jittered
+    theirs = _report(url, fleet, "0", monkeypatch)
+    ours = _report(url, fleet, "1", monkeypatch)
+    assert ours["report"] == theirs["report"]
+    assert ours["requests"] < theirs["requests"]  # the subqueries were not asked
+
+
+def test_victoriametrics_answers_its_own_subqueries(tmp_path: Path) -> None:
+    with run_victoria_metrics(tmp_path / "vm") as vm:
+        stores = parse_stores([vm])
+        c = PromClient(vm)
+        assert probe_form(c) == "export" and window_left_open(c, "export") is True
+        assert _raw_util_readers(stores, {stores[0].name: c}, step=15.0, matchers=None) == {}
+        c.close()
