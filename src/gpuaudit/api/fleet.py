@@ -525,15 +525,17 @@ RAW_VIEW_ENV = "GPUAUDIT_PUSHDOWN_RAW"
 
 def _raw_util_readers(stores: Sequence[Any], clients: Mapping[str, Any], *, step: float,
                       matchers: Mapping[str, str] | None) -> dict[str, Any]:
-    """Per store that answers remote read (Prometheus) and whose windows' edge is known: a
-    reader of its raw utilization samples, for the pushdown to answer the utilization
-    view's subqueries from (the same numbers, tested; the store's CPU spared). None for the
-    others, and for all with ``GPUAUDIT_PUSHDOWN_RAW=0``. VictoriaMetrics keeps its own:
-    its subqueries answer a series' edges differently in places (a series present at the
-    audit's first step at a UTC midnight is not seen there), and its pushdown's figures
-    stay what they were."""
+    """Per store that streams its raw samples (Prometheus' remote read, VictoriaMetrics'
+    export) and whose windows' edge is known: a reader of its raw utilization samples, for
+    the pushdown to answer the utilization view's subqueries from (the same numbers, tested
+    against both stores; the store's CPU spared). A Prometheus has all of
+    :data:`~gpuaudit.classify.pushdown_raw.RAW_VIEW` answered here, a VictoriaMetrics the
+    subqueries over every step (:data:`~gpuaudit.classify.pushdown_raw.SUBQUERIES`): its raw
+    range functions and edge forms stay with it (see there). None for a store that answers
+    neither form, and for all with ``GPUAUDIT_PUSHDOWN_RAW=0``."""
     import os
 
+    from gpuaudit.classify.pushdown_raw import RAW_VIEW, SUBQUERIES
     from gpuaudit.measure.fleet.native import RawUtilReader, probe_form, window_left_open
     from gpuaudit.measure.fleet.shards import fan_out
 
@@ -547,9 +549,10 @@ def _raw_util_readers(stores: Sequence[Any], clients: Mapping[str, Any], *, step
             left_open = window_left_open(c, form)
         except (InputError, SourceUnavailableError):  # the store's PromQL answers all
             return None
-        if form != "remote-read" or left_open is None:
+        if form is None or left_open is None:
             return None
-        return RawUtilReader(c, form, step_s=step, matchers=matchers, left_open=left_open)
+        return RawUtilReader(c, form, step_s=step, matchers=matchers, left_open=left_open,
+                             names=RAW_VIEW if form == "remote-read" else SUBQUERIES)
 
     got, _failed = fan_out(list(stores), probe, describe=lambda st: st,
                            label=lambda st: f"{st.name} (native form)",

@@ -114,6 +114,9 @@ class RawUtil(Protocol):
 
     #: whether the store's windows leave their left edge out (``(t - w, t]``)
     left_open: bool
+    #: the queries answered from these samples (of
+    #: :data:`~gpuaudit.classify.pushdown_raw.RAW_VIEW`); the store answers the others
+    names: tuple[str, ...]
 
     def samples(self, a_s: float, b_s: float
                 ) -> list[tuple[Mapping[str, str], np.ndarray, np.ndarray]]:
@@ -192,9 +195,7 @@ def pull_aggregates(
     ans = data.answers
     ids = _SeriesCodes(data, client.url, identify)
     jobs: list[tuple[int, str, str]] = []
-    from gpuaudit.classify.pushdown_raw import RAW_VIEW  # (numba, only for raw reads)
-
-    here = RAW_VIEW if raw_util is not None else ()
+    here = raw_util.names if raw_util is not None else ()
     for i, (a, b) in enumerate(chunks):
         for fam in families:
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
@@ -497,6 +498,8 @@ class _LocalView:
         with self.lock:
             self.util_keys.append(codes * nch + i)
             for name, (idx, vals) in got.items():
+                if name not in self.raw.names:
+                    continue
                 self.got.setdefault(name, []).append((codes[idx] * nch + i, vals))
 
     def _column(self, name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -506,24 +509,20 @@ class _LocalView:
         return np.concatenate([k for k, _ in parts]), np.concatenate([v for _, v in parts])
 
     def add_first_pass(self) -> None:
-        from gpuaudit.classify.pushdown_raw import RAW_VIEW
-
-        for name in _FIRST + (() if self.narrow else tuple(n for n in RAW_VIEW
-                                                               if n not in _FIRST)):
+        names = self.raw.names
+        for name in [n for n in names if n in _FIRST or not self.narrow]:
             keys, vals = self._column(name)
             self.data.answers.add(name, keys, vals)
 
     def settle(self, wanted: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Put the held answers of the rows ``wanted`` asks for into the answers; returns
         what is left for the store (its MIG series, and the several-samples forms)."""
-        from gpuaudit.classify.pushdown_raw import RAW_VIEW
-
         ans = self.data.answers
         util = np.concatenate(self.util_keys) if self.util_keys else np.zeros(0, np.int64)
         is_util = np.isin(ans.key, util)
         left: dict[str, np.ndarray] = {}
         for nm, mask in wanted.items():
-            if nm not in RAW_VIEW:
+            if nm not in self.raw.names:
                 left[nm] = mask
                 continue
             keys, vals = self._column(nm)

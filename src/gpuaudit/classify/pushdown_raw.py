@@ -42,11 +42,16 @@ import numpy as np
 from gpuaudit.classify._raw_view_kernel import FIELDS, view
 from gpuaudit.classify.pushdown_queries import _LOWER_PCT, pack_base
 
-__all__ = ["RAW_VIEW", "util_answers"]
+__all__ = ["RAW_VIEW", "SUBQUERIES", "util_answers"]
 
 #: the util family's queries :func:`util_answers` answers (the store answers the rest)
 RAW_VIEW = ("n", "lo", "hi", "top", "idle_pairs", "edges", "absstep", "first", "last",
             "at_start", "at_end", "raw_n")
+#: of them, the subqueries over every step: what costs a store, and what VictoriaMetrics
+#: answers by the same rules (its raw range functions and the first / last point forms
+#: miss, at a UTC midnight, a series whose only sample in the window is there, and the
+#: pushdown's several-samples forms make up for it: those stay with VictoriaMetrics)
+SUBQUERIES = ("n", "lo", "hi", "top", "idle_pairs", "edges", "absstep")
 
 _IDLE, _HI, _TOP = _LOWER_PCT
 

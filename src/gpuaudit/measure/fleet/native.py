@@ -597,8 +597,10 @@ class RawUtilReader:
     the store streams stored chunks instead of evaluating PromQL per point)."""
 
     def __init__(self, client: PromClient, form: str, *, step_s: float,
-                 matchers: Mapping[str, str] | None, left_open: bool) -> None:
+                 matchers: Mapping[str, str] | None, left_open: bool,
+                 names: tuple[str, ...]) -> None:
         self.left_open = left_open
+        self.names = names  # the queries the pushdown answers from these samples
         # its label caches are dicts the query threads share: a race decodes a set twice
         self._source = NativeSource(client, form, start_s=0.0, end_s=0.0, step_s=step_s,
                                     matchers=matchers, metrics=("DCGM_FI_DEV_GPU_UTIL",))
