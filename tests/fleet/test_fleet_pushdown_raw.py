@@ -85,6 +85,10 @@ def _reference(ts: list[int], vals: list[float], a_ms: int, b_ms: int, step_ms: 
         out["last"] = max(edges) / 1000 - float(f"{step_ms / 1000:g}")
     raw = [v for x, v in pts if b_ms - (b_ms - a_ms + step_ms - 1) + shut <= x <= b_ms]
     put("raw_n", len(raw), bool(raw))
+    put("raw_sum", sum_in_order(raw), bool(raw))
+    both = [v for x, v in pts if b_ms - (b_ms - a_ms + 2 * step_ms - 1) + shut <= x <= b_ms]
+    put("umin", min(both) if both else 0.0, bool(both))
+    put("umax", max(both) if both else 0.0, bool(both))
     return out
 
 

@@ -7,9 +7,10 @@ window's bounds moving forward. The machine code is cached on disk."""
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 #: figures per series written by :func:`view`
-FIELDS = 17
+FIELDS = 19
 
 
 @numba.njit(cache=True, nogil=True)
@@ -18,7 +19,9 @@ def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, ou
     :func:`gpuaudit.classify.pushdown_raw.util_answers` into ``out[j]``: points, lo count, lo packed sum, hi count, hi
     packed sum, top count, idle pairs, edges, windows with a sample, sum of window maxima,
     sum of window minima, first edge step (ms, or -1), last edge step (ms, or -1), samples
-    in the first step, samples in the last step, raw samples in the chunk, 0 (spare).
+    in the first step, samples in the last step, raw samples in the chunk, their sum (in
+    time order), the least and the greatest sample in the chunk and the step before it
+    (NaN where none).
     ``shut``: 1 where a window's left edge is shut (``(t - w, t]``, VictoriaMetrics and
     Prometheus 3), 0 where it is in (``[t - w, t]``, Prometheus 2). Returns -1 if a series'
     times descend (the caller sorts), else 0."""
@@ -87,9 +90,18 @@ def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, ou
                     at_end = own
         # the chunk's raw window (b - r, b], r = its length less 1 ms: with the edge shut,
         # samples just past a step's window (at t - s + 1) are in it and in no step
+        raw_sum = 0.0
+        umin = np.nan
+        umax = np.nan
         for i in range(lo_i, hi_i):
             if a_ms - step_ms + shut < ts[i] <= b_ms:
                 raw_n += 1.0
+                raw_sum += vals[i]
+            if a_ms - 2 * step_ms + shut < ts[i] <= b_ms:
+                if umin != umin or vals[i] < umin:  # (as min_over_time: NaN at first)
+                    umin = vals[i]
+                if umax != umax or vals[i] > umax:
+                    umax = vals[i]
         o = out[j]
         o[0] = n
         o[1] = c_lo
@@ -107,5 +119,7 @@ def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, ou
         o[13] = at_start
         o[14] = at_end
         o[15] = raw_n
-        o[16] = 0.0
+        o[16] = raw_sum
+        o[17] = umin
+        o[18] = umax
     return 0

@@ -469,7 +469,7 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
 
 _RAW_JOB = "(raw utilization samples)"
 #: what the first pass asks of every util series (the rest waits for the second pass's need)
-_FIRST = ("n", "raw_n", "at_start", "at_end")
+_FIRST = ("n", "raw_n", "at_start", "at_end", "raw_sum", "umin", "umax")
 
 
 class _LocalView:

@@ -26,7 +26,9 @@ integer milliseconds, windows ``(t - w, t]`` as Prometheus' ``[w - 1ms]`` select
   where there is one at the start, else the first step after ``a`` whose two-step window
   holds one sample; ``last``: ``b`` where there is one at the end, else the last step
   whose window holds one sample, less a step;
-- ``raw_n``: samples in ``(a - s, b]``.
+- ``raw_n`` and ``raw_sum``: the samples in ``(a - s, b]`` and their sum, added in time
+  order (exact for DCGM's integer GPU_UTIL whatever order a store adds in);
+  ``umin`` / ``umax``: the least and greatest sample in ``(a - 2s, b]``.
 
 An answer PromQL would leave out (no point passes a filter) is left out here too. Each
 query's answer is tested equal to the store's on a real Prometheus and VictoriaMetrics
@@ -46,7 +48,7 @@ __all__ = ["RAW_VIEW", "SUBQUERIES", "util_answers"]
 
 #: the util family's queries :func:`util_answers` answers (the store answers the rest)
 RAW_VIEW = ("n", "lo", "hi", "top", "idle_pairs", "edges", "absstep", "first", "last",
-            "at_start", "at_end", "raw_n")
+            "at_start", "at_end", "raw_n", "raw_sum", "umin", "umax")
 #: of them, the subqueries over every step: what costs a store, and what VictoriaMetrics
 #: answers by the same rules (its raw range functions and the first / last point forms
 #: miss, at a UTC midnight, a series whose only sample in the window is there, and the
@@ -79,8 +81,8 @@ def util_answers(ts_ms: Sequence[np.ndarray], values: Sequence[np.ndarray], *, a
         order = np.lexsort((ts, np.repeat(np.arange(m), np.diff(bounds))))
         ts, vals = ts[order], vals[order]
         view(ts, vals, bounds, a_ms, step_ms, n_steps, base, _IDLE, _HI, _TOP, shut, out)
-    n, c_lo, s_lo, c_hi, s_hi, c_top, pairs, edges, nw, smax, smin, fe, le, st, en, rn, _ = \
-        out.T
+    n, c_lo, s_lo, c_hi, s_hi, c_top, pairs, edges, nw, smax, smin, fe, le, st, en, rn, rs, \
+        umin, umax = out.T
     idx = np.arange(m)
 
     def ans(mask: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -98,6 +100,7 @@ def util_answers(ts_ms: Sequence[np.ndarray], values: Sequence[np.ndarray], *, a
         "edges": ans(edges > 0, edges), "absstep": ans(nw > 0, smax - smin),
         "first": ans((st > 0) | (fe >= 0) if offset > 0 else st > 0, first),
         "last": ans((en > 0) | (le >= 0), last), "at_start": ans(st > 0, st),
-        "at_end": ans(en > 0, en), "raw_n": ans(rn > 0, rn),
+        "at_end": ans(en > 0, en), "raw_n": ans(rn > 0, rn), "raw_sum": ans(rn > 0, rs),
+        "umin": ans(~np.isnan(umin), umin), "umax": ans(~np.isnan(umax), umax),
     }
     return got
