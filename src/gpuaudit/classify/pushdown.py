@@ -428,46 +428,47 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
     fleet-wide aggregates evaluated at ``end_s``: returned by name, not stored per series.
     ``local``: each chunk's utilization view read raw and answered here, beside the jobs."""
     out: dict[str, float] = {}
-    raw_jobs = [(i, _RAW_JOB, "") for i in range(len(chunks))] if local is not None else []
-    if not jobs and not raw_jobs:
+    if not jobs and local is None:
         return out
-    advance = client.progress(what, len(jobs) + len(raw_jobs)) if client.progress else None
+    advance = client.progress(what, len(jobs)) if client.progress else None
     nchunks = data.answers.nchunks
 
     def run(job: tuple[int, str, str]) -> tuple[int, str, tuple[list[bytes], list[float]]]:
         i, name, expr = job
-        if name == _RAW_JOB:
-            assert local is not None
-            local.read(i)
-            rows: tuple[list[bytes], list[float]] = ([], [])
-        else:
-            at = chunks[i][1] if i >= 0 else end_s
-            assert at is not None
-            rows = client.query_rows(expr, at)
+        at = chunks[i][1] if i >= 0 else end_s
+        assert at is not None
+        rows = client.query_rows(expr, at)
         if advance:
             advance(1)
         return i, name, rows
 
-    with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        # the raw reads first: each is a chunk's worth of samples, the longest jobs
-        for i, name, (raws, values) in pool.map(run, raw_jobs + jobs):
-            if name == _RAW_JOB:
-                continue
-            if i < 0:
-                if values and values[0] == values[0]:
-                    out[name] = values[0]
-                continue
-            codes = ids.codes(raws, name)
-            vals = np.array(values, dtype=np.float64)
-            live = ~np.isnan(vals)  # NaN: nothing measured
-            data.answers.add(name, codes[live] * nchunks + i, vals[live])
+    # the raw reads one chunk at a time, beside the queries: a chunk's samples are the
+    # largest thing a pull holds, so one in flight per store (not one per query worker)
+    raw_pool = cf.ThreadPoolExecutor(max_workers=1) if local is not None else None
+    try:
+        reads = [raw_pool.submit(local.read, i) for i in range(len(chunks))] \
+            if raw_pool is not None and local is not None else []
+        with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for i, name, (raws, values) in pool.map(run, jobs):
+                if i < 0:
+                    if values and values[0] == values[0]:
+                        out[name] = values[0]
+                    continue
+                codes = ids.codes(raws, name)
+                vals = np.array(values, dtype=np.float64)
+                live = ~np.isnan(vals)  # NaN: nothing measured
+                data.answers.add(name, codes[live] * nchunks + i, vals[live])
+        for f in reads:
+            f.result()  # a failed read fails the pull, as a failed query does
+    finally:
+        if raw_pool is not None:
+            raw_pool.shutdown(cancel_futures=True)
     if local is not None:
         local.add_first_pass()
     data.answers.flush()
     return out
 
 
-_RAW_JOB = "(raw utilization samples)"
 #: what the first pass asks of every util series (the rest waits for the second pass's need)
 _FIRST = ("n", "raw_n", "at_start", "at_end", "raw_sum", "umin", "umax")
 
