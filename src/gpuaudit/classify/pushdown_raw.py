@@ -13,7 +13,9 @@ and :func:`util_answers` evaluates the queries below as the store would; every o
 weights) still runs in the store.
 
 The queries, with the chunk's steps ``t = a, a + s, ..., b`` (evaluated at ``b``; times in
-integer milliseconds, windows ``(t - w, t]`` as Prometheus' ``[w - 1ms]`` selects them):
+integer milliseconds; a window ``[s-1ms]`` holds the samples in ``(t - s, t]`` where the
+store keeps a window's left edge, Prometheus 2, and in ``(t - s + 1ms, t]`` where it leaves
+it out, Prometheus 3 and VictoriaMetrics: ``left_open``; below, the first form):
 
 - a step's point: the last sample in ``(t - s, t]`` (``last_over_time(U[s-1ms])``);
 - ``n``: points; ``lo``: ``sum(U + K)`` over points ``U < 10`` (count x K + sum, summed in
