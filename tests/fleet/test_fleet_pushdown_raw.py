@@ -76,13 +76,13 @@ def _reference(ts: list[int], vals: list[float], a_ms: int, b_ms: int, step_ms: 
     offset_s = (b_ms - a_ms) / 1000
     late = [t for t in edges if t > a_ms]
     if first_w:
-        out["first"] = b_ms / 1000 - float(f"{offset_s:g}")
+        out["first"] = b_ms / 1000 - offset_s
     elif late and b_ms > a_ms:
         out["first"] = min(late) / 1000
     if last_w:
         out["last"] = b_ms / 1000
     elif edges:
-        out["last"] = max(edges) / 1000 - float(f"{step_ms / 1000:g}")
+        out["last"] = max(edges) / 1000 - step_ms / 1000
     raw = [v for x, v in pts if b_ms - (b_ms - a_ms + step_ms - 1) + shut <= x <= b_ms]
     put("raw_n", len(raw), bool(raw))
     put("raw_sum", sum_in_order(raw), bool(raw))
@@ -243,3 +243,16 @@ def test_a_store_answering_no_native_form_answers_every_query(
     monkeypatch.setattr("gpuaudit.measure.fleet.native.probe_form",
                         lambda client: "remote-read")
     assert _raw_util_readers([Store()], {"s": c}, step=15.0, matchers=None) == {}
+
+
+def test_a_long_chunk_asks_its_first_point_to_the_millisecond() -> None:
+    """``time() - offset`` with every digit of the offset: ``:g`` kept six, and a 12-day
+    chunk's start came out 5 s early (1,036,785 s written as 1.03678e+06)."""
+    from gpuaudit.classify.pushdown_queries import build_queries
+
+    step, days = 15.0, 12
+    q = build_queries("", step, days * 86400.0, has_sm=False)
+    assert f"time() - {days * 86400 - 15})" in q["first"]
+    got = util_answers([np.array([0, 15_000], np.int64)], [np.array([50.0, 50.0])],
+                       a_s=15.0, b_s=15.0 + days * 86400 - 15, step_s=step, left_open=False)
+    assert got["first"][1].tolist() == [15.0]

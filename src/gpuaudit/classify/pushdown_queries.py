@@ -275,7 +275,8 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
     window = f"{metric}[{duration(step_s - 0.001)}]"
     at_end = f"count_over_time({window})"
     at_start = f"count_over_time({window} offset {duration(offset)})" if offset > 0 else at_end
-    first = f"({at_start} * 0 + time() - {offset:g})"
+    # every digit (``:g`` keeps six: a chunk past ~11.6 days would move the start by seconds)
+    first = f"({at_start} * 0 + time() - {offset:.17g})"
     if offset > 0:
         first += f" or min_over_time(timestamp({edge})[{duration(offset - 0.001)}:{s}])"
     q.update({
@@ -287,7 +288,7 @@ def build_queries(sel: str, step_s: float, range_s: float, *, has_sm: bool,
                    f"sum_over_time(min_over_time({metric}[{w2}])[{r}:{s}]))",
         "first": first,
         "last": (f"({at_end} * 0 + time()) or "
-                 f"(max_over_time(timestamp({edge})[{r}:{s}]) - {step_s:g})"),
+                 f"(max_over_time(timestamp({edge})[{r}:{s}]) - {step_s:.17g})"),
         "at_start": at_start,  # then first / last need no subquery
         "at_end": at_end,
         # the edges above assume at most one sample per step (the step is the scrape

@@ -91,8 +91,8 @@ def util_answers(ts_ms: Sequence[np.ndarray], values: Sequence[np.ndarray], *, a
         return idx[mask], np.asarray(x, np.float64)[mask]
 
     offset = range_s - step_s
-    # as the queries write them: ``time() - {offset:g}`` and ``- {step_s:g}``
-    offset_q, step_q = float(f"{offset:g}"), float(f"{step_s:g}")
+    # as the queries write them, every digit: ``time() - {offset:.17g}``, ``- {step_s:.17g}``
+    offset_q, step_q = float(f"{offset:.17g}"), float(f"{step_s:.17g}")
     now = b_ms / 1000.0  # time() at the evaluation instant, from its milliseconds
     first = np.where(st > 0, now - offset_q, fe / 1000.0)
     last = np.where(en > 0, now, le / 1000.0 - step_q)
