@@ -530,9 +530,10 @@ def _raw_util_readers(stores: Sequence[Any], clients: Mapping[str, Any], *, step
     the pushdown to answer the utilization view's subqueries from (the same numbers, tested
     against both stores; the store's CPU spared). A Prometheus has all of
     :data:`~gpuaudit.classify.pushdown_raw.RAW_VIEW` answered here, a VictoriaMetrics the
-    subqueries over every step (:data:`~gpuaudit.classify.pushdown_raw.SUBQUERIES`): its raw
-    range functions and edge forms stay with it (see there). None for a store that answers
-    neither form, and for all with ``GPUAUDIT_PUSHDOWN_RAW=0``."""
+    subqueries over every step (:data:`~gpuaudit.classify.pushdown_raw.SUBQUERIES`) and its
+    first / last point as its subqueries see them (a step before the chunk too); its raw
+    range functions stay with it (see there). None for a store that answers neither form,
+    and for all with ``GPUAUDIT_PUSHDOWN_RAW=0``."""
     import os
 
     from gpuaudit.classify.pushdown_raw import RAW_VIEW, SUBQUERIES
@@ -551,8 +552,11 @@ def _raw_util_readers(stores: Sequence[Any], clients: Mapping[str, Any], *, step
             return None
         if form is None or left_open is None:
             return None
+        if form == "remote-read":
+            return RawUtilReader(c, form, step_s=step, matchers=matchers, left_open=left_open,
+                                 names=RAW_VIEW)
         return RawUtilReader(c, form, step_s=step, matchers=matchers, left_open=left_open,
-                             names=RAW_VIEW if form == "remote-read" else SUBQUERIES)
+                             names=(*SUBQUERIES, "first", "last"), edges_before=1)
 
     got, _failed = fan_out(list(stores), probe, describe=lambda st: st,
                            label=lambda st: f"{st.name} (native form)",

@@ -14,7 +14,7 @@ FIELDS = 19
 
 
 @numba.njit(cache=True, nogil=True)
-def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, out):
+def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, early, out):
     """Per series j (samples ``bounds[j]:bounds[j + 1]``, times ascending): the figures of
     :func:`gpuaudit.classify.pushdown_raw.util_answers` into ``out[j]``: points, lo count, lo packed sum, hi count, hi
     packed sum, top count, idle pairs, edges, windows with a sample, sum of window maxima,
@@ -23,8 +23,10 @@ def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, ou
     time order), the least and the greatest sample in the chunk and the step before it
     (NaN where none).
     ``shut``: 1 where a window's left edge is shut (``(t - w, t]``, VictoriaMetrics and
-    Prometheus 3), 0 where it is in (``[t - w, t]``, Prometheus 2). Returns -1 if a series'
-    times descend (the caller sorts), else 0."""
+    Prometheus 3), 0 where it is in (``[t - w, t]``, Prometheus 2). ``early``: steps before
+    ``a`` whose two-step windows count as edges too (the first edge is then looked for from
+    there, not from the second step: VictoriaMetrics' subqueries, 1). Returns -1 if a
+    series' times descend (the caller sorts), else 0."""
     for j in range(bounds.shape[0] - 1):
         for i in range(bounds[j] + 1, bounds[j + 1]):
             if ts[i] < ts[i - 1]:
@@ -42,6 +44,16 @@ def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, ou
         # ts > t - 2s, q the first with ts > t (both only move forward)
         p = lo_i
         q = lo_i
+        for k in range(-early, 0):  # edges only, before the chunk
+            t = a_ms + k * step_ms
+            while p < hi_i and ts[p] <= t - 2 * step_ms + shut:
+                p += 1
+            while q < hi_i and ts[q] <= t:
+                q += 1
+            if q - p == 1:
+                if first_edge < 0:
+                    first_edge = t
+                last_edge = t
         for k in range(n_steps):
             t = a_ms + k * step_ms
             while p < hi_i and ts[p] <= t - 2 * step_ms + shut:
@@ -65,7 +77,7 @@ def view(ts, vals, bounds, a_ms, step_ms, n_steps, base, idle, hi, top, shut, ou
                     pairs += 1.0
                 if cnt == 1:
                     edges += 1.0
-                    if k >= 1 and first_edge < 0:
+                    if (k >= 1 or early > 0) and first_edge < 0:
                         first_edge = t
                     last_edge = t
             own = 0

@@ -117,11 +117,15 @@ class RawUtil(Protocol):
     #: the queries answered from these samples (of
     #: :data:`~gpuaudit.classify.pushdown_raw.RAW_VIEW`); the store answers the others
     names: tuple[str, ...]
+    #: steps before a chunk the store's first / last subqueries see (VictoriaMetrics: 1;
+    #: see :func:`~gpuaudit.classify.pushdown_raw.util_answers`)
+    edges_before: int
 
     def samples(self, a_s: float, b_s: float
                 ) -> list[tuple[Mapping[str, str], np.ndarray, np.ndarray]]:
         """Every util series the pushdown's selector selects, with its samples in
-        ``(a - 2 step, b]`` at least: (labels, times in ms, values), stale markers out."""
+        ``(a - (2 + edges_before) step, b]`` at least: (labels, times in ms, values), stale
+        markers out."""
         ...
 
 
@@ -494,7 +498,8 @@ class _LocalView:
         codes = np.array([self.ids.code_of(labels, "raw DCGM_FI_DEV_GPU_UTIL")
                           for labels, _t, _v in series], dtype=np.int64)
         got = util_answers([t for _l, t, _v in series], [v for _l, _t, v in series], a_s=a,
-                           b_s=b, step_s=self.step_s, left_open=self.raw.left_open)
+                           b_s=b, step_s=self.step_s, left_open=self.raw.left_open,
+                           edges_before=self.raw.edges_before)
         nch = self.data.answers.nchunks
         with self.lock:
             self.util_keys.append(codes * nch + i)

@@ -52,21 +52,28 @@ __all__ = ["RAW_VIEW", "SUBQUERIES", "util_answers"]
 RAW_VIEW = ("n", "lo", "hi", "top", "idle_pairs", "edges", "absstep", "first", "last",
             "at_start", "at_end", "raw_n", "raw_sum", "umin", "umax")
 #: of them, the subqueries over every step: what costs a store, and what VictoriaMetrics
-#: answers by the same rules (its raw range functions and the first / last point forms
-#: miss, at a UTC midnight, a series whose only sample in the window is there, and the
-#: pushdown's several-samples forms make up for it: those stay with VictoriaMetrics)
+#: answers by the same rules. Its raw range functions stay with it: at a UTC midnight they
+#: miss a series whose only sample in the window is there, and the pushdown's
+#: several-samples forms make up for it. Its first / last point forms are answered here
+#: too, as its subqueries see them (``edges_before``).
 SUBQUERIES = ("n", "lo", "hi", "top", "idle_pairs", "edges", "absstep")
 
 _IDLE, _HI, _TOP = _LOWER_PCT
 
 
 def util_answers(ts_ms: Sequence[np.ndarray], values: Sequence[np.ndarray], *, a_s: float,
-                 b_s: float, step_s: float, left_open: bool
+                 b_s: float, step_s: float, left_open: bool, edges_before: int = 0
                  ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The answers of :data:`RAW_VIEW` for the chunk ``[a_s, b_s]`` (its first and last
     step) from each series' raw samples in ``(a - 2 step, b]`` (``ts_ms[j]``, ``values[j]``;
     samples outside are ignored, stale markers must be out): name -> (series indices that
-    have an answer, answers), as the store's instant queries at ``b`` would give them."""
+    have an answer, answers), as the store's instant queries at ``b`` would give them.
+
+    ``edges_before`` (VictoriaMetrics: 1): the store's ``first`` / ``last`` subqueries see the
+    two-step windows of that many steps before ``a`` too, and their first edge from there
+    on; ``first`` / ``last`` are then the edge forms alone (the store asks them only of
+    series it sees no sample of at the chunk's first / last step), and the samples must
+    reach back to ``a - (2 + edges_before) step``."""
     step_ms = round(step_s * 1000)
     a_ms, b_ms = round(a_s * 1000), round(b_s * 1000)
     n_steps = (b_ms - a_ms) // step_ms + 1
@@ -79,10 +86,12 @@ def util_answers(ts_ms: Sequence[np.ndarray], values: Sequence[np.ndarray], *, a
     range_s = b_s - a_s + step_s
     base = pack_base(round(range_s / step_s))
     shut = 1 if left_open else 0
-    if view(ts, vals, bounds, a_ms, step_ms, n_steps, base, _IDLE, _HI, _TOP, shut, out) < 0:
+    if view(ts, vals, bounds, a_ms, step_ms, n_steps, base, _IDLE, _HI, _TOP, shut,
+            edges_before, out) < 0:
         order = np.lexsort((ts, np.repeat(np.arange(m), np.diff(bounds))))
         ts, vals = ts[order], vals[order]
-        view(ts, vals, bounds, a_ms, step_ms, n_steps, base, _IDLE, _HI, _TOP, shut, out)
+        view(ts, vals, bounds, a_ms, step_ms, n_steps, base, _IDLE, _HI, _TOP, shut,
+             edges_before, out)
     n, c_lo, s_lo, c_hi, s_hi, c_top, pairs, edges, nw, smax, smin, fe, le, st, en, rn, rs, \
         umin, umax = out.T
     idx = np.arange(m)
@@ -94,14 +103,17 @@ def util_answers(ts_ms: Sequence[np.ndarray], values: Sequence[np.ndarray], *, a
     # as the queries write them, every digit: ``time() - {offset:.17g}``, ``- {step_s:.17g}``
     offset_q, step_q = float(f"{offset:.17g}"), float(f"{step_s:.17g}")
     now = b_ms / 1000.0  # time() at the evaluation instant, from its milliseconds
-    first = np.where(st > 0, now - offset_q, fe / 1000.0)
-    last = np.where(en > 0, now, le / 1000.0 - step_q)
+    # with edges_before, the edge forms alone (see above)
+    at_a, at_b = (np.zeros(m), np.zeros(m)) if edges_before else (st, en)
+    first = np.where(at_a > 0, now - offset_q, fe / 1000.0)
+    last = np.where(at_b > 0, now, le / 1000.0 - step_q)
     got = {
         "n": ans(n > 0, n), "lo": ans(c_lo > 0, s_lo), "hi": ans(c_hi > 0, s_hi),
         "top": ans(c_top > 0, c_top), "idle_pairs": ans(pairs > 0, pairs),
         "edges": ans(edges > 0, edges), "absstep": ans(nw > 0, smax - smin),
-        "first": ans((st > 0) | (fe >= 0) if offset > 0 else st > 0, first),
-        "last": ans((en > 0) | (le >= 0), last), "at_start": ans(st > 0, st),
+        "first": ans((at_a > 0) | (fe >= 0) if offset > 0 or edges_before else at_a > 0,
+                     first),
+        "last": ans((at_b > 0) | (le >= 0), last), "at_start": ans(st > 0, st),
         "at_end": ans(en > 0, en), "raw_n": ans(rn > 0, rn), "raw_sum": ans(rn > 0, rs),
         "umin": ans(~np.isnan(umin), umin), "umax": ans(~np.isnan(umax), umax),
     }

@@ -598,17 +598,21 @@ class RawUtilReader:
 
     def __init__(self, client: PromClient, form: str, *, step_s: float,
                  matchers: Mapping[str, str] | None, left_open: bool,
-                 names: tuple[str, ...]) -> None:
+                 names: tuple[str, ...], edges_before: int = 0) -> None:
         self.left_open = left_open
         self.names = names  # the queries the pushdown answers from these samples
+        self.edges_before = edges_before  # steps before a chunk its edge forms see
+        self._step_s = step_s
         # its label caches are dicts the query threads share: a race decodes a set twice
         self._source = NativeSource(client, form, start_s=0.0, end_s=0.0, step_s=step_s,
                                     matchers=matchers, metrics=("DCGM_FI_DEV_GPU_UTIL",))
 
     def samples(self, a_s: float, b_s: float
                 ) -> list[tuple[Mapping[str, str], np.ndarray, np.ndarray]]:
-        """Every util series with its samples in (a - 2 step, b + step), stale markers out."""
-        return [(s.labels, s.ts_ms, s.values) for s in self._source.fetch(a_s, b_s)]
+        """Every util series with its samples in (a - (2 + edges_before) step, b + step),
+        stale markers out."""
+        got = self._source.fetch(a_s - self.edges_before * self._step_s, b_s)
+        return [(s.labels, s.ts_ms, s.values) for s in got]
 
 
 def on_grid(series: Sequence[RawSeries], start_ms: int, step_ms: int, n_steps: int,
