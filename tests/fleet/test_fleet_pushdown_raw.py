@@ -32,8 +32,9 @@ from gpuaudit.api.fleet import RAW_VIEW_ENV, _raw_util_readers
 from gpuaudit.classify.pushdown_queries import pack_base
 from gpuaudit.classify.pushdown_raw import RAW_VIEW, SUBQUERIES, util_answers
 from gpuaudit.measure.fleet.dcgm import series_id
-from gpuaudit.measure.fleet.native import RawUtilReader, probe_form, window_left_open
+from gpuaudit.measure.fleet.native import probe_form, window_left_open
 from gpuaudit.measure.fleet.prometheus import PromClient
+from gpuaudit.measure.fleet.shards import parse_stores
 
 TEAMS = Path(__file__).parents[1] / "data" / "fleet" / "teams.toml"
 
@@ -185,8 +186,11 @@ def test_every_query_equals_the_stores(jittered: tuple[dict[str, str], Fleet], f
     assert probe_form(c) == form
     assert window_left_open(c, form) is left_open  # Prometheus 2: [t - w, t]
     theirs = _answers(pd.pull_aggregates(c, **kw))
-    reader = RawUtilReader(c, form, step_s=float(fleet.step_s), matchers=None,
-                           left_open=left_open, names=names, edges_before=early)
+    monkeypatch.setenv(RAW_VIEW_ENV, "1")
+    store = parse_stores([urls[form]])[0]
+    reader = _raw_util_readers([store], {store.name: c}, step=float(fleet.step_s),
+                               matchers=None)[store.name]  # as the fleet audit sets it up
+    assert (reader.names, reader.left_open, reader.edges_before) == (names, left_open, early)
     ours = _answers(pd.pull_aggregates(c, **kw, raw_util=reader))
     if early:
         for name, edge in (("first", "at_start"), ("last", "at_end")):
