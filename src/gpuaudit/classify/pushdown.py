@@ -251,8 +251,7 @@ def pull_aggregates(
                     if plabel:
                         gpus = with_matcher(gpus, f'{plabel}=~"{regex_of({p for _, p in part})}"')
                     out = []
-                    for fam in (["mig"] if local is not None and nm in here
-                                else families):
+                    for fam in (["mig"] if nm in here else families):
                         qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
                                            family=fam, signals=False)
                         if nm in qs:
@@ -448,10 +447,12 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
 
     # the raw reads one chunk at a time, beside the queries: a chunk's samples are the
     # largest thing a pull holds, so one in flight per store (not one per query worker)
-    raw_pool = cf.ThreadPoolExecutor(max_workers=1) if local is not None else None
+    raw_pool: cf.ThreadPoolExecutor | None = None
+    reads: list[cf.Future[None]] = []
+    if local is not None:
+        raw_pool = cf.ThreadPoolExecutor(max_workers=1)
+        reads = [raw_pool.submit(local.read, i) for i in range(len(chunks))]
     try:
-        reads = [raw_pool.submit(local.read, i) for i in range(len(chunks))] \
-            if raw_pool is not None and local is not None else []
         with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             for i, name, (raws, values) in pool.map(run, jobs):
                 if i < 0:

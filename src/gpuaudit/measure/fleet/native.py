@@ -588,7 +588,11 @@ def window_left_open(client: PromClient, form: str | None) -> bool | None:
     except (InputError, SourceUnavailableError):
         return None
     counts = {v for _labels, v in got}
-    return {frozenset({3.0}): False, frozenset({2.0}): True}.get(frozenset(counts))
+    if counts == {3.0}:
+        return False
+    if counts == {2.0}:
+        return True
+    return None
 
 
 class RawUtilReader:
