@@ -239,6 +239,65 @@ def test_the_pushdown_report_is_the_same_with_the_stores_subqueries(
     assert ours["requests"] < theirs["requests"]  # the subqueries were not asked
 
 
+class _Losing:
+    """A real store's raw reader whose answer for the chunk starting at ``start_s`` leaves
+    out every other series the first ``times`` reads (a store's index answering one
+    request short of series it answers the next: a VictoriaMetrics 1.79 export once did)."""
+
+    def __init__(self, reader: object, start_s: float, times: int) -> None:
+        self._reader, self._start_s, self.times = reader, start_s, times
+        self.names = reader.names  # type: ignore[attr-defined]
+        self.left_open = reader.left_open  # type: ignore[attr-defined]
+        self.edges_before = reader.edges_before  # type: ignore[attr-defined]
+        self.short_reads = 0
+
+    def samples(self, a_s: float, b_s: float) -> list:  # type: ignore[type-arg]
+        got = self._reader.samples(a_s, b_s)  # type: ignore[attr-defined]
+        if a_s == self._start_s and self.times > 0:
+            self.times -= 1
+            self.short_reads += 1
+            return got[::2]
+        return got
+
+
+def _notes(report: dict) -> list:  # type: ignore[type-arg]
+    return [n for n in report["report"]["source"]["notes"] if "left out" in n["reason"]]
+
+
+@pytest.mark.parametrize("form", ["remote-read", "export"])
+@pytest.mark.parametrize("times", [1, 2])
+def test_a_raw_read_short_of_series_the_store_names_is_read_again_or_given_back(
+        jittered: tuple[dict[str, str], Fleet], form: str, times: int,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The store's own stddev answers name every util series with samples in a chunk; a raw
+    read without some is read again (once short: the same report), and twice short the
+    chunk's utilization view is asked of the store (the same figures, and a note naming
+    the chunk and the series count): never a report missing them."""
+    import gpuaudit.api.fleet as api_fleet
+
+    urls, fleet = jittered
+    theirs = _report(urls[form], fleet, "0", monkeypatch)
+    readers: list[_Losing] = []
+
+    def losing(*args: object, **kw: object) -> dict[str, object]:
+        real = _raw_util_readers(*args, **kw)  # type: ignore[arg-type]
+        readers.extend(_Losing(r, float(fleet.start_s + fleet.step_s), times)
+                       for r in real.values())
+        return dict(zip(real, readers))
+
+    monkeypatch.setattr(api_fleet, "_raw_util_readers", losing)
+    ours = _report(urls[form], fleet, "1", monkeypatch)
+    assert [r.short_reads for r in readers] == [times]
+    notes = _notes(ours)
+    if times == 1:
+        assert ours["report"] == theirs["report"] and not notes
+        return
+    assert len(notes) == 1 and notes[0]["count"] > 10, notes
+    assert "2024-01-01T00:00:15" in notes[0]["reason"], notes[0]["reason"]
+    ours["report"]["source"]["notes"].remove(notes[0])
+    assert ours["report"] == theirs["report"]
+
+
 def test_the_midnight_fleet_reads_the_same_from_victoriametrics(
         fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The shared fleet starts at a UTC midnight, where VictoriaMetrics' raw range

@@ -200,14 +200,21 @@ def pull_aggregates(
     ids = _SeriesCodes(data, client.url, identify)
     jobs: list[tuple[int, str, str]] = []
     here = raw_util.names if raw_util is not None else ()
+
+    def first_pass(name: str) -> bool:
+        return name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)
+
+    witness: set[str] = set()  # the store's stddev of util: names each series it holds
     for i, (a, b) in enumerate(chunks):
         for fam in families:
             qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family=fam,
                                signals=fam == "util", has_cpu=has_cpu and fam == "util")
             jobs += [(i, name, expr) for name, expr in qs.items()
-                     if name not in MULTI_SAMPLE and not (narrow and name in SECOND_PASS)
-                     and not (fam == "util" and name in here)]
-    local = _LocalView(data, ids, raw_util, step_s, narrow) if raw_util is not None else None
+                     if first_pass(name) and not (fam == "util" and name in here)]
+            if fam == "util":
+                witness.add(qs["std"])
+    local = _LocalView(data, ids, raw_util, step_s, narrow, witness) \
+        if raw_util is not None else None
     # fleet mean utilization over the last hour and day: raw sums, run with the rest
     fleet_jobs: list[tuple[int, str, str]] = []
     for label, secs in (("1h", 3600.0), ("24h", 86400.0)) if fleet else ():
@@ -223,6 +230,21 @@ def pull_aggregates(
     jobs.sort(key=lambda j: _SUBQUERY.search(j[2]) is None)
     fleet_answers = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
                          end_s=float(end_s), local=local)
+    # a chunk whose raw read left out series the store's answers name, twice: its
+    # utilization view asked of the store, as without a reader (the same figures)
+    back: list[tuple[int, str, str]] = []
+    for i, missed in sorted(local.to_store.items()) if local is not None else ():
+        a, b = chunks[i]
+        qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family="util",
+                           signals=False)
+        back += [(i, name, expr) for name, expr in qs.items() if name in here and first_pass(name)]
+        data.notes.append(ImportNote(
+            f"the store's raw DCGM_FI_DEV_GPU_UTIL samples of the chunk starting {_iso(a)} "
+            f"left out {missed} series its own queries answer, read twice: that chunk's "
+            "utilization view was asked of its PromQL instead (the same figures, more of the "
+            "store's CPU)", missed, where=client.url))
+    _run(client, back, chunks, data, ids, workers, "pushdown, chunks the raw read missed")
+    jobs += back
     for label in ("1h", "24h") if fleet else ():
         total = sum(fleet_answers.get(f"{label} sum {fam}", 0.0) for fam in families)
         count = sum(fleet_answers.get(f"{label} count {fam}", 0.0) for fam in families)
@@ -238,6 +260,8 @@ def pull_aggregates(
         wanted = local.settle(wanted)
     for i, (a, b) in enumerate(chunks):
         in_chunk = row_chunk == i
+        # (the util series' answers come from the raw samples, but in a chunk given back)
+        raw_here = here if local is None or i not in local.to_store else ()
         for nm, mask in wanted.items():
             groups: dict[tuple[str, str], set[tuple[str, str]]] = {}
             for code in np.unique(row_code[mask & in_chunk]).tolist():
@@ -246,12 +270,13 @@ def pull_aggregates(
             for (ulabel, plabel), pairs in sorted(groups.items()):
 
                 def second(part: list[tuple[str, str]], nm: str = nm, ulabel: str = ulabel,
-                           plabel: str = plabel, a: float = a, b: float = b) -> list[str]:
+                           plabel: str = plabel, a: float = a, b: float = b,
+                           raw_here: tuple[str, ...] = raw_here) -> list[str]:
                     gpus = with_matcher(sel, f'{ulabel}=~"{regex_of({u for u, _ in part})}"')
                     if plabel:
                         gpus = with_matcher(gpus, f'{plabel}=~"{regex_of({p for _, p in part})}"')
                     out = []
-                    for fam in (["mig"] if nm in here else families):
+                    for fam in (["mig"] if nm in raw_here else families):
                         qs = build_queries(gpus, step_s, b - a + step_s, has_sm=has_sm,
                                            family=fam, signals=False)
                         if nm in qs:
@@ -436,14 +461,15 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
     advance = client.progress(what, len(jobs)) if client.progress else None
     nchunks = data.answers.nchunks
 
-    def run(job: tuple[int, str, str]) -> tuple[int, str, tuple[list[bytes], list[float]]]:
-        i, name, expr = job
+    def run(job: tuple[int, str, str]) -> tuple[tuple[int, str, str],
+                                                tuple[list[bytes], list[float]]]:
+        i, _name, expr = job
         at = chunks[i][1] if i >= 0 else end_s
         assert at is not None
         rows = client.query_rows(expr, at)
         if advance:
             advance(1)
-        return i, name, rows
+        return job, rows
 
     # the raw reads one chunk at a time, beside the queries: a chunk's samples are the
     # largest thing a pull holds, so one in flight per store (not one per query worker)
@@ -454,7 +480,7 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
         reads = [raw_pool.submit(local.read, i) for i in range(len(chunks))]
     try:
         with cf.ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for i, name, (raws, values) in pool.map(run, jobs):
+            for (i, name, expr), (raws, values) in pool.map(run, jobs):
                 if i < 0:
                     if values and values[0] == values[0]:
                         out[name] = values[0]
@@ -462,13 +488,17 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
                 codes = ids.codes(raws, name)
                 vals = np.array(values, dtype=np.float64)
                 live = ~np.isnan(vals)  # NaN: nothing measured
-                data.answers.add(name, codes[live] * nchunks + i, vals[live])
+                keys = codes[live] * nchunks + i
+                data.answers.add(name, keys, vals[live])
+                if local is not None and expr in local.witness:
+                    local.named_by_store.append(keys)
         for f in reads:
             f.result()  # a failed read fails the pull, as a failed query does
     finally:
         if raw_pool is not None:
             raw_pool.shutdown(cancel_futures=True)
     if local is not None:
+        local.verify()
         local.add_first_pass()
     data.answers.flush()
     return out
@@ -485,11 +515,17 @@ class _LocalView:
     :func:`_second_pass_rows` says which rows need them (:meth:`settle`)."""
 
     def __init__(self, data: PushdownData, ids: _SeriesCodes, raw: RawUtil, step_s: float,
-                 narrow: bool) -> None:
+                 narrow: bool, witness: set[str]) -> None:
         self.data, self.ids, self.raw, self.step_s, self.narrow = data, ids, raw, step_s, narrow
         self.lock = threading.Lock()
         self.got: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
         self.util_keys: list[np.ndarray] = []
+        #: the store's queries whose answers name every util series with a sample in the
+        #: chunk (its ``stddev_over_time``), and the keys they named
+        self.witness = witness
+        self.named_by_store: list[np.ndarray] = []
+        #: chunk -> series its raw read left out, read twice: the store answers that chunk
+        self.to_store: dict[int, int] = {}
 
     def read(self, i: int) -> None:
         from gpuaudit.classify.pushdown_raw import util_answers
@@ -508,6 +544,39 @@ class _LocalView:
                 if name not in self.raw.names:
                     continue
                 self.got.setdefault(name, []).append((codes[idx] * nch + i, vals))
+
+    def verify(self) -> None:
+        """Every util series the store's own answers name in a chunk must be in the raw
+        read of that chunk (whose range holds the queries' windows). A chunk short of any
+        is read again; still short, its raw answers are dropped and the chunk is listed in
+        :attr:`to_store` for the store's PromQL to answer (a store's index can answer one
+        request without series it answers the next: once in CI a VictoriaMetrics 1.79.5
+        raw read of a day came back without its series; nothing is silently lost to it)."""
+        for again in (True, False):
+            short = self._short()
+            for i, missed in sorted(short.items()):
+                self._drop(i)
+                if again:
+                    self.read(i)
+                else:
+                    self.to_store[i] = missed
+
+    def _short(self) -> dict[int, int]:
+        """Chunk -> util series the store named there that the raw read has not."""
+        nch = self.data.answers.nchunks
+        named = np.unique(np.concatenate(self.named_by_store)) if self.named_by_store \
+            else np.zeros(0, np.int64)
+        read = np.concatenate(self.util_keys) if self.util_keys else np.zeros(0, np.int64)
+        missing = np.setdiff1d(named, read)
+        chunk, count = np.unique(missing % nch, return_counts=True)
+        return {int(i): int(n) for i, n in zip(chunk, count) if int(i) not in self.to_store}
+
+    def _drop(self, i: int) -> None:
+        """Chunk ``i``'s raw answers left out (before it is read again or given back)."""
+        nch = self.data.answers.nchunks
+        self.util_keys = [k[k % nch != i] for k in self.util_keys]
+        self.got = {name: [(k[k % nch != i], v[k % nch != i]) for k, v in parts]
+                    for name, parts in self.got.items()}
 
     def _column(self, name: str) -> tuple[np.ndarray, np.ndarray]:
         parts = self.got.get(name, [])
