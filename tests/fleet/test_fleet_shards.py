@@ -246,7 +246,10 @@ def test_second_pass_queries_are_split_to_the_stores_query_length_limit(
         got = _audit([url], fleet)
     want = _audit(prom, fleet)
     mine, theirs = _cells(got), _cells(want)
-    assert mine.keys() == theirs.keys()
+    # (once in CI a day of util series was missing here: what the audit and the store said)
+    log = (tmp_path / "vm.vm.log").read_text(errors="replace")[-3000:]
+    assert mine.keys() == theirs.keys(), (sorted(theirs.keys() - mine.keys())[:5],
+                                          got.usage.notes, got.extra["fleet"]["transfer"], log)
     for key, cell in theirs.items():
         for f in PHASE_FIELDS:
             assert mine[key][f] == cell[f], (key, f)
