@@ -552,11 +552,10 @@ def _raw_util_readers(stores: Sequence[Any], clients: Mapping[str, Any], *, step
             return None
         if form is None or left_open is None:
             return None
-        if form == "remote-read":
-            return RawUtilReader(c, form, step_s=step, matchers=matchers, left_open=left_open,
-                                 names=RAW_VIEW)
+        names, early = (RAW_VIEW, 0) if form == "remote-read" else \
+            ((*SUBQUERIES, "first", "last"), 1)
         return RawUtilReader(c, form, step_s=step, matchers=matchers, left_open=left_open,
-                             names=(*SUBQUERIES, "first", "last"), edges_before=1)
+                             names=names, edges_before=early)
 
     got, _failed = fan_out(list(stores), probe, describe=lambda st: st,
                            label=lambda st: f"{st.name} (native form)",
