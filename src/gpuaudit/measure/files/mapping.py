@@ -22,6 +22,7 @@ from gpuaudit import schema
 from gpuaudit.errors import InputError
 from gpuaudit.limits import MAX_LABEL_CHARS
 from gpuaudit.measure.files import nvidia_smi as smi
+from gpuaudit.measure.files.nulls import nulls
 from gpuaudit.schema import ImportNote
 
 __all__ = ["BatchConverter", "NoteBook", "Plan", "Target", "parse_mapping", "parse_target",
@@ -316,7 +317,6 @@ class BatchConverter:
         self._time_fmt: smi.TimeFormat | None = None
         self._ts_state: dict[str, int] = {}  # local times across a DST change
         self._auto_scale: dict[str, str] = {}
-        self._null_cache: dict[pa.DataType, pa.Array] = {}
         for note in plan.static_notes:
             notes.add(note.reason, note.count, note.where, note.column)
         if not plan.has("ts"):
@@ -526,11 +526,8 @@ class BatchConverter:
                 "it (--map COLUMN=-) or shorten it")
 
     def _nulls(self, typ: pa.DataType, n: int) -> pa.Array:
-        """An all-null column, sliced from one cached array (no allocation per batch)."""
-        cached = self._null_cache.get(typ)
-        if cached is None or len(cached) < n:
-            cached = self._null_cache[typ] = pa.nulls(n, typ)
-        return cached.slice(0, n)
+        """An all-null column, sliced from one array per type (no allocation per batch)."""
+        return nulls(typ, n)
 
     def _identity(self, cols: dict[str, pa.Array], n: int, locate: Locate) -> None:
         for name in ("host", "gpu_uuid"):

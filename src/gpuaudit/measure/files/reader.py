@@ -33,6 +33,7 @@ from gpuaudit.errors import InputError
 from gpuaudit.limits import BoundedStream, check_json_depth
 from gpuaudit.measure.files import nvidia_smi as smi
 from gpuaudit.measure.files.mapping import BatchConverter, NoteBook, parse_mapping, resolve_columns
+from gpuaudit.measure.files.nulls import nulls
 from gpuaudit.measure.live.recorder import JOURNAL_SUFFIX, journal_for, recover_journal_copy
 from gpuaudit.measure.parquet_io import (
     META_EVENTS,
@@ -766,9 +767,10 @@ def _proven_in_range(footer: pq.FileMetaData, groups: range) -> frozenset[str]:
 class _NullFill:
     """Puts back the all-null columns that were not read, as the table's full schema.
 
-    The null arrays are built once, as long as the longest batch seen, and each batch takes a
-    zero-copy slice of them (building ~25 of them per batch cost as much as decoding the
-    data; batch lengths vary at every row-group edge, so a cache by length missed).
+    The null arrays are built once, as long as the longest batch seen, all over one zeroed
+    buffer (:mod:`gpuaudit.measure.files.nulls`), and each batch takes a zero-copy slice of
+    them (building ~25 of them per batch cost as much as decoding the data; batch lengths
+    vary at every row-group edge, so a cache by length missed).
     """
 
     def __init__(self, names: Sequence[str]) -> None:
@@ -789,17 +791,10 @@ class _NullFill:
         return pa.RecordBatch.from_arrays(arrays, schema=full)
 
 
-#: per column: nulls of its type, as long as the longest batch asked for so far (each of a
-#: file's ranges, and every source this process opens, slices the same ones)
-_NULLS: dict[str, pa.Array] = {}
-
-
 def _nulls(name: str, n: int) -> pa.Array:
-    blank = _NULLS.get(name)
-    if blank is None or len(blank) < n:
-        blank = pa.nulls(n, type=schema.SAMPLE_SCHEMA.field(name).type)
-        _NULLS[name] = blank
-    return blank.slice(0, n) if len(blank) > n else blank
+    """``n`` nulls of the sample table's column ``name`` (all over one zeroed buffer, sliced
+    from the longest asked for: every range and source in this process shares them)."""
+    return nulls(schema.SAMPLE_SCHEMA.field(name).type, n)
 
 
 def _open_part(path: Path, gpu_model: str | None, batch_rows: int,
