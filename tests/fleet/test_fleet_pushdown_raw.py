@@ -31,6 +31,7 @@ from gpuaudit.api import audit_fleet
 from gpuaudit.api.fleet import RAW_VIEW_ENV, _raw_util_readers
 from gpuaudit.classify.pushdown_queries import pack_base
 from gpuaudit.classify.pushdown_raw import RAW_VIEW, SUBQUERIES, util_answers
+from gpuaudit.errors import SourceUnavailableError
 from gpuaudit.measure.fleet.dcgm import series_id
 from gpuaudit.measure.fleet.native import probe_form, window_left_open
 from gpuaudit.measure.fleet.prometheus import PromClient
@@ -296,6 +297,89 @@ def test_a_raw_read_short_of_series_the_store_names_is_read_again_or_given_back(
     assert "2024-01-01T00:00:15" in notes[0]["reason"], notes[0]["reason"]
     ours["report"]["source"]["notes"].remove(notes[0])
     assert ours["report"] == theirs["report"]
+
+
+def _refusal_notes(report: dict) -> list:  # type: ignore[type-arg]
+    return [n for n in report["report"]["source"]["notes"]
+            if "would not stream" in n["reason"]]
+
+
+def test_a_store_whose_export_limit_refuses_the_raw_read_has_its_promql_answer(
+        jittered: tuple[dict[str, str], Fleet], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A VictoriaMetrics whose ``-search.maxExportSeries`` is below the fleet's util series
+    (an operator's memory guard) answers the native-form probe (no series) and every
+    PromQL query, but refuses a raw read with HTTP 400: the reader raises the error the
+    pushdown gives back to the store's PromQL. The store enforces its limit only where its
+    index cache misses, so in an audit whether a chunk is refused depends on which request
+    reached it first: whatever was refused is named in notes, and the report is the
+    store-only one (before: the audit failed where a chunk was refused)."""
+    _urls, fleet = jittered
+    with run_victoria_metrics(tmp_path / "vm", extra_args=("-search.maxExportSeries=3",)) as vm:
+        import_victoria_metrics(fleet, vm, tmp_path / "import")
+        monkeypatch.setenv(RAW_VIEW_ENV, "1")
+        store = parse_stores([vm])[0]
+        c = PromClient(vm)
+        reader = _raw_util_readers([store], {store.name: c}, step=float(fleet.step_s),
+                                   matchers=None)[store.name]
+        with pytest.raises(SourceUnavailableError, match="HTTP 400"):
+            reader.samples(float(fleet.start_s + fleet.step_s), float(fleet.start_s + 86_400))
+        c.close()
+        ours = _report(vm, fleet, "1", monkeypatch)
+        theirs = _report(vm, fleet, "0", monkeypatch)
+    chunks = len(pd.chunk_grid(fleet.start_s, fleet.end_s, fleet.step_s, 86_400.0))
+    notes = _refusal_notes(ours)
+    assert sum(n["count"] for n in notes) <= chunks
+    assert all("HTTP 400" in n["reason"] for n in notes), notes
+    for n in notes:
+        ours["report"]["source"]["notes"].remove(n)
+    assert ours["report"] == theirs["report"]
+
+
+class _Refusing:
+    """A real store's raw reader that refuses the chunk starting at ``start_s`` the first
+    ``times`` reads, as a proxy's timeout or a store's limit does (after the client's
+    retries)."""
+
+    def __init__(self, reader: object, start_s: float, times: int) -> None:
+        self._reader, self._start_s, self.times = reader, start_s, times
+        self.names = reader.names  # type: ignore[attr-defined]
+        self.left_open = reader.left_open  # type: ignore[attr-defined]
+        self.edges_before = reader.edges_before  # type: ignore[attr-defined]
+
+    def samples(self, a_s: float, b_s: float) -> list:  # type: ignore[type-arg]
+        if a_s == self._start_s and self.times > 0:
+            self.times -= 1
+            raise SourceUnavailableError("HTTP 504 from the proxy in front of the store",
+                                         where="http://127.0.0.1:1/api/v1/read")
+        return self._reader.samples(a_s, b_s)  # type: ignore[attr-defined,no-any-return]
+
+
+@pytest.mark.parametrize("form", ["remote-read", "export"])
+def test_a_chunk_the_store_will_not_stream_is_asked_of_its_promql(
+        jittered: tuple[dict[str, str], Fleet], form: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One chunk's raw read refused, the others read: that chunk's utilization view comes
+    from the store's queries, the report equals the store-only one but for one note naming
+    that chunk and the reason."""
+    import gpuaudit.api.fleet as api_fleet
+
+    urls, fleet = jittered
+    theirs = _report(urls[form], fleet, "0", monkeypatch)
+    second = float(fleet.start_s + fleet.step_s)  # (the first chunk starts a step in)
+
+    def refusing(*args: object, **kw: object) -> dict[str, object]:
+        real = _raw_util_readers(*args, **kw)  # type: ignore[arg-type]
+        return {name: _Refusing(r, second, 1) for name, r in real.items()}
+
+    monkeypatch.setattr(api_fleet, "_raw_util_readers", refusing)
+    ours = _report(urls[form], fleet, "1", monkeypatch)
+    notes = _refusal_notes(ours)
+    assert len(notes) == 1 and notes[0]["count"] == 1, notes
+    assert "HTTP 504" in notes[0]["reason"] and "2024-01-01T00:00:15" in notes[0]["reason"]
+    ours["report"]["source"]["notes"].remove(notes[0])
+    assert ours["report"] == theirs["report"]
+    assert ours["requests"] < theirs["requests"]  # the other chunks were still read raw
 
 
 def test_the_midnight_fleet_reads_the_same_from_victoriametrics(

@@ -38,7 +38,7 @@ from gpuaudit.classify.pushdown_queries import (
     share_query,
 )
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
-from gpuaudit.errors import InputError
+from gpuaudit.errors import InputError, SourceUnavailableError
 from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
 
@@ -174,7 +174,9 @@ def pull_aggregates(
     ``raw_util``: the store's raw utilization samples. Then the utilization view's
     subqueries (:data:`~gpuaudit.classify.pushdown_raw.RAW_VIEW`) are answered here from
     them, chunk by chunk, with the same numbers the store's PromQL gives, and the store
-    evaluates only the rest (see :mod:`gpuaudit.classify.pushdown_raw`)."""
+    evaluates only the rest (see :mod:`gpuaudit.classify.pushdown_raw`). A chunk the store
+    will not stream (an error after the client's retries) or whose samples leave out series
+    its own answers name (read twice) is asked of its PromQL instead, with a source note."""
     if step_s <= 0:
         raise InputError(f"step {step_s} s is not positive", fix="--step 15s, 1m, ...")
     sel = selector(matchers)
@@ -230,19 +232,24 @@ def pull_aggregates(
     jobs.sort(key=lambda j: _SUBQUERY.search(j[2]) is None)
     fleet_answers = _run(client, jobs + fleet_jobs, chunks, data, ids, workers, "pushdown",
                          end_s=float(end_s), local=local)
-    # a chunk whose raw read left out series the store's answers name, twice: its
-    # utilization view asked of the store, as without a reader (the same figures)
+    # a chunk whose raw read left out series the store's answers name, twice, or that the
+    # store would not stream: its utilization view asked of the store, as without a reader
+    # (the same figures)
     back: list[tuple[int, str, str]] = []
-    for i, missed in sorted(local.to_store.items()) if local is not None else ():
+    given_back = sorted({*local.to_store, *local.unread}) if local is not None else []
+    for i in given_back:
         a, b = chunks[i]
         qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family="util",
                            signals=False)
         back += [(i, name, expr) for name, expr in qs.items() if name in here and first_pass(name)]
+    for i, missed in sorted(local.to_store.items()) if local is not None else ():
         data.notes.append(ImportNote(
-            f"the store's raw DCGM_FI_DEV_GPU_UTIL samples of the chunk starting {_iso(a)} "
-            f"left out {missed} series its own queries answer, read twice: that chunk's "
-            "utilization view was asked of its PromQL instead (the same figures, more of the "
-            "store's CPU)", missed, where=client.url))
+            f"the store's raw DCGM_FI_DEV_GPU_UTIL samples of the chunk starting "
+            f"{_iso(chunks[i][0])} left out {missed} series its own queries answer, read "
+            "twice: that chunk's utilization view was asked of its PromQL instead (the same "
+            "figures, more of the store's CPU)", missed, where=client.url))
+    if local is not None:
+        data.notes.extend(_unread_notes(local.unread, chunks, client.url))
     _run(client, back, chunks, data, ids, workers, "pushdown, chunks the raw read missed")
     jobs += back
     for label in ("1h", "24h") if fleet else ():
@@ -261,7 +268,8 @@ def pull_aggregates(
     for i, (a, b) in enumerate(chunks):
         in_chunk = row_chunk == i
         # (the util series' answers come from the raw samples, but in a chunk given back)
-        raw_here = here if local is None or i not in local.to_store else ()
+        raw_here = here if local is None or (i not in local.to_store
+                                             and i not in local.unread) else ()
         for nm, mask in wanted.items():
             groups: dict[tuple[str, str], set[tuple[str, str]]] = {}
             for code in np.unique(row_code[mask & in_chunk]).tolist():
@@ -492,8 +500,12 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
                 data.answers.add(name, keys, vals[live])
                 if local is not None and expr in local.witness:
                     local.named_by_store.append(keys)
-        for f in reads:
-            f.result()  # a failed read fails the pull, as a failed query does
+        for i, f in enumerate(reads):
+            try:
+                f.result()
+            except SourceUnavailableError as exc:  # (after the client's retries)
+                assert local is not None
+                local.unread[i] = exc.what  # the store's PromQL answers the chunk instead
     finally:
         if raw_pool is not None:
             raw_pool.shutdown(cancel_futures=True)
@@ -502,6 +514,25 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
         local.add_first_pass()
     data.answers.flush()
     return out
+
+
+def _unread_notes(unread: Mapping[int, str], chunks: Sequence[tuple[float, float]],
+                  url: str) -> list[ImportNote]:
+    """One note per reason the store gave for not streaming chunks' raw samples, naming
+    the chunks (count: how many)."""
+    by_reason: dict[str, list[int]] = {}
+    for i, reason in sorted(unread.items()):
+        by_reason.setdefault(reason, []).append(i)
+    notes = []
+    for reason, idx in by_reason.items():
+        which = (f"the chunk starting {_iso(chunks[idx[0]][0])}" if len(idx) == 1 else
+                 f"{len(idx)} chunks starting {_iso(chunks[idx[0]][0])} to "
+                 f"{_iso(chunks[idx[-1]][0])}")
+        notes.append(ImportNote(
+            f"the store would not stream its raw DCGM_FI_DEV_GPU_UTIL samples of {which} "
+            f"({reason}): their utilization view was asked of its PromQL instead (the same "
+            "figures, more of the store's CPU)", len(idx), where=url))
+    return notes
 
 
 #: what the first pass asks of every util series (the rest waits for the second pass's need)
@@ -526,6 +557,9 @@ class _LocalView:
         self.named_by_store: list[np.ndarray] = []
         #: chunk -> series its raw read left out, read twice: the store answers that chunk
         self.to_store: dict[int, int] = {}
+        #: chunk -> why the store would not stream its raw samples (a limit on what its
+        #: export may return, a proxy's timeout): the store answers that chunk too
+        self.unread: dict[int, str] = {}
 
     def read(self, i: int) -> None:
         from gpuaudit.classify.pushdown_raw import util_answers
@@ -551,15 +585,19 @@ class _LocalView:
         is read again; still short, its raw answers are dropped and the chunk is listed in
         :attr:`to_store` for the store's PromQL to answer (a store's index can answer one
         request without series it answers the next: once in CI a VictoriaMetrics 1.79.5
-        raw read of a day came back without its series; nothing is silently lost to it)."""
+        raw read of a day came back without its series; nothing is silently lost to it).
+        A read again that the store refuses goes to :attr:`unread`, as a first read does."""
         for again in (True, False):
             short = self._short()
             for i, missed in sorted(short.items()):
                 self._drop(i)
-                if again:
-                    self.read(i)
-                else:
+                if not again:
                     self.to_store[i] = missed
+                    continue
+                try:
+                    self.read(i)
+                except SourceUnavailableError as exc:
+                    self.unread[i] = exc.what
 
     def _short(self) -> dict[int, int]:
         """Chunk -> util series the store named there that the raw read has not."""
@@ -569,7 +607,8 @@ class _LocalView:
         read = np.concatenate(self.util_keys) if self.util_keys else np.zeros(0, np.int64)
         missing = np.setdiff1d(named, read)
         chunk, count = np.unique(missing % nch, return_counts=True)
-        return {int(i): int(n) for i, n in zip(chunk, count) if int(i) not in self.to_store}
+        return {int(i): int(n) for i, n in zip(chunk, count)
+                if int(i) not in self.to_store and int(i) not in self.unread}
 
     def _drop(self, i: int) -> None:
         """Chunk ``i``'s raw answers left out (before it is read again or given back)."""
