@@ -329,7 +329,7 @@ def test_a_store_whose_export_limit_refuses_the_raw_read_has_its_promql_answer(
         theirs = _report(vm, fleet, "0", monkeypatch)
     chunks = len(pd.chunk_grid(fleet.start_s, fleet.end_s, fleet.step_s, 86_400.0))
     notes = _refusal_notes(ours)
-    assert sum(n["count"] for n in notes) <= chunks
+    assert len(notes) <= 1 and sum(n["count"] for n in notes) <= chunks, notes
     assert all("HTTP 400" in n["reason"] for n in notes), notes
     for n in notes:
         ours["report"]["source"]["notes"].remove(n)
@@ -341,14 +341,14 @@ class _Refusing:
     ``times`` reads, as a proxy's timeout or a store's limit does (after the client's
     retries)."""
 
-    def __init__(self, reader: object, start_s: float, times: int) -> None:
-        self._reader, self._start_s, self.times = reader, start_s, times
+    def __init__(self, reader: object, start_s: float | None, times: int) -> None:
+        self._reader, self._start_s, self.times = reader, start_s, times  # (None: every chunk)
         self.names = reader.names  # type: ignore[attr-defined]
         self.left_open = reader.left_open  # type: ignore[attr-defined]
         self.edges_before = reader.edges_before  # type: ignore[attr-defined]
 
     def samples(self, a_s: float, b_s: float) -> list:  # type: ignore[type-arg]
-        if a_s == self._start_s and self.times > 0:
+        if self._start_s in (None, a_s) and self.times > 0:
             self.times -= 1
             raise SourceUnavailableError("HTTP 504 from the proxy in front of the store",
                                          where="http://127.0.0.1:1/api/v1/read")
@@ -356,30 +356,36 @@ class _Refusing:
 
 
 @pytest.mark.parametrize("form", ["remote-read", "export"])
+@pytest.mark.parametrize("every", [False, True])
 def test_a_chunk_the_store_will_not_stream_is_asked_of_its_promql(
-        jittered: tuple[dict[str, str], Fleet], form: str,
+        jittered: tuple[dict[str, str], Fleet], form: str, every: bool,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """One chunk's raw read refused, the others read: that chunk's utilization view comes
-    from the store's queries, the report equals the store-only one but for one note naming
-    that chunk and the reason."""
+    """The first chunk's raw read refused (or every chunk's): that chunk's utilization view
+    comes from the store's queries, and the report equals the store-only one but for one
+    note naming the chunks, how many, and the store's answer."""
     import gpuaudit.api.fleet as api_fleet
 
     urls, fleet = jittered
     theirs = _report(urls[form], fleet, "0", monkeypatch)
-    second = float(fleet.start_s + fleet.step_s)  # (the first chunk starts a step in)
+    first = float(fleet.start_s + fleet.step_s)  # (the first chunk starts a step in)
+    chunks = len(pd.chunk_grid(fleet.start_s, fleet.end_s, fleet.step_s, 86_400.0))
 
     def refusing(*args: object, **kw: object) -> dict[str, object]:
         real = _raw_util_readers(*args, **kw)  # type: ignore[arg-type]
-        return {name: _Refusing(r, second, 1) for name, r in real.items()}
+        return {name: _Refusing(r, None if every else first, chunks if every else 1)
+                for name, r in real.items()}
 
     monkeypatch.setattr(api_fleet, "_raw_util_readers", refusing)
     ours = _report(urls[form], fleet, "1", monkeypatch)
     notes = _refusal_notes(ours)
-    assert len(notes) == 1 and notes[0]["count"] == 1, notes
-    assert "HTTP 504" in notes[0]["reason"] and "2024-01-01T00:00:15" in notes[0]["reason"]
+    assert len(notes) == 1 and notes[0]["count"] == (chunks if every else 1), notes
+    reason = notes[0]["reason"]
+    assert "HTTP 504" in reason and "starting 2024-01-01T00:00:15" in reason, reason
+    assert (f"{chunks} chunks starting" in reason) is every, reason
     ours["report"]["source"]["notes"].remove(notes[0])
     assert ours["report"] == theirs["report"]
-    assert ours["requests"] < theirs["requests"]  # the other chunks were still read raw
+    if not every:
+        assert ours["requests"] < theirs["requests"]  # the other chunks were still read raw
 
 
 def test_the_midnight_fleet_reads_the_same_from_victoriametrics(

@@ -518,21 +518,19 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
 
 def _unread_notes(unread: Mapping[int, str], chunks: Sequence[tuple[float, float]],
                   url: str) -> list[ImportNote]:
-    """One note per reason the store gave for not streaming chunks' raw samples, naming
-    the chunks (count: how many)."""
-    by_reason: dict[str, list[int]] = {}
-    for i, reason in sorted(unread.items()):
-        by_reason.setdefault(reason, []).append(i)
-    notes = []
-    for reason, idx in by_reason.items():
-        which = (f"the chunk starting {_iso(chunks[idx[0]][0])}" if len(idx) == 1 else
-                 f"{len(idx)} chunks starting {_iso(chunks[idx[0]][0])} to "
-                 f"{_iso(chunks[idx[-1]][0])}")
-        notes.append(ImportNote(
-            f"the store would not stream its raw DCGM_FI_DEV_GPU_UTIL samples of {which} "
-            f"({reason}): their utilization view was asked of its PromQL instead (the same "
-            "figures, more of the store's CPU)", len(idx), where=url))
-    return notes
+    """One note for the chunks whose raw samples the store would not stream (count: how
+    many), with its answer for the first (a store's answers differ by the request they
+    quote, so one note per answer would be one per chunk)."""
+    if not unread:
+        return []
+    idx = sorted(unread)
+    which = (f"the chunk starting {_iso(chunks[idx[0]][0])}" if len(idx) == 1 else
+             f"{len(idx)} chunks starting {_iso(chunks[idx[0]][0])} to "
+             f"{_iso(chunks[idx[-1]][0])}")
+    return [ImportNote(
+        f"the store would not stream its raw DCGM_FI_DEV_GPU_UTIL samples of {which} (the "
+        f"first: {unread[idx[0]]}): their utilization view was asked of its PromQL instead "
+        "(the same figures, more of the store's CPU)", len(idx), where=url)]
 
 
 #: what the first pass asks of every util series (the rest waits for the second pass's need)
