@@ -1,11 +1,18 @@
 """Durations as a reader reads them, at the scale of the figure: a profiler trace's window is
 436 ms, a sampling gap 993 ms, a job 266 s, a fleet 1,234.50 h. One function, so every report
 and every sentence of evidence writes time the same way (no "(0 s)" for 436 ms, no "0.0
-observed hours")."""
+observed hours"). Instants as ISO 8601 in UTC (:func:`utc_iso`)."""
 
 from __future__ import annotations
 
-__all__ = ["duration"]
+from datetime import datetime, timezone
+
+__all__ = ["duration", "utc_iso"]
+
+
+def utc_iso(t_s: float) -> str:
+    """A Unix time (seconds) as ISO 8601 in UTC: ``2024-01-01T00:00:15+00:00``."""
+    return datetime.fromtimestamp(t_s, tz=timezone.utc).isoformat()
 
 
 def _trim(x: float) -> str:

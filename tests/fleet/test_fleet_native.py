@@ -458,6 +458,84 @@ def test_native_rows_are_the_raw_pulls_rows(prom: str, fleet: Fleet) -> None:
     assert native.equals(raw)
 
 
+class _RefusingNative:
+    """A real store's native reads with some chunks refused, as a proxy's timeout or a
+    store's limit refuses them (an error after the client's retries)."""
+
+    @staticmethod
+    def source(client: PromClient, form: str, refuse: object, **kw: object):  # type: ignore[no-untyped-def]
+        from gpuaudit.measure.fleet.native import NativeSource
+
+        class Source(NativeSource):
+            asked = 0
+
+            def fetch(self, a_s: float, b_s: float):  # type: ignore[no-untyped-def]
+                k, Source.asked = Source.asked, Source.asked + 1  # (one prefetch at a time)
+                if refuse(k):  # type: ignore[operator]
+                    raise SourceUnavailableError(
+                        "HTTP 504 from the proxy in front of the store",
+                        where=f"{client.url}/api/v1/read")
+                return super().fetch(a_s, b_s)
+
+        return Source(client, form, **kw)
+
+
+@pytest.mark.parametrize("form", ["remote-read", "export"])
+@pytest.mark.parametrize("every", [False, True])
+def test_a_chunk_the_store_will_not_stream_is_read_through_query_range(
+        prom: str, split: tuple[str, str], fleet: Fleet, form: str, every: bool) -> None:
+    """A chunk whose raw read the store refuses is read through ``query_range`` instead
+    (the raw pull's query): the same sample table, row for row, and one note naming the
+    chunks, how many, and the store's answer (before: the audit failed)."""
+    import pyarrow as pa
+
+    from gpuaudit.measure.fleet.prometheus import PrometheusSource
+    from gpuaudit.promql import time_chunks
+    from gpuaudit.schema import SAMPLE_SCHEMA
+
+    c = PromClient(prom if form == "remote-read" else split[1])
+    kw = {"start_s": float(fleet.start_s + 15), "end_s": float(fleet.end_s), "step_s": 15.0}
+    n = len(time_chunks(kw["start_s"], kw["end_s"], 15.0, 2880))
+    src = _RefusingNative.source(c, form, (lambda k: True) if every else (lambda k: k == 1),
+                                 **kw)
+    native = pa.Table.from_batches(list(src.batches()), schema=SAMPLE_SCHEMA)
+    raw = pa.Table.from_batches(list(PrometheusSource(c, **kw).batches()), schema=SAMPLE_SCHEMA)
+    c.close()
+    assert n >= 3 and raw.num_rows > 5_000
+    assert native.equals(raw)
+    notes = [x for x in src.notes if "would not stream" in x.reason]
+    assert len(notes) == 1 and notes[0].count == (n if every else 1), src.notes
+    assert "HTTP 504" in notes[0].reason and "query_range" in notes[0].reason
+    assert (f"{n} chunks starting" in notes[0].reason) is every, notes[0].reason
+
+
+def test_a_store_whose_export_limit_refuses_the_native_fetch_audits_as_the_raw_pull(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """A VictoriaMetrics whose ``-search.maxExportSeries`` is below the fleet's series
+    answers the probe (no series) and query_range but refuses exports with HTTP 400
+    where its index cache misses: ``--fetch native`` still audits, as the raw pull."""
+    from gpuaudit.promql import time_chunks
+
+    with run_victoria_metrics(tmp_path / "vm", extra_args=("-search.maxExportSeries=3",)) as vm:
+        import_victoria_metrics(fleet, vm, tmp_path / "import")
+        c = PromClient(vm)
+        with pytest.raises(SourceUnavailableError, match="HTTP 400"):
+            from gpuaudit.measure.fleet.native import export_series
+
+            export_series(c, '{__name__="DCGM_FI_DEV_GPU_UTIL"}', float(fleet.start_s),
+                          float(fleet.end_s))
+        c.close()
+        native = _audit(vm, fleet, fetch="native")
+        raw = _audit(vm, fleet, raw=True)
+    _same(native, raw)
+    # (the native fetch asks for every metric in one regex no PromQL query uses: each
+    # chunk's export misses the store's cache and is refused)
+    notes = [x for x in native.usage.notes if "would not stream" in x.reason]
+    chunks = len(time_chunks(float(fleet.start_s), float(fleet.end_s), 15.0, 2880))
+    assert len(notes) == 1 and notes[0].count == chunks and "HTTP 400" in notes[0].reason, \
+        notes
+
+
 def test_lean_batches_are_the_native_rows(prom: str, fleet: Fleet) -> None:
     """The lean layout (identities per series: dictionary columns, the --by label resolved
     once per series, no per-row label maps) holds the rows of the sample table, and each

@@ -16,6 +16,7 @@ from gpuaudit.classify import Usage, classify
 from gpuaudit.errors import InputError, SourceUnavailableError
 from gpuaudit.price.catalog import Rate
 from gpuaudit.recommend import Finding
+from gpuaudit.units import utc_iso
 
 if TYPE_CHECKING:
     pass
@@ -248,8 +249,8 @@ def fleet_usage(
         if step is None:
             raise InputError(
                 "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
-                f"{_iso(end)}", where=prometheus, fix="check --start/--end/--since and --match")
+                f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {utc_iso(start)} and "
+                f"{utc_iso(end)}", where=prometheus, fix="check --start/--end/--since and --match")
         step = float(step)
         start = (start // step + 1) * step
         end = (end // step) * step
@@ -270,7 +271,7 @@ def fleet_usage(
         transfer = {"mode": "raw query_range",
                     "url": client.url, "requests": client.requests,
                     "wire_bytes": client.wire_bytes, "body_bytes": client.body_bytes,
-                    "step_s": step, "start": _iso(start), "end": _iso(end),
+                    "step_s": step, "start": utc_iso(start), "end": utc_iso(end),
                     "kube_pod_labels": len(kube)}
     finally:
         client.close()
@@ -367,8 +368,8 @@ def _native_usage(
                               label=lambda st: f"{st.name} (raw samples)",
                               workers=len(live), allow_partial=allow_partial)
         for st, text in lost:
-            missing.append({"store": st.name, "url": st.url, "start": _iso(start),
-                            "end": _iso(end + step), "error": text})
+            missing.append({"store": st.name, "url": st.url, "start": utc_iso(start),
+                            "end": utc_iso(end + step), "error": text})
         _one_store_per_gpu([(st.name, _gpus_of(bs)) for st, bs in parts])
         notes = [n for st, _b in parts for n in sources[st.name].notes]
         notes += _missing_notes(missing)
@@ -499,7 +500,7 @@ def _sharded_usage(
                                 allow_partial=allow_partial)
         for sh, text in lost:
             missing.append({"store": sh.store.name, "url": sh.store.url,
-                            "start": _iso(sh.start_s), "end": _iso(sh.end_s + step),
+                            "start": utc_iso(sh.start_s), "end": utc_iso(sh.end_s + step),
                             "error": text})
         data = merge_pushdown([(sh.store.name, d) for sh, d in answers], dedupe=dedupe)
         data.notes.extend(_missing_notes(missing))
@@ -585,14 +586,14 @@ def _survey(stores: Sequence[Any], clients: Mapping[str, Any], start: float, end
                           label=lambda st: f"{st.name} (scrape interval, kube_pod_labels)",
                           workers=len(stores), allow_partial=allow_partial)
     for st, text in failed:
-        missing.append({"store": st.name, "url": st.url, "start": _iso(start),
-                        "end": _iso(end), "error": text})
+        missing.append({"store": st.name, "url": st.url, "start": utc_iso(start),
+                        "end": utc_iso(end), "error": text})
     steps = {st.name: found for st, (found, _k) in got if found is not None}
     if not steps:
         raise InputError(
             "no dcgm-exporter series (DCGM_FI_DEV_GPU_UTIL or "
-            f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {_iso(start)} and "
-            f"{_iso(end)}", where=", ".join(st.url for st, _ in got),
+            f"DCGM_FI_PROF_GR_ENGINE_ACTIVE) has samples between {utc_iso(start)} and "
+            f"{utc_iso(end)}", where=", ".join(st.url for st, _ in got),
             fix="check --start/--end/--since and --match")
     if len(set(steps.values())) > 1:
         raise InputError(
@@ -636,15 +637,11 @@ def _transfer(mode: str, stores: Sequence[Any], clients: Mapping[str, Any], *,
         "requests": sum(int(x["requests"]) for x in per_store),
         "wire_bytes": sum(int(x["wire_bytes"]) for x in per_store),
         "body_bytes": sum(int(x["body_bytes"]) for x in per_store),
-        "step_s": step, "start": _iso(start), "end": _iso(end),
+        "step_s": step, "start": utc_iso(start), "end": utc_iso(end),
         "kube_pod_labels": len(kube), "stores": per_store, "time_shards": time_shards,
         "missing_shards": missing}
 
 
-def _iso(t: float) -> str:
-    from datetime import datetime, timezone
-
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
 
 
 def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
@@ -778,7 +775,7 @@ def _time_window(table: pa.Table, start_s: float | None, end_s: float | None,
     if out.num_rows == 0:
         lo, hi = pc.min(ts).as_py(), pc.max(ts).as_py()
         span = ("no samples at all" if lo is None else
-                f"it spans {_iso(lo / 1e9)} to {_iso(hi / 1e9)}")
+                f"it spans {utc_iso(lo / 1e9)} to {utc_iso(hi / 1e9)}")
         raise InputError(f"no samples in the range given by --start/--end: {span}",
                          where=str(where), fix="choose a range inside the recording, or "
                          "leave --start/--end out to audit all of it")

@@ -41,6 +41,7 @@ from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
 from gpuaudit.errors import InputError, SourceUnavailableError
 from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
+from gpuaudit.units import utc_iso
 
 __all__ = ["Answers", "PushdownData", "QueryClient", "RawUtil", "chunk_grid",
            "merge_pushdown", "pull_aggregates", "usage_from_pushdown"]
@@ -245,7 +246,7 @@ def pull_aggregates(
     for i, missed in sorted(local.to_store.items()) if local is not None else ():
         data.notes.append(ImportNote(
             f"the store's raw DCGM_FI_DEV_GPU_UTIL samples of the chunk starting "
-            f"{_iso(chunks[i][0])} left out {missed} series its own queries answer, read "
+            f"{utc_iso(chunks[i][0])} left out {missed} series its own queries answer, read "
             "twice: that chunk's utilization view was asked of its PromQL instead (the same "
             "figures, more of the store's CPU)", missed, where=client.url))
     if local is not None:
@@ -524,9 +525,9 @@ def _unread_notes(unread: Mapping[int, str], chunks: Sequence[tuple[float, float
     if not unread:
         return []
     idx = sorted(unread)
-    which = (f"the chunk starting {_iso(chunks[idx[0]][0])}" if len(idx) == 1 else
-             f"{len(idx)} chunks starting {_iso(chunks[idx[0]][0])} to "
-             f"{_iso(chunks[idx[-1]][0])}")
+    which = (f"the chunk starting {utc_iso(chunks[idx[0]][0])}" if len(idx) == 1 else
+             f"{len(idx)} chunks starting {utc_iso(chunks[idx[0]][0])} to "
+             f"{utc_iso(chunks[idx[-1]][0])}")
     return [ImportNote(
         f"the store would not stream its raw DCGM_FI_DEV_GPU_UTIL samples of {which} (the "
         f"first: {unread[idx[0]]}): their utilization view was asked of its PromQL instead "
@@ -743,7 +744,7 @@ def merge_pushdown(parts: Sequence[tuple[str, PushdownData]], *,
         names = [parts[p][0] for p in sorted(set(opart[okey == key].tolist()))]
         raise InputError(
             f"GPU {gpus[key // ng]} is in {len(names)} stores ({', '.join(names)}) for the "
-            f"chunk starting {_iso(grid[key % ng][0])}: counting both would bill it twice",
+            f"chunk starting {utc_iso(grid[key % ng][0])}: counting both would bill it twice",
             where=", ".join(names),
             fix="if the stores are HA replicas give one of them (or a Thanos / "
             "Mimir querier that deduplicates), or pass --dedupe to keep the store "
@@ -788,10 +789,6 @@ def merge_pushdown(parts: Sequence[tuple[str, PushdownData]], *,
             reason=f"{dropped} GPU-chunk(s) answered by more than one store: the store with "
             "the most points kept, the others' copies dropped (replicas)"))
     return out
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
 
 
 

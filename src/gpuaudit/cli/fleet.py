@@ -11,7 +11,6 @@ renders.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +41,6 @@ __all__ = ["fleet_cmd", "parse_duration_s", "parse_time_s"]
 
 # parse_duration_s and parse_time_s live in gpuaudit.validate; re-exported here for callers
 # that imported them from this module
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat()
-
 
 def _matchers(items: Sequence[str]) -> dict[str, str]:
     out = {}

@@ -838,11 +838,16 @@ class NativeSource:
         step_ms = round(self.step_s * 1000)
         where = f"{self.client.url}"
         order = {m: i for i, m in enumerate(self.metrics)}
+        refused: list[tuple[float, str]] = []  # chunks the store would not stream
         with cf.ThreadPoolExecutor(1) as pool:
             ahead = pool.submit(self.fetch, *chunks[0]) if chunks else None
             for i, (a, b) in enumerate(chunks):
                 assert ahead is not None
-                got = ahead.result()
+                try:
+                    got = ahead.result()
+                except SourceUnavailableError as exc:  # (after the client's retries)
+                    refused.append((a, exc.what))
+                    got = self._fetch_range(a, b)
                 ahead = pool.submit(self.fetch, *chunks[i + 1]) if i + 1 < len(chunks) \
                     else None
                 n_steps = round((b - a) / self.step_s) + 1
@@ -909,6 +914,31 @@ class NativeSource:
                 "(by node_uname_info nodename or instance address); their CPU is null",
                 len(unmatched), where=f"{self.client.url}: {NODE_CPU}",
                 column="host_cpu_util_pct"))
+        if refused:
+            from gpuaudit.units import utc_iso
+
+            which = (f"the chunk starting {utc_iso(refused[0][0])}" if len(refused) == 1
+                     else f"{len(refused)} chunks starting {utc_iso(refused[0][0])} to "
+                     f"{utc_iso(refused[-1][0])}")
+            self._notes.append(ImportNote(
+                f"the store would not stream the raw samples of {which} (the first: "
+                f"{refused[0][1]}): read through query_range instead (the same rows, more of "
+                "the store's CPU)", len(refused), where=self.client.url))
+
+    def _fetch_range(self, a_s: float, b_s: float) -> list[RawSeries]:
+        """The chunk [a, b] as :meth:`fetch` gives it, from ``query_range`` of
+        ``last_over_time(<metric>[step - 1ms])`` (the raw pull's query): one point per step
+        at the step's time, which :func:`on_grid` puts on that very step."""
+        from gpuaudit.promql import fresh, selector
+
+        sel = selector(self.matchers)
+        out = []
+        for metric in self.metrics:
+            for part in self.client.query_range(fresh(f"{metric}{sel}", self.step_s), a_s, b_s,
+                                                self.step_s):
+                out += [RawSeries({"__name__": metric, **r.labels}, r.ts_ns // 1_000_000,
+                                  r.values) for r in part]
+        return out
 
 
 class LeanSamples:
