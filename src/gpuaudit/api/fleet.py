@@ -131,6 +131,12 @@ def audit_fleet(
             client_kwargs=client_kwargs, chunk_s=chunk_s, shard_s=shard_s,
             concurrency=concurrency, allow_partial=allow_partial, dedupe=dedupe,
             fetch=fetch)
+        if daily is not None and _divides_a_day(chunk_s):
+            # the per-day figures by day, whatever the chunk (--chunk 6h: four per day)
+            from datetime import datetime
+
+            daily = regroup_cells(daily, datetime.fromisoformat(transfer["start"]).timestamp(),
+                                  DAY_S)
     usage = coarse_usage(usage_fine, user_keys)
     # the fine keys (namespace, pod) are this composition's, not the user's: only --by keys
     # no series has are noted
@@ -443,9 +449,11 @@ def _sharded_usage(
         usage_from_pushdown,
     )
     from gpuaudit.measure.fleet.dcgm import series_id
-    from gpuaudit.measure.fleet.prometheus import PromClient
+    from gpuaudit.measure.fleet.prometheus import PromClient, QueryTooLarge
     from gpuaudit.measure.fleet.shards import Shard, fan_out, parse_stores, plan_shards
     from gpuaudit.price.attribution import Attributor
+    from gpuaudit.schema import ImportNote
+    from gpuaudit.units import duration
     from gpuaudit.validate import (
         CONCURRENCY,
         EPOCH_S,
@@ -481,33 +489,59 @@ def _sharded_usage(
                                               missing=missing)
         live = [st for st, _ in got]
         attributor = Attributor(mapping, kube)
-        chunks = chunk_grid(start, end, step, chunk_s)
-        shards = plan_shards(live, chunks, max(1, round(shard_s / chunk_s)))
-        last = chunks[-1]
-
         raw_util = _raw_util_readers(live, clients, step=step, matchers=matchers)
+        asked_s = chunk_s  # the chunk the caller asked for (the daily cells' period)
+        refused: list[tuple[float, QueryTooLarge]] = []
+        while True:
+            chunks = chunk_grid(start, end, step, chunk_s)
+            shards = plan_shards(live, chunks, max(1, round(shard_s / chunk_s)))
+            last = chunks[-1]
 
-        def fetch(sh: Shard) -> PushdownData:
-            return pull_aggregates(
-                clients[sh.store.name], identify=series_id, start_s=sh.start_s,
-                end_s=sh.end_s, step_s=step, matchers=matchers, chunk_s=chunk_s,
-                chunks=sh.chunks, fleet=sh.chunks[-1] == last, fleet_start_s=start,
-                workers=concurrency, raw_util=raw_util.get(sh.store.name))
+            def fetch(sh: Shard, chunk_s: float = chunk_s, last: tuple[float, float] = last,
+                      ) -> PushdownData:
+                return pull_aggregates(
+                    clients[sh.store.name], identify=series_id, start_s=sh.start_s,
+                    end_s=sh.end_s, step_s=step, matchers=matchers, chunk_s=chunk_s,
+                    chunks=sh.chunks, fleet=sh.chunks[-1] == last, fleet_start_s=start,
+                    workers=concurrency, raw_util=raw_util.get(sh.store.name))
 
-        answers, lost = fan_out(shards, fetch, describe=lambda sh: sh.store,
-                                label=lambda sh: sh.label,
-                                workers=max(1, min(len(shards), 2 * len(live))),
-                                allow_partial=allow_partial)
+            try:
+                answers, lost = fan_out(shards, fetch, describe=lambda sh: sh.store,
+                                        label=lambda sh: sh.label,
+                                        workers=max(1, min(len(shards), 2 * len(live))),
+                                        allow_partial=allow_partial)
+                break
+            except QueryTooLarge as exc:
+                # a store's limit on the samples one query may hold (Prometheus'
+                # --query.max-samples: a chunk's subqueries hold series x steps): the
+                # chunks cut smaller, the same figures (summed back below)
+                smaller = _smaller_chunk(chunk_s, step)
+                if smaller is None:
+                    raise QueryTooLarge(
+                        exc.what, where=exc.where,
+                        fix=f"the store refused even {duration(chunk_s)} chunks: raise its "
+                        "limit (Prometheus --query.max-samples, VictoriaMetrics "
+                        "-search.maxSamplesPerQuery) or audit fewer series at a time "
+                        "(--match)") from exc
+                refused.append((chunk_s, exc))
+                chunk_s = smaller
         for sh, text in lost:
             missing.append({"store": sh.store.name, "url": sh.store.url,
                             "start": utc_iso(sh.start_s), "end": utc_iso(sh.end_s + step),
                             "error": text})
         data = merge_pushdown([(sh.store.name, d) for sh, d in answers], dedupe=dedupe)
         data.notes.extend(_missing_notes(missing))
+        if refused:
+            first_s, too_large = refused[0]
+            data.notes.append(ImportNote(
+                f"a store refused the queries of {duration(first_s)} chunks as too large "
+                f"({too_large.what}): they were asked in {duration(chunk_s)} chunks instead "
+                "(the same figures, more requests)", len(refused), where=too_large.where))
         usage_fine, daily = usage_from_pushdown(
             data, by=tuple(by),
             labels_for=lambda sid: attributor.resolve(sid.namespace, sid.pod,
                                                       dict(sid.labels)))
+        daily = regroup_cells(daily, start, asked_s)  # (the smaller chunks summed back)
         util_window = dict(data.fleet_util_pct)
         transfer = _transfer("PromQL pushdown", stores, clients, forms=None, step=step,
                              start=start, end=end, kube=kube,
@@ -749,6 +783,54 @@ def _part(rows: Any, keep: Any) -> Any:
     if keep is False or not keep.any():
         return None
     return rows.filter(pa.array(keep))
+
+
+#: the period of the fleet report's per-day figures
+DAY_S = 86400.0
+
+
+def _divides_a_day(chunk_s: float) -> bool:
+    """Whether whole chunks of ``chunk_s`` make up a day (1d, 6h, 1h, 15m ...)."""
+    n = DAY_S / chunk_s
+    return n >= 1 and abs(n - round(n)) < 1e-9
+
+
+def _smaller_chunk(chunk_s: float, step_s: float) -> float | None:
+    """The chunk to try after ``chunk_s`` was refused as too large: a quarter, else a half,
+    of whole steps (so it still divides the chunk, and a day where the chunk did); None
+    below two steps."""
+    for k in (4, 2):
+        smaller = chunk_s / k
+        steps = smaller / step_s
+        if steps >= 2 and abs(steps - round(steps)) < 1e-9:
+            return smaller
+    return None
+
+
+def regroup_cells(cells: pa.Table | None, start_s: float, period_s: float) -> pa.Table | None:
+    """Per-chunk cells (column ``day_start``: each chunk's start) summed over the periods of
+    ``period_s`` from ``start_s`` their chunks start in: the cells of each period, as one
+    chunk of that length would give them where the chunks divide it (the pushdown's answers
+    add up exactly across its chunk edges). Unchanged where every chunk already starts a
+    period."""
+    from gpuaudit.classify.usage import CELL_VALUE_COLUMNS
+
+    if cells is None or cells.num_rows == 0:
+        return cells
+    t = cells.column("day_start").cast(pa.int64()).to_numpy()
+    origin, width = round(start_s * 1e9), round(period_s * 1e9)
+    period = origin + (t - origin) // width * width
+    if np.array_equal(period, t):
+        return cells
+    field = cells.schema.field("day_start")
+    moved = cells.set_column(cells.schema.get_field_index("day_start"), field,
+                             pa.array(period, pa.int64()).cast(field.type))
+    keys = [c for c in moved.column_names if c not in CELL_VALUE_COLUMNS]
+    values = [c for c in moved.column_names if c in CELL_VALUE_COLUMNS]
+    summed = moved.group_by(keys, use_threads=False).aggregate([(c, "sum") for c in values])
+    summed = summed.rename_columns([c.removesuffix("_sum") if c[:-4] in values else c
+                                    for c in summed.column_names])
+    return summed.select(cells.column_names).cast(cells.schema)
 
 
 def _day_cells(cells: pa.Table, t0: float, d: int, chunk_s: float) -> pa.Table:
