@@ -14,6 +14,7 @@ __all__ = [
     "InputError",
     "MissingExtraError",
     "PricingError",
+    "QueryTooLarge",
     "SampleTableError",
     "SourceUnavailableError",
     "bounded",
@@ -104,6 +105,14 @@ class PricingError(InputError):
     """No price can be found for what was measured (unknown model, provider or option): an
     :class:`InputError`, since the fix is always the user's (``--gpu-model``, ``--price``,
     ``--provider``, a catalog)."""
+
+
+class QueryTooLarge(InputError):
+    """The server refused a query as too big (points per series, samples in memory).
+    ``by_chunk``: a shorter time chunk makes the query smaller (False: a window of fixed
+    length, such as the fleet's 24 h utilization, refused whatever the chunk)."""
+
+    by_chunk = True
 
 
 class SourceUnavailableError(GpuauditError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from fleetgen import Fleet, backfill, run_prometheus
+from fleetgen import Fleet, backfill, import_victoria_metrics, run_prometheus, run_victoria_metrics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -109,6 +109,25 @@ def test_the_per_day_figures_are_days_whatever_the_chunk(tsdb: Path, fleet: Flee
     assert len(day["extra"]["fleet"]["kpis"]["days"]) == 2
     assert quarter == day
     assert raw_quarter["extra"]["fleet"]["kpis"] == raw_day["extra"]["fleet"]["kpis"]
+
+
+def test_a_fixed_window_refused_as_too_large_is_a_clear_error_not_smaller_chunks(
+        fleet: Fleet, tmp_path: Path) -> None:
+    """VictoriaMetrics counts a query's samples over all its series
+    (``-search.maxSamplesPerQuery``): the fleet's 24 h utilization window holds a day of
+    every series whatever the chunk, so it is an error naming that window and the store's
+    limit, not a search through ever smaller chunks."""
+    from gpuaudit.errors import QueryTooLarge
+
+    with run_victoria_metrics(tmp_path / "vm",
+                              extra_args=("-search.maxSamplesPerQuery=40000",)) as vm:
+        import_victoria_metrics(fleet, vm, tmp_path / "import")
+        with pytest.raises(QueryTooLarge) as e:
+            _report(vm, fleet)
+    assert not e.value.by_chunk
+    assert "-search.maxSamplesPerQuery=40000" in e.value.what
+    assert "the fleet's 24h utilization window" in e.value.what
+    assert "-search.maxSamplesPerQuery" in (e.value.fix or "")
 
 
 @settings(max_examples=80, deadline=None)

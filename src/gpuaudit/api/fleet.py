@@ -448,8 +448,9 @@ def _sharded_usage(
         pull_aggregates,
         usage_from_pushdown,
     )
+    from gpuaudit.errors import QueryTooLarge
     from gpuaudit.measure.fleet.dcgm import series_id
-    from gpuaudit.measure.fleet.prometheus import PromClient, QueryTooLarge
+    from gpuaudit.measure.fleet.prometheus import PromClient
     from gpuaudit.measure.fleet.shards import Shard, fan_out, parse_stores, plan_shards
     from gpuaudit.price.attribution import Attributor
     from gpuaudit.schema import ImportNote
@@ -515,6 +516,8 @@ def _sharded_usage(
                 # a store's limit on the samples one query may hold (Prometheus'
                 # --query.max-samples: a chunk's subqueries hold series x steps): the
                 # chunks cut smaller, the same figures (summed back below)
+                if not exc.by_chunk:
+                    raise
                 smaller = _smaller_chunk(chunk_s, step)
                 if smaller is None:
                     raise QueryTooLarge(

@@ -38,7 +38,7 @@ from gpuaudit.classify.pushdown_queries import (
     share_query,
 )
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
-from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.errors import InputError, QueryTooLarge, SourceUnavailableError
 from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
 from gpuaudit.units import utc_iso
@@ -472,10 +472,23 @@ def _run(client: QueryClient, jobs: list[tuple[int, str, str]],
 
     def run(job: tuple[int, str, str]) -> tuple[tuple[int, str, str],
                                                 tuple[list[bytes], list[float]]]:
-        i, _name, expr = job
+        i, name, expr = job
         at = chunks[i][1] if i >= 0 else end_s
         assert at is not None
-        rows = client.query_rows(expr, at)
+        try:
+            rows = client.query_rows(expr, at)
+        except QueryTooLarge as exc:
+            if i >= 0:
+                raise  # a chunk's query: a shorter chunk makes it smaller (the caller's call)
+            window = name.split()[0]
+            fixed = QueryTooLarge(
+                f"{exc.what} (the fleet's {window} utilization window, which holds every "
+                f"series' samples of the last {window} whatever the chunk)", where=exc.where,
+                fix="raise the store's limit (Prometheus --query.max-samples, "
+                "VictoriaMetrics -search.maxSamplesPerQuery) or audit fewer series at a "
+                "time (--match)")
+            fixed.by_chunk = False
+            raise fixed from exc
         if advance:
             advance(1)
         return job, rows

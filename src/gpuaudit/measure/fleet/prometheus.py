@@ -40,7 +40,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.errors import InputError, QueryTooLarge, SourceUnavailableError
 from gpuaudit.measure.fleet.dcgm import UTIL_METRICS
 from gpuaudit.promql import (
     NODE_CPU,
@@ -65,12 +65,15 @@ __all__ = [
 
 #: Prometheus refuses query_range answers of more than 11,000 points per series.
 MAX_POINTS_PER_SERIES = 11_000
+#: what a store says refusing a query as too big for its limits (Prometheus; then
+#: VictoriaMetrics' flags, which its messages name: samples per query and per series, points
+#: per series of a range query or a subquery)
 _TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too many",
-              "maximum number of samples", "query would return too many")
+              "maximum number of samples", "query would return too many",
+              "-search.maxSamplesPerQuery", "-search.maxSamplesPerSeries",
+              "-search.maxPointsPerTimeseries", "-search.maxPointsSubqueryPerTimeseries")
 
 
-class QueryTooLarge(InputError):
-    """The server refused a query as too big (points per series, samples in memory)."""
 
 
 def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
