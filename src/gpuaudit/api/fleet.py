@@ -679,8 +679,6 @@ def _transfer(mode: str, stores: Sequence[Any], clients: Mapping[str, Any], *,
         "missing_shards": missing}
 
 
-
-
 def local_kpis(table: Any, keys: Sequence[str], interval_s: float | None, *,
                 start_s: float | None = None, chunk_s: float = 86400.0,
                 ) -> tuple[Any, dict[str, float | None]]:

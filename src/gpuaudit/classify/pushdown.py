@@ -804,8 +804,6 @@ def merge_pushdown(parts: Sequence[tuple[str, PushdownData]], *,
     return out
 
 
-
-
 def _phase_columns(a: Answers, rows: np.ndarray, step_s: float) -> np.ndarray:
     """PhaseTime fields (:data:`CELL_VALUE_COLUMNS`, one column each) of the rows ``rows``
     from their pushdown answers. A time-sliced GPU's series is weighted by its mean share
