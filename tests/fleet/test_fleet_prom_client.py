@@ -105,6 +105,56 @@ def test_too_large_ranges_are_split_until_they_fit():
     assert max(p for p in seen if p <= 40) <= 40
 
 
+#: stores' answers refusing a query as too big, as their sources write them: Prometheus
+#: (promql/engine.go), VictoriaMetrics 1.79.5 (app/vmselect/netstorage/netstorage.go, and the
+#: real store in tests/fleet/test_fleet_query_limits.py), Grafana Mimir
+#: (pkg/util/limiter/query_limiter.go, with its error id and advice)
+TOO_LARGE = [
+    (422, "query processing would load too many samples into memory in query execution"),
+    (422, 'error when executing query="sum_over_time(x[1d])" for (time=1704160785000, '
+          "step=300000): cannot select more than -search.maxSamplesPerQuery=40000 samples; "
+          "possible solutions: to increase the -search.maxSamplesPerQuery"),
+    (422, "the query exceeded the maximum number of chunks (limit: 2000000 chunks) "
+          "(err-mimir-max-chunks-per-query). Consider reducing the time range and/or number "
+          "of series selected by the query. One way to reduce the number of selected series "
+          "is to add more label matchers to the query. Otherwise, to adjust the related "
+          "per-tenant limit, configure -querier.max-fetched-chunks-per-query, or contact "
+          "your service administrator."),
+    (422, "the query exceeded the aggregated chunks size limit (limit: 100 bytes) "
+          "(err-mimir-max-chunks-bytes-per-query)"),
+]
+
+
+@pytest.mark.parametrize(("status", "text"), TOO_LARGE)
+def test_a_stores_too_large_answer_is_query_too_large(status: int, text: str) -> None:
+    from gpuaudit.errors import QueryTooLarge
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, json={"status": "error", "errorType": "execution",
+                                            "error": text})
+
+    with pytest.raises(QueryTooLarge) as e:
+        client(handler).query("sum_over_time(x[1d])", 0)
+    assert e.value.by_chunk
+
+
+def test_too_many_series_is_not_too_large_for_a_shorter_range() -> None:
+    """Mimir's series limit: a shorter chunk selects as many series, so it is the plain
+    error it was, not a reason to cut the chunk."""
+    from gpuaudit.errors import QueryTooLarge
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(422, json={
+            "status": "error", "errorType": "execution",
+            "error": "the query exceeded the maximum number of series (limit: 1 series) "
+                     "(err-mimir-max-series-per-query)"})
+
+    with pytest.raises(InputError) as e:
+        client(handler).query("x", 0)
+    assert not isinstance(e.value, QueryTooLarge)
+    assert "err-mimir-max-series-per-query" in e.value.what
+
+
 def test_bearer_token_file_is_sent(tmp_path):
     tok = tmp_path / "token"
     tok.write_text("s3cret\n")

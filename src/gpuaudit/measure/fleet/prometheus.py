@@ -65,13 +65,18 @@ __all__ = [
 
 #: Prometheus refuses query_range answers of more than 11,000 points per series.
 MAX_POINTS_PER_SERIES = 11_000
-#: what a store says refusing a query as too big for its limits (Prometheus; then
-#: VictoriaMetrics' flags, which its messages name: samples per query and per series, points
-#: per series of a range query or a subquery)
+#: what a store says refusing a query as too big for limits a shorter time range eases
+#: (Prometheus; VictoriaMetrics' flags, which its messages name: samples per query and per
+#: series, points per series of a range query or a subquery; Grafana Mimir's error ids:
+#: chunks, chunk bytes and memory a query fetches. Not the number of series: a shorter
+#: range holds as many)
 _TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too many",
               "maximum number of samples", "query would return too many",
               "-search.maxSamplesPerQuery", "-search.maxSamplesPerSeries",
-              "-search.maxPointsPerTimeseries", "-search.maxPointsSubqueryPerTimeseries")
+              "-search.maxPointsPerTimeseries", "-search.maxPointsSubqueryPerTimeseries",
+              "err-mimir-max-chunks-per-query", "err-mimir-max-chunks-bytes-per-query",
+              "err-mimir-max-estimated-chunks-per-query",
+              "err-mimir-max-estimated-memory-consumption-per-query")
 
 
 
