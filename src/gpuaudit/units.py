@@ -5,14 +5,24 @@ observed hours"). Instants as ISO 8601 in UTC (:func:`utc_iso`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timezone
 
-__all__ = ["duration", "utc_iso"]
+__all__ = ["chunks_starting", "duration", "utc_iso"]
 
 
 def utc_iso(t_s: float) -> str:
     """A Unix time (seconds) as ISO 8601 in UTC: ``2024-01-01T00:00:15+00:00``."""
     return datetime.fromtimestamp(t_s, tz=timezone.utc).isoformat()
+
+
+def chunks_starting(starts_s: Sequence[float]) -> str:
+    """Time chunks named by their starts (in order): ``the chunk starting <t>``, or ``<n>
+    chunks starting <first> to <last>``."""
+    if len(starts_s) == 1:
+        return f"the chunk starting {utc_iso(starts_s[0])}"
+    return (f"{len(starts_s)} chunks starting {utc_iso(starts_s[0])} to "
+            f"{utc_iso(starts_s[-1])}")
 
 
 def _trim(x: float) -> str:

@@ -41,7 +41,7 @@ from gpuaudit.classify.usage import CELL_VALUE_COLUMNS, SeriesSignals, Usage
 from gpuaudit.errors import InputError, QueryTooLarge, SourceUnavailableError
 from gpuaudit.promql import NODE_CPU, duration, regex_of, selector, time_chunks, with_matcher
 from gpuaudit.schema import ImportNote, SeriesId
-from gpuaudit.units import utc_iso
+from gpuaudit.units import chunks_starting, utc_iso
 
 __all__ = ["Answers", "PushdownData", "QueryClient", "RawUtil", "chunk_grid",
            "merge_pushdown", "pull_aggregates", "usage_from_pushdown"]
@@ -237,17 +237,16 @@ def pull_aggregates(
     # store would not stream: its utilization view asked of the store, as without a reader
     # (the same figures)
     back: list[tuple[int, str, str]] = []
-    given_back = sorted({*local.to_store, *local.unread}) if local is not None else []
-    for i in given_back:
+    given_back = local.given_back() if local is not None else set()
+    for i in sorted(given_back):
         a, b = chunks[i]
         qs = build_queries(sel, step_s, b - a + step_s, has_sm=has_sm, family="util",
                            signals=False)
         back += [(i, name, expr) for name, expr in qs.items() if name in here and first_pass(name)]
     for i, missed in sorted(local.to_store.items()) if local is not None else ():
         data.notes.append(ImportNote(
-            f"the store's raw DCGM_FI_DEV_GPU_UTIL samples of the chunk starting "
-            f"{utc_iso(chunks[i][0])} left out {missed} series its own queries answer, read "
-            "twice: that chunk's utilization view was asked of its PromQL instead (the same "
+            f"the store's raw DCGM_FI_DEV_GPU_UTIL samples of {chunks_starting([chunks[i][0]])}"
+            f" left out {missed} series its own queries answer, read twice: that chunk's utilization view was asked of its PromQL instead (the same "
             "figures, more of the store's CPU)", missed, where=client.url))
     if local is not None:
         data.notes.extend(_unread_notes(local.unread, chunks, client.url))
@@ -269,8 +268,7 @@ def pull_aggregates(
     for i, (a, b) in enumerate(chunks):
         in_chunk = row_chunk == i
         # (the util series' answers come from the raw samples, but in a chunk given back)
-        raw_here = here if local is None or (i not in local.to_store
-                                             and i not in local.unread) else ()
+        raw_here = here if i not in given_back else ()
         for nm, mask in wanted.items():
             groups: dict[tuple[str, str], set[tuple[str, str]]] = {}
             for code in np.unique(row_code[mask & in_chunk]).tolist():
@@ -538,9 +536,7 @@ def _unread_notes(unread: Mapping[int, str], chunks: Sequence[tuple[float, float
     if not unread:
         return []
     idx = sorted(unread)
-    which = (f"the chunk starting {utc_iso(chunks[idx[0]][0])}" if len(idx) == 1 else
-             f"{len(idx)} chunks starting {utc_iso(chunks[idx[0]][0])} to "
-             f"{utc_iso(chunks[idx[-1]][0])}")
+    which = chunks_starting([chunks[i][0] for i in idx])
     return [ImportNote(
         f"the store would not stream its raw DCGM_FI_DEV_GPU_UTIL samples of {which} (the "
         f"first: {unread[idx[0]]}): their utilization view was asked of its PromQL instead "
@@ -619,8 +615,12 @@ class _LocalView:
         read = np.concatenate(self.util_keys) if self.util_keys else np.zeros(0, np.int64)
         missing = np.setdiff1d(named, read)
         chunk, count = np.unique(missing % nch, return_counts=True)
-        return {int(i): int(n) for i, n in zip(chunk, count)
-                if int(i) not in self.to_store and int(i) not in self.unread}
+        given_back = self.given_back()
+        return {int(i): int(n) for i, n in zip(chunk, count) if int(i) not in given_back}
+
+    def given_back(self) -> set[int]:
+        """The chunks the store's PromQL answers (short twice, or not streamed)."""
+        return {*self.to_store, *self.unread}
 
     def _drop(self, i: int) -> None:
         """Chunk ``i``'s raw answers left out (before it is read again or given back)."""

@@ -493,7 +493,7 @@ class BatchConverter:
         self._identity(cols, n, locate)
         for c in schema.COLUMNS:
             if c.name not in cols and c.name != "labels":
-                cols[c.name] = self._nulls(c.type, n)
+                cols[c.name] = nulls(c.type, n)  # (sliced from one array per type)
         if label_parts:
             if labels_col is not None:
                 raise InputError("labels come both from a labels column and from label:<key> "
@@ -524,10 +524,6 @@ class BatchConverter:
                 where=locate(row),
                 fix="labels name a team, project or job: map a long column to '-' to drop "
                 "it (--map COLUMN=-) or shorten it")
-
-    def _nulls(self, typ: pa.DataType, n: int) -> pa.Array:
-        """An all-null column, sliced from one array per type (no allocation per batch)."""
-        return nulls(typ, n)
 
     def _identity(self, cols: dict[str, pa.Array], n: int, locate: Locate) -> None:
         for name in ("host", "gpu_uuid"):

@@ -5,7 +5,7 @@ by slicing all-null arrays. ``pa.nulls`` allocates and clears a buffer for each 
 2^19 rows a batch that was ~75 MiB written per process, a fifth of ``report``'s page faults.
 An all-null array of these types is valid over zeros (a validity bitmap of zeros, values or
 offsets of zeros, no characters, no map entries), so each is built here over the same buffer,
-cleared once. Equal to ``pa.nulls`` (tests/core/test_null_columns.py).
+cleared once. Equal to ``pa.nulls`` (tests/measure/test_null_columns.py).
 """
 
 from __future__ import annotations

@@ -915,11 +915,9 @@ class NativeSource:
                 len(unmatched), where=f"{self.client.url}: {NODE_CPU}",
                 column="host_cpu_util_pct"))
         if refused:
-            from gpuaudit.units import utc_iso
+            from gpuaudit.units import chunks_starting
 
-            which = (f"the chunk starting {utc_iso(refused[0][0])}" if len(refused) == 1
-                     else f"{len(refused)} chunks starting {utc_iso(refused[0][0])} to "
-                     f"{utc_iso(refused[-1][0])}")
+            which = chunks_starting([a for a, _why in refused])
             self._notes.append(ImportNote(
                 f"the store would not stream the raw samples of {which} (the first: "
                 f"{refused[0][1]}): read through query_range instead (the same rows, more of "

@@ -79,8 +79,6 @@ _TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too
               "err-mimir-max-estimated-memory-consumption-per-query")
 
 
-
-
 def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
     """``http://user:pass@host/p`` -> (``http://host/p``, (user, pass)); no userinfo: None."""
     parts = urlsplit(url)
