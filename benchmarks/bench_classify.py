@@ -3,6 +3,7 @@ implementation of the same time-weighted phase computation, each in a fresh proc
 
     python benchmarks/bench_classify.py --gpus 1000 --hours 28          # 100.8M samples
     python benchmarks/bench_classify.py --gpus 100 --hours 28 --pandas  # with the pandas column
+    python benchmarks/bench_classify.py --duckdb  # with the same shares as one DuckDB query
 
 The input is SYNTHETIC: per GPU a utilization shape (idle, bursty input-starved, steady
 half-busy, saturated, phased) with noise, at 1 Hz, written as a gpuaudit Parquet recording
@@ -133,6 +134,33 @@ print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_
                   "cost": str(round(cost))}))
 """
 
+DUCKDB_CHILD = r"""
+import sys, time, resource, json
+t = time.perf_counter()
+import duckdb
+# the same time-weighted phase shares as PANDAS_CHILD in one SQL query: each sample holds
+# until its GPU's next one, capped at 3 intervals (the rest is a gap), banded by utilization
+QUERY = '''
+    WITH s AS (
+        SELECT util_gpu_pct AS u,
+               coalesce((epoch_ns(lead(ts) OVER (PARTITION BY gpu_uuid ORDER BY ts))
+                         - epoch_ns(ts)) / 1e9, 1.0) AS dt
+        FROM read_parquet(?)
+    ), o AS (SELECT u, dt, least(dt, 3.0) AS obs FROM s)
+    SELECT count(*),
+           sum(obs) FILTER (WHERE u < 10), sum(obs) FILTER (WHERE u >= 10 AND u < 70),
+           sum(obs) FILTER (WHERE u >= 70 AND u < 90), sum(obs) FILTER (WHERE u >= 90),
+           sum(dt)
+    FROM o'''
+row = duckdb.connect().execute(QUERY, [sys.argv[1]]).fetchone()
+n, parts, span = row[0], [x or 0.0 for x in row[1:5]], row[5]
+names = ["idle", "underutilized", "productive", "compute_bound"]
+shares = {k: round(100 * v / sum(parts)) for k, v in zip(names, parts)}
+wall = time.perf_counter() - t
+print(json.dumps({"wall_s": wall, "rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "samples": int(n), "shares": shares, "cost": str(round(span / 3600 * 6.88))}))
+"""
+
 
 def run_child(code: str, path: Path, *extra: str) -> dict[str, object]:
     out = subprocess.run([sys.executable, "-c", code, str(path), *extra], capture_output=True,
@@ -156,6 +184,8 @@ def main() -> None:
     ap.add_argument("--hz", type=float, default=1.0)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pandas", action="store_true", help="also run the pandas implementation")
+    ap.add_argument("--duckdb", action="store_true",
+                    help="also run the same shares as one DuckDB SQL query")
     ap.add_argument("--workers", type=int, default=None,
                     help="classify(workers=N); default: one per core for large files")
     ap.add_argument("--cli", action="store_true",
@@ -196,6 +226,10 @@ def main() -> None:
         p = median_of(PANDAS_CHILD, path, args.repeat)
         print(f"pandas:   {p['samples']:,} samples  {p['wall_s']:.2f} s  peak RSS "
               f"{p['rss_mib']:.0f} MiB  shares {p['shares']}")
+    if args.duckdb:
+        d = median_of(DUCKDB_CHILD, path, args.repeat)
+        print(f"DuckDB:   {d['samples']:,} samples  {d['wall_s']:.2f} s  peak RSS "
+              f"{d['rss_mib']:.0f} MiB  shares {d['shares']}")
 
 
 if __name__ == "__main__":
