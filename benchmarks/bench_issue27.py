@@ -6,9 +6,9 @@
 Each row runs gpuaudit's command and its peer alternately (the order swapped every round,
 one warm-up of each first), every run a fresh process under ``/usr/bin/time -f '%U %S
 %M'``: CPU (user + sys, the waited-for workers included) and peak RSS (the largest of the
-process and its waited-for children); the wall from this script's clock, to the millisecond. It prints one Markdown table: min / median wall,
-median CPU, largest RSS, the peer's wall over ours (min / median) and our largest RSS over
-the peer's.
+process and its waited-for children); the wall from this script's clock, to the
+millisecond. It prints one Markdown table: min / median wall, median CPU, largest RSS, the
+peer's wall over ours (min / median) and our largest RSS over the peer's.
 
 The rows and their peers (issue 27's table):
 

@@ -13,6 +13,7 @@ __all__ = [
     "GpuauditError",
     "InputError",
     "MissingExtraError",
+    "PartialAnswerError",
     "PricingError",
     "QueryTooLarge",
     "SampleTableError",
@@ -117,6 +118,12 @@ class QueryTooLarge(InputError):
 
 class SourceUnavailableError(GpuauditError):
     """A measurement source (NVML, a Prometheus server, an exporter) cannot be reached."""
+
+
+class PartialAnswerError(SourceUnavailableError):
+    """A store answered, but said its answer leaves out a part it could not reach (a
+    remote-read endpoint, a Thanos store, a VictoriaMetrics storage node): the figures would
+    silently miss it. ``gpuaudit fleet --allow-partial`` keeps such answers, with a note."""
 
 
 class MissingExtraError(GpuauditError, ImportError):

@@ -361,14 +361,19 @@ def backfill(fleet: Fleet, data_dir: Path, *, extra_metrics: bool = True,
 
 
 @contextlib.contextmanager
-def run_prometheus(data_dir: Path, *, extra_args: tuple[str, ...] = ()) -> Iterator[str]:
-    """Start Prometheus on 127.0.0.1 (free port) over ``data_dir``; yield its URL; stop it."""
+def run_prometheus(data_dir: Path, *, extra_args: tuple[str, ...] = (),
+                   remote_read: tuple[str, ...] = ()) -> Iterator[str]:
+    """Start Prometheus on 127.0.0.1 (free port) over ``data_dir``; yield its URL; stop it.
+    ``remote_read``: the read endpoints (``.../api/v1/read``) it also answers from, recent
+    samples included (a long-term store behind it)."""
     if shutil.which("prometheus") is None:
         raise RuntimeError("prometheus is not installed (scripts/test installs it)")
     port = free_port()
     cfg_dir = Path(tempfile.mkdtemp(prefix="gpuaudit-prom-"))
     cfg = cfg_dir / "prometheus.yml"
-    cfg.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n")
+    cfg.write_text("global:\n  scrape_interval: 1h\nscrape_configs: []\n" + (
+        "remote_read:\n" + "".join(f"  - url: {u}\n    read_recent: true\n"
+                                   for u in remote_read) if remote_read else ""))
     proc = subprocess.Popen(
         ["prometheus", f"--config.file={cfg}", f"--storage.tsdb.path={data_dir}",
          f"--web.listen-address=127.0.0.1:{port}", "--storage.tsdb.retention.time=100y",

@@ -243,7 +243,8 @@ def fleet_usage(
     end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
     fine_keys = group_keys(by)
     daily: pa.Table | None = None
-    client = PromClient(prometheus, **dict(client_kwargs or {}))
+    client = PromClient(prometheus, **{**dict(client_kwargs or {}),
+                                       "allow_partial": allow_partial})
     try:
         end = end_s if end_s is not None else time.time()
         start = start_s if start_s is not None else end - since_s
@@ -270,7 +271,8 @@ def fleet_usage(
         table = pa.Table.from_batches(batches, schema=SAMPLE_SCHEMA)
         table = attribute_table(table, attributor)
         rec = Recording(table=table, source="prometheus", origin=src.origin,
-                        interval_s=step, notes=src.notes)
+                        interval_s=step,
+                        notes=(*src.notes, *_partial_notes({client.url: client})))
         usage_fine = classify(rec, by=fine_keys, interval_s=step, cap_intervals=1.0)
         daily, util_window = local_kpis(table, fine_keys, step, start_s=start,
                                          chunk_s=chunk_s)
@@ -333,7 +335,9 @@ def _native_usage(
 
     one_heap()  # (where gpuaudit owns the process) before the fetch threads start
     stores = parse_stores(urls)
-    clients = {st.name: PromClient(st.url, **dict(client_kwargs or {})) for st in stores}
+    clients = {st.name: PromClient(st.url, **{**dict(client_kwargs or {}),
+                                              "allow_partial": allow_partial})
+               for st in stores}
     missing: list[dict[str, str]] = []
     try:
         forms: dict[str, str] = {}
@@ -379,6 +383,7 @@ def _native_usage(
         _one_store_per_gpu([(st.name, _gpus_of(bs)) for st, bs in parts])
         notes = [n for st, _b in parts for n in sources[st.name].notes]
         notes += _missing_notes(missing)
+        notes += _partial_notes(clients)
         origin = "; ".join(sources[st.name].origin for st, _b in parts)
         samples = LeanSamples([b for _st, bs in parts for b in bs], origin=origin,
                               interval_s=step, notes=notes)
@@ -477,6 +482,7 @@ def _sharded_usage(
     cap_arenas()  # answers are decoded in many threads: see gpuaudit._heap
     kw = dict(client_kwargs or {})
     kw["max_in_flight"] = concurrency
+    kw["allow_partial"] = allow_partial
     clients = {st.name: PromClient(st.url, **kw) for st in stores}
     missing: list[dict[str, str]] = []
     try:
@@ -534,6 +540,7 @@ def _sharded_usage(
                             "error": text})
         data = merge_pushdown([(sh.store.name, d) for sh, d in answers], dedupe=dedupe)
         data.notes.extend(_missing_notes(missing))
+        data.notes.extend(_partial_notes(clients))
         if refused:
             first_s, too_large = refused[0]
             data.notes.append(ImportNote(
@@ -654,6 +661,19 @@ def _missing_notes(missing: Sequence[Mapping[str, str]]) -> list[Any]:
         reason=f"shard missing (--allow-partial): store {m['store']} from {m['start']} "
         f"to {m['end']} is not in this audit: {m['error']}", count=1, where=m["url"])
         for m in missing]
+
+
+def _partial_notes(clients: Mapping[str, Any]) -> list[Any]:
+    """An import note per store (name -> its client) and warning of the partial answers
+    kept under ``allow_partial``: how many, the store's own words, the first query."""
+    from gpuaudit.schema import ImportNote
+
+    return [ImportNote(
+        reason=f"partial answers (--allow-partial): store {name} said {n} answer(s) leave "
+        f"out what it could not reach, so its figures may be short: {warning} (first in "
+        f"{query!r})", count=n, where=c.url)
+        for name, c in clients.items()
+        for warning, (n, query) in sorted(c.partial_answers.items())]
 
 
 def _transfer(mode: str, stores: Sequence[Any], clients: Mapping[str, Any], *,

@@ -88,7 +88,8 @@ def _matchers(items: Sequence[str]) -> dict[str, str]:
               help="Requests in flight per store.")
 @click.option("--allow-partial", is_flag=True,
               help="A shard failing after its retries is left out and listed in the report, "
-              "instead of an error.")
+              "and a store's partial answer (a part it could not reach: a Thanos store, a "
+              "remote-read endpoint) is kept and noted, instead of an error.")
 @click.option("--dedupe", is_flag=True,
               help="A GPU several stores hold (HA replicas) counts once: the store with the "
               "most points per chunk.")

@@ -11,6 +11,14 @@ never hits a URL length limit). What a fleet pull needs and this module does:
   chunk the server refuses as too big (``exceeded maximum resolution of 11,000 points per
   timeseries``, ``query processing would load too many samples into memory``) split in half
   until it fits;
+- a partial answer never taken for a whole one: every query asks the store to refuse
+  rather than leave a part out (Thanos' ``partial_response=false``, VictoriaMetrics
+  cluster's ``deny_partial_response=1``), and an answer that still says it is partial (a
+  ``warnings`` entry other than PromQL's own annotations: a remote-read endpoint or a store
+  gateway it could not reach; VictoriaMetrics' ``isPartial``) is asked again, then an
+  error, :class:`~gpuaudit.errors.PartialAnswerError`. With ``allow_partial`` (``gpuaudit
+  fleet --allow-partial``) it is kept and counted per warning (``partial_answers``), for
+  the report's notes;
 - bytes moved counted (``wire_bytes``: as downloaded; ``body_bytes``: decoded), requests
   counted, for the benchmark and the report;
 - progress reported through a hook (``ProgressHook``); the CLI draws it
@@ -40,7 +48,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from gpuaudit.errors import InputError, QueryTooLarge, SourceUnavailableError
+from gpuaudit.errors import (
+    InputError,
+    PartialAnswerError,
+    QueryTooLarge,
+    SourceUnavailableError,
+)
 from gpuaudit.measure.fleet.dcgm import UTIL_METRICS
 from gpuaudit.promql import (
     NODE_CPU,
@@ -77,6 +90,12 @@ _TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too
               "err-mimir-max-chunks-per-query", "err-mimir-max-chunks-bytes-per-query",
               "err-mimir-max-estimated-chunks-per-query",
               "err-mimir-max-estimated-memory-consumption-per-query")
+#: asked with every query unless partial answers are allowed: Thanos Query's and
+#: VictoriaMetrics cluster's switches to refuse an answer that would leave out a store or
+#: node they could not reach (Prometheus, Mimir and VictoriaMetrics single ignore them)
+_NO_PARTIAL = {"partial_response": "false", "deny_partial_response": "1"}
+#: ``warnings`` entries that are PromQL's notes on the query itself, not a part left out
+_ANNOTATIONS = ("PromQL info:", "PromQL warning:")
 
 
 def split_userinfo(url: str) -> tuple[str, tuple[str, str] | None]:
@@ -140,6 +159,8 @@ class PromClient:
 
     ``bearer_token_file`` is read on every request; ``bearer_token_env`` names an environment
     variable holding the token. ``transport`` lets tests inject ``httpx.MockTransport``.
+    ``allow_partial``: a partial answer is kept (see the module's docstring) and counted in
+    ``partial_answers``: the store's warning -> [answers, the first query].
     """
 
     url: str
@@ -159,6 +180,8 @@ class PromClient:
     requests: int = 0
     #: requests in flight at most (threads share the client: time shards, query workers)
     max_in_flight: int = 8
+    allow_partial: bool = False
+    partial_answers: dict[str, list[Any]] = field(default_factory=dict)
     _client: httpx.Client | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -216,9 +239,26 @@ class PromClient:
         return self._post_as(path, data, _decode_any)
 
     def _post_as(self, path: str, data: Mapping[str, str],
-                 decode: Callable[[bytes], Any]) -> Any:
-        """POST ``data`` to ``path`` (retries, errors, byte counts); ``decode`` turns the
-        body into what the caller wants (``ValueError``: not the Prometheus API)."""
+                 decode: Callable[[bytes], tuple[Any, list[str]]]) -> Any:
+        """POST ``data`` to ``path`` (retries, errors, byte counts, partial answers);
+        ``decode`` turns the body into what the caller wants and the store's marks of a
+        partial answer (``ValueError``: not the Prometheus API)."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            if attempt:  # a part the store could not reach may be back
+                self.sleep(min(delay, self.max_backoff_s))
+                delay *= 2
+            value, partial = self._ask(path, data, decode)
+            if not partial or self.allow_partial:
+                break
+        if partial:
+            self._partial(f"{self.url}{path}", data, partial)
+        return value
+
+    def _ask(self, path: str, data: Mapping[str, str],
+             decode: Callable[[bytes], tuple[Any, list[str]]]) -> tuple[Any, list[str]]:
+        """One answer to ``data`` at ``path`` (a busy store's retries aside), decoded, and
+        its marks of a partial answer, as they are."""
         where = f"{self.url}{path}"
 
         def busy(resp: httpx.Response) -> str:
@@ -227,7 +267,8 @@ class PromClient:
                 raise QueryTooLarge(text, where=where, fix="use a smaller chunk")
             return f"HTTP {resp.status_code}: {text}"
 
-        resp = self._send(where, busy, "Prometheus", data=dict(data))
+        form = dict(data) if self.allow_partial else {**data, **_NO_PARTIAL}
+        resp = self._send(where, busy, "Prometheus", data=form)
         text = _error_text(resp)
         if resp.status_code != 200:
             if any(m in text for m in _TOO_LARGE):
@@ -236,11 +277,28 @@ class PromClient:
                              f"{text}", where=f"{where} query={data.get('query', '')!r}",
                              fix="check the selector and the time range")
         try:  # msgspec: ~3x faster than json on the large pushdown answers
-            return decode(resp.content)
+            got: tuple[Any, list[str]] = decode(resp.content)
         except ValueError as exc:  # msgspec.DecodeError too
             raise SourceUnavailableError(
                 "answer is not JSON: is this the Prometheus API?", where=where,
                 fix="give the server's base URL (without /api/v1)") from exc
+        return got
+
+    def _partial(self, where: str, data: Mapping[str, str], partial: list[str]) -> None:
+        """A partial answer: counted under ``allow_partial``, else the error that says so."""
+        query = data.get("query") or data.get("match[]", "")
+        if not self.allow_partial:
+            raise PartialAnswerError(
+                f"the store answered with partial data after {self.retries + 1} attempt(s): "
+                f"{partial[0]}", where=f"{where} query={query!r}",
+                fix="bring back what the store could not reach (the warning names it: a "
+                "remote-read endpoint, a Thanos store, a vmstorage node) and run again, or "
+                "--allow-partial to audit what it answered (the report notes each partial "
+                "answer)")
+        with self._lock:
+            for warning in partial:
+                seen = self.partial_answers.setdefault(warning, [0, query])
+                seen[0] += 1
 
     def post_raw(self, path: str, *, content: bytes | None = None,
                  data: Mapping[str, str] | None = None,
@@ -368,9 +426,15 @@ class PromClient:
 
     def label_names(self, match: str, start_s: float, end_s: float) -> list[str]:
         """``/api/v1/labels`` of the series ``match`` selects in [start, end]: an index
-        lookup that reads no samples (an empty list: no such series)."""
-        data = self._post("/api/v1/labels", {"match[]": match, "start": _fmt_time(start_s),
-                                            "end": _fmt_time(end_s)})
+        lookup that reads no samples (an empty list: no such series). A partial answer is
+        asked of ``/api/v1/series`` instead."""
+        form = {"match[]": match, "start": _fmt_time(start_s), "end": _fmt_time(end_s)}
+        data, partial = self._ask("/api/v1/labels", form, _decode_any)
+        if partial:
+            # the labels API reaches less than queries do where a store answers from
+            # others (Prometheus' remote_read: "not implemented"): the series API goes
+            # where queries go, and its own partial answer is one
+            data = sorted({k for s in self._post("/api/v1/series", form) or [] for k in s})
         return [str(x) for x in data or []]
 
     def query_range_once(self, expr: str, start_s: float, end_s: float,
@@ -407,11 +471,21 @@ class PromClient:
             yield from self._range_split(expr, mid + step_s, b, step_s)
 
 
-def _decode_any(content: bytes) -> Any:
+def _decode_any(content: bytes) -> tuple[Any, list[str]]:
     body = msgspec.json.decode(content)
     if not isinstance(body, dict):
         raise ValueError("not a JSON object")
-    return body.get("data", {})
+    return body.get("data", {}), partial_marks(body.get("warnings"), body.get("isPartial"))
+
+
+def partial_marks(warnings: Any, is_partial: Any) -> list[str]:
+    """What in an answer says it leaves a part out: its ``warnings`` but PromQL's own
+    annotations (Prometheus 2.4x put "PromQL info: metric might not be a counter..." there),
+    and VictoriaMetrics' ``isPartial`` flag (which comes with no text)."""
+    marks = [str(w) for w in warnings or () if not str(w).startswith(_ANNOTATIONS)]
+    if is_partial is True and not marks:
+        marks.append("the store marked its answer isPartial (a storage node did not answer)")
+    return marks
 
 
 class _Row(msgspec.Struct):
@@ -426,6 +500,8 @@ class _RowsData(msgspec.Struct):
 
 class _RowsBody(msgspec.Struct):
     data: _RowsData = msgspec.field(default_factory=_RowsData)
+    warnings: list[Any] = msgspec.field(default_factory=list)
+    isPartial: bool = False  # (VictoriaMetrics' name)
 
 
 _ROWS = msgspec.json.Decoder(_RowsBody)
@@ -433,16 +509,19 @@ _VECTOR = msgspec.json.Decoder(list[_Row])
 _SCALAR = msgspec.json.Decoder(tuple[float, str])
 
 
-def _decode_rows(content: bytes) -> tuple[list[bytes], list[float]]:
-    """An instant query's answer -> (label objects as JSON text, values); a scalar answer
-    is one series with no labels. Values are Prometheus' strings (``"NaN"``, ``"+Inf"``)."""
+def _decode_rows(content: bytes) -> tuple[tuple[list[bytes], list[float]], list[str]]:
+    """An instant query's answer -> (label objects as JSON text, values) and its marks of
+    a partial answer; a scalar answer is one series with no labels. Values are Prometheus'
+    strings (``"NaN"``, ``"+Inf"``)."""
     try:
-        data = _ROWS.decode(content).data
+        body = _ROWS.decode(content)
+        data = body.data
+        partial = partial_marks(body.warnings, body.isPartial)
         if data.resultType == "scalar":
             _t, v = _SCALAR.decode(data.result)
-            return [b"{}"], [float(v)]
+            return ([b"{}"], [float(v)]), partial
         rows = _VECTOR.decode(data.result)
-        return [bytes(r.metric) for r in rows], [float(r.value[1]) for r in rows]
+        return ([bytes(r.metric) for r in rows], [float(r.value[1]) for r in rows]), partial
     except msgspec.ValidationError as exc:
         raise ValueError(str(exc)) from exc
 

@@ -149,11 +149,11 @@ def fan_out(jobs: Sequence[_J], fetch: Callable[[_J], _T], *, describe: Callable
                         other.cancel()
                     partial = ("or --allow-partial to audit without it (the report lists "
                                "what is missing)")
+                    fix = exc.fix if exc.fix and "--allow-partial" in exc.fix else \
+                        f"{exc.fix}; {partial}" if exc.fix else f"check the store, {partial}"
                     raise SourceUnavailableError(
                         f"shard {label(job)} (store {store.name}, {store.url}) failed: "
-                        f"{exc.what}", where=exc.where or store.url,
-                        fix=f"{exc.fix}; {partial}" if exc.fix else
-                        f"check the store, {partial}") from exc
+                        f"{exc.what}", where=exc.where or store.url, fix=fix) from exc
                 failed.append((i, exc.what))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
