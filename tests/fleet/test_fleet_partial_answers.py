@@ -107,3 +107,26 @@ def test_partial_marks_keep_every_warning_but_annotations(warnings, is_partial):
     assert marks[:len(kept)] == kept
     # a partial flag with no warning still says so; nothing partial says nothing
     assert len(marks) == len(kept) + (1 if is_partial is True and not kept else 0)
+
+
+def test_a_partial_labels_answer_is_asked_of_the_series_api():
+    """Prometheus with remote_read answers /api/v1/labels from its own TSDB only, with the
+    warning "not implemented": the series API goes where queries go."""
+    asked: list[str] = []
+    series = {"status": "success", "data": [{"__name__": "DCGM_FI_PROF_SM_ACTIVE", "gpu": "0",
+                                             "Hostname": "n1"}]}
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        asked.append(req.url.path)
+        if req.url.path.endswith("/labels"):
+            return httpx.Response(200, json={"status": "success", "data": [],
+                                             "warnings": ["not implemented"]})
+        return httpx.Response(200, json=series)
+
+    c = PromClient("http://prom.test", transport=httpx.MockTransport(handler),
+                   sleep=lambda s: None)
+    assert c.label_names("DCGM_FI_PROF_SM_ACTIVE", 0.0, 60.0) == ["Hostname", "__name__", "gpu"]
+    assert asked == ["/api/v1/labels", "/api/v1/series"]  # the labels API asked once
+    series["warnings"] = [REMOTE_READ]  # the series API partial too: an error
+    with pytest.raises(PartialAnswerError, match="connection refused"):
+        c.label_names("DCGM_FI_PROF_SM_ACTIVE", 0.0, 60.0)
