@@ -81,15 +81,20 @@ MAX_POINTS_PER_SERIES = 11_000
 #: what a store says refusing a query as too big for limits a shorter time range eases
 #: (Prometheus; VictoriaMetrics' flags, which its messages name: samples per query and per
 #: series, points per series of a range query or a subquery; Grafana Mimir's error ids:
-#: chunks, chunk bytes and memory a query fetches. Not the number of series: a shorter
-#: range holds as many)
+#: chunks, chunk bytes and memory a query fetches; Thanos Store Gateway's chunks, bytes and
+#: samples limits (``--store.limits.request-samples``, ``--store.grpc.*-limit``), and
+#: Cortex's chunks and bytes limits. Not the number of series: a shorter range holds as many)
 _TOO_LARGE = ("exceeded maximum resolution", "too many samples", "would load too many",
               "maximum number of samples", "query would return too many",
               "-search.maxSamplesPerQuery", "-search.maxSamplesPerSeries",
               "-search.maxPointsPerTimeseries", "-search.maxPointsSubqueryPerTimeseries",
               "err-mimir-max-chunks-per-query", "err-mimir-max-chunks-bytes-per-query",
               "err-mimir-max-estimated-chunks-per-query",
-              "err-mimir-max-estimated-memory-consumption-per-query")
+              "err-mimir-max-estimated-memory-consumption-per-query",
+              "exceeded chunks limit", "exceeded bytes limit", "exceeded samples limit",
+              "the query hit the max number of chunks limit",
+              "the query hit the aggregated chunks size limit",
+              "the query hit the aggregated data size limit")
 #: asked with every query unless partial answers are allowed: Thanos Query's and
 #: VictoriaMetrics cluster's switches to refuse an answer that would leave out a store or
 #: node they could not reach (Prometheus, Mimir and VictoriaMetrics single ignore them)
