@@ -125,3 +125,37 @@ def test_gpu_lost_error_class(fakelib: Path, tmp_path: Path,
     finally:
         pynvml.nvmlShutdown()
     assert GpuLostError  # the backend maps this class (see test_nvml_backend)
+
+
+def test_the_field_values_request_built_once_reads_as_pynvml_s_own_call(
+        fakelib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After the probe the field values are read through one array built at the probe
+    (issue 27: pynvml's wrapper builds it per call, an exception per field id). Every tick
+    reads what pynvml's own call reads, and a GPU lost in that call is a lost GPU."""
+    _scenario(tmp_path, monkeypatch, {"gpus": [
+        {"pattern": {"kind": "square", "period_s": 0.02}, "ecc_dbe": 3},
+        {"not_supported": ["utilization", "memory", "power_instant"], "lost_at_s": 0.3}]})
+    b = NvmlBackend(visible=None)
+    devices = b.open()
+    try:
+        for d in devices:
+            b.read(d)  # the probe
+        states = [b._states[d.uuid] for d in devices]
+        assert all(st.read_fields is not None for st in states)
+        for _ in range(20):
+            for d, st in zip(devices, states):
+                ours = [(v.fieldId, v.nvmlReturn, v.valueType, v.value.ullVal)
+                        for v in st.read_fields()]
+                theirs = [(v.fieldId, v.nvmlReturn, v.valueType, v.value.ullVal) for v in
+                          pynvml.nvmlDeviceGetFieldValues(st.handle, list(st.fields))]
+                # (power moves with time: the fields and their codes and types are equal,
+                # and energy/ECC, whose values are whole counters here, within a tick)
+                assert [x[:3] for x in ours] == [x[:3] for x in theirs]
+                assert b.read(d)["ecc_dbe_total" if d is devices[0] else "energy_j"] >= 0
+        import time
+        time.sleep(0.35)
+        with pytest.raises(GpuLostError) as e:
+            b.read(devices[1])  # utilization and memory disabled: the field call is first
+        assert e.value.call == "nvmlDeviceGetFieldValues"
+    finally:
+        b.close()

@@ -36,6 +36,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+import struct
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import EllipsisType
@@ -230,7 +231,11 @@ class _State:
     gpm_prev: Any = None
     gpm_cur: Any = None
     gpm_req: Any = None
+    #: each GPM metric's (nvmlReturn, value) in the request's memory, read in one unpack
+    gpm_layout: struct.Struct | None = None
     lost: bool = False
+    #: after the probe: the field-value call with its request built once (see _r_fields)
+    read_fields: Callable[[], Any] | None = None
 
 
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)")
@@ -495,7 +500,10 @@ class NvmlBackend:
         out["mem_total_mib"] = _get(m, "total") / _MIB
 
     def _r_fields(self, st: _State, out: Reading) -> None:
-        values = self._call("nvmlDeviceGetFieldValues", st.handle, list(st.fields))
+        if st.read_fields is not None:
+            values = st.read_fields()
+        else:
+            values = self._call("nvmlDeviceGetFieldValues", st.handle, list(st.fields))
         ok: list[int] = []
         for v in values:
             ret = int(_get(v, "nvmlReturn"))
@@ -527,6 +535,41 @@ class NvmlBackend:
                 st.disabled.add("energy")
             if FI_ECC_DBE_VOL_TOTAL in ok:
                 st.disabled.add("ecc")
+            st.read_fields = self._fields_call(st)
+
+    def _fields_call(self, st: _State) -> Callable[[], Any] | None:
+        """``nvmlDeviceGetFieldValues`` of the probed fields with its request built once:
+        the field ids are NVML's inputs and the rest of each entry its outputs, so one array
+        serves every tick. pynvml's own wrapper builds the array per call and tries to
+        unpack every field id as a (field, scope) pair, an exception per field. None: a
+        binding without pynvml's internals (a double), which is called as it is."""
+        import ctypes
+
+        lib = self._lib
+        pointer_of = getattr(lib, "_nvmlGetFunctionPointer", None)
+        check = getattr(lib, "_nvmlCheckReturn", None)
+        entry = getattr(lib, "c_nvmlFieldValue_t", None)
+        if pointer_of is None or check is None or entry is None:
+            return None
+        name = "nvmlDeviceGetFieldValues"
+        try:
+            fn = pointer_of(name)
+        except self._err:
+            return None
+        values = (entry * len(st.fields))()
+        for i, fid in enumerate(st.fields):
+            values[i].fieldId = fid
+        count, ref, handle, err = ctypes.c_int32(len(st.fields)), ctypes.byref(values), \
+            st.handle, self._err
+
+        def read() -> Any:
+            try:
+                check(fn(handle, count, ref))
+            except err as exc:
+                raise translate(exc, name, None) from exc
+            return values
+
+        return read
 
     def _r_power_usage(self, st: _State, out: Reading) -> None:
         out["power_w"] = self._call("nvmlDeviceGetPowerUsage", st.handle) / 1000.0
@@ -573,21 +616,23 @@ class NvmlBackend:
             st.gpm_prev = self._call("nvmlGpmSampleAlloc")
             st.gpm_cur = self._call("nvmlGpmSampleAlloc")
             st.gpm_req = self._gpm_request()
+            st.gpm_layout = _gpm_layout(st.gpm_req)
             self._gpm_sample(st, parent, st.gpm_prev)
             return  # a rate needs two samples: the first reading has none
         self._gpm_sample(st, parent, st.gpm_cur)
         req = st.gpm_req
         _set(req, "sample1", st.gpm_prev)
         _set(req, "sample2", st.gpm_cur)
-        _set(req, "numMetrics", len(GPM_METRICS))
-        metrics = _get(req, "metrics")  # looked up once: a view of the request's own memory
-        for k, mid in enumerate(GPM_METRICS):
-            _set(metrics[k], "metricId", mid)
         self._call("nvmlGpmMetricsGet", req)
-        for (col, scale), m in zip(_GPM_COLUMNS, metrics):
-            if int(_get(m, "nvmlReturn")) != 0:
+        if st.gpm_layout is not None:
+            got = st.gpm_layout.unpack_from(req)
+            answers: Any = zip(got[0::2], got[1::2])
+        else:  # a binding whose request is not a C structure (a double): field by field
+            answers = ((_get(m, "nvmlReturn"), _get(m, "value")) for m in _get(req, "metrics"))
+        for (col, scale), (ret, raw) in zip(_GPM_COLUMNS, answers):
+            if int(ret) != 0:
                 continue
-            value = float(_get(m, "value")) * scale
+            value = float(raw) * scale
             if scale == 0.01:
                 if not (0.0 <= value <= 1.005):  # out of range: unknown, not a clipped guess
                     continue
@@ -611,7 +656,32 @@ class NvmlBackend:
             cls = pynvml.c_nvmlGpmMetricsGet_t
         req = cls()
         req.version = _GPM_METRICS_GET_VERSION
+        # what is asked is the same every tick, and NVML only reads it (metricId and
+        # numMetrics are inputs; it writes each metric's nvmlReturn, value and info)
+        req.numMetrics = len(GPM_METRICS)
+        for k, mid in enumerate(GPM_METRICS):
+            req.metrics[k].metricId = mid
         return req
+
+
+def _gpm_layout(req: Any) -> struct.Struct | None:
+    """A :class:`struct.Struct` reading, from a GPM metrics request's own memory, each asked
+    metric's ``nvmlReturn`` (int) and ``value`` (double) in order: one unpack per tick
+    instead of a ctypes view and two attribute reads per metric. The offsets are the
+    binding's own (its ``ctypes`` field descriptors), none written here. None: the request
+    is not a C structure laid out so (a pure-Python double)."""
+    try:
+        kind = type(req)
+        entry = type(req.metrics[0])
+        top = kind.metrics.offset
+        ret, val, size = entry.nvmlReturn, entry.value, ctypes.sizeof(entry)
+    except (AttributeError, TypeError, IndexError):
+        return None
+    if not (ret.size == 4 and val.size == 8 and ret.offset + 4 <= val.offset
+            and val.offset + 8 <= size):
+        return None
+    one = f"{ret.offset}xi{val.offset - ret.offset - 4}xd{size - val.offset - 8}x"
+    return struct.Struct(f"={top}x{one * len(GPM_METRICS)}")
 
 
 def _text(value: Any) -> str:
