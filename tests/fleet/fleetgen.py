@@ -471,3 +471,22 @@ def peak_rss_mib() -> float:
 
 __all__ = ["Fleet", "backfill", "import_victoria_metrics", "make_fleet", "os", "peak_rss_mib",
            "run_prometheus", "run_victoria_metrics"]
+
+
+def team_report(url: str, fleet: Fleet, **kw: object) -> dict:  # type: ignore[type-arg]
+    """``audit_fleet`` of ``fleet`` in the store at ``url`` by team (tests/data/fleet's
+    teams.toml, 1.37 USD/GPU-h), as JSON without what differs run to run: the time it was
+    made, the transfer and the origin (which names the store's port)."""
+    import json
+
+    from gpuaudit.api import audit_fleet
+
+    r = audit_fleet(prometheus=url, start_s=fleet.start_s, end_s=fleet.end_s,
+                    step_s=fleet.step_s, by=("team",),
+                    map_file=Path(__file__).parents[1] / "data" / "fleet" / "teams.toml",
+                    pricing={"price": "1.37"}, **kw)  # type: ignore[arg-type]
+    d = json.loads(r.render("json"))
+    d.pop("generated_at", None)
+    d["extra"]["fleet"].pop("transfer")
+    d["source"].pop("origin")
+    return d  # type: ignore[no-any-return]

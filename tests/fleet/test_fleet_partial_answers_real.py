@@ -7,16 +7,12 @@ asks to refuse partial answers: tests/fleet/test_fleet_partial_answers.py.)"""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
-from fleetgen import Fleet, backfill, free_port, run_prometheus
+from fleetgen import Fleet, backfill, free_port, run_prometheus, team_report
 
-from gpuaudit.api import audit_fleet
 from gpuaudit.errors import SourceUnavailableError
-
-TEAMS = Path(__file__).parents[1] / "data" / "fleet" / "teams.toml"
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +27,6 @@ def halves(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path
     return front, back
 
 
-def _report(url: str, fleet: Fleet, **kw: object) -> dict:  # type: ignore[type-arg]
-    r = audit_fleet(prometheus=url, start_s=fleet.start_s, end_s=fleet.end_s,
-                    step_s=fleet.step_s, by=("team",), map_file=TEAMS,
-                    pricing={"price": "1.37"}, **kw)  # type: ignore[arg-type]
-    d = json.loads(r.render("json"))
-    d.pop("generated_at", None)
-    d["extra"]["fleet"].pop("transfer")
-    d["source"].pop("origin")  # (names the store's port)
-    return d
 
 
 def _partial_notes(report: dict) -> list:  # type: ignore[type-arg]
@@ -55,20 +42,20 @@ def _gpu_hours(report: dict) -> float:  # type: ignore[type-arg]
 def test_a_store_behind_prometheus_down_is_an_error_not_a_smaller_fleet(
         halves: tuple[Path, Path], fleet: Fleet, prom: str) -> None:
     front, back = halves
-    whole = _report(prom, fleet)
+    whole = team_report(prom, fleet)
     with run_prometheus(back) as back_url:
         with run_prometheus(front, remote_read=(f"{back_url}/api/v1/read",)) as url:
-            assert _report(url, fleet) == whole  # the store behind it up: the whole fleet
+            assert team_report(url, fleet) == whole  # the store behind it up: the whole fleet
     with run_prometheus(front) as url:
-        held = _report(url, fleet)  # what the front holds itself
+        held = team_report(url, fleet)  # what the front holds itself
     assert _gpu_hours(held) < _gpu_hours(whole)
     dead = f"http://127.0.0.1:{free_port()}/api/v1/read"
     with run_prometheus(front, remote_read=(dead,)) as url:
         with pytest.raises(SourceUnavailableError) as e:
-            _report(url, fleet, client_kwargs={"retries": 1, "backoff_s": 0.01})
+            team_report(url, fleet, client_kwargs={"retries": 1, "backoff_s": 0.01})
         assert "partial data" in e.value.what and "connection refused" in e.value.what
         assert (e.value.fix or "").count("--allow-partial") == 1
-        kept = _report(url, fleet, allow_partial=True)
+        kept = team_report(url, fleet, allow_partial=True)
     notes = _partial_notes(kept)
     assert notes and all(dead in n["reason"] for n in notes), kept["source"]["notes"]
     kept["source"]["notes"] = [n for n in kept["source"]["notes"] if n not in notes]

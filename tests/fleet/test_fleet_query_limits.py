@@ -9,21 +9,24 @@ smaller ones. Real Prometheus on 127.0.0.1, its limit lowered to the test fleet'
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pytest
-from fleetgen import Fleet, backfill, import_victoria_metrics, run_prometheus, run_victoria_metrics
+from fleetgen import (
+    Fleet,
+    backfill,
+    import_victoria_metrics,
+    run_prometheus,
+    run_victoria_metrics,
+    team_report,
+)
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuaudit.api import audit_fleet
 from gpuaudit.api.fleet import _smaller_chunk, fleet_usage, regroup_cells
 from gpuaudit.classify.usage import CELL_VALUE_COLUMNS
-
-TEAMS = Path(__file__).parents[1] / "data" / "fleet" / "teams.toml"
 
 
 @pytest.fixture(scope="module")
@@ -34,15 +37,6 @@ def tsdb(fleet: Fleet, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return data
 
 
-def _report(url: str, fleet: Fleet, **kw: object) -> dict:  # type: ignore[type-arg]
-    r = audit_fleet(prometheus=url, start_s=fleet.start_s, end_s=fleet.end_s,
-                    step_s=fleet.step_s, by=("team",), map_file=TEAMS,
-                    pricing={"price": "1.37"}, **kw)  # type: ignore[arg-type]
-    d = json.loads(r.render("json"))
-    d.pop("generated_at", None)
-    d["extra"]["fleet"].pop("transfer")
-    d["source"].pop("origin")  # (names the store's port)
-    return d
 
 
 def _too_large(report: dict) -> list:  # type: ignore[type-arg]
@@ -52,10 +46,10 @@ def _too_large(report: dict) -> list:  # type: ignore[type-arg]
 def test_a_store_refusing_day_chunks_as_too_large_is_asked_in_smaller_ones(
         tsdb: Path, fleet: Fleet) -> None:
     with run_prometheus(tsdb) as url:
-        want = _report(url, fleet)
+        want = team_report(url, fleet)
     # 12 GPU series x 5,760 steps of a day pass 40,000 samples; 6 h (1,440 steps) do not
     with run_prometheus(tsdb, extra_args=("--query.max-samples=40000",)) as url:
-        got = _report(url, fleet)
+        got = team_report(url, fleet)
     notes = _too_large(got)
     assert len(notes) == 1, got["source"]["notes"]
     assert "would load too many samples" in notes[0]["reason"]
@@ -102,10 +96,10 @@ def test_the_per_day_figures_are_days_whatever_the_chunk(tsdb: Path, fleet: Flee
     """``--chunk 6h``: the report's per-day table lists days (each the sum of its four
     chunks), not chunks, as ``--chunk 1d`` does; every figure is the same."""
     with run_prometheus(tsdb) as url:
-        day = _report(url, fleet)
-        quarter = _report(url, fleet, chunk_s=21600.0)
-        raw_quarter = _report(url, fleet, chunk_s=21600.0, fetch="raw")
-        raw_day = _report(url, fleet, fetch="raw")
+        day = team_report(url, fleet)
+        quarter = team_report(url, fleet, chunk_s=21600.0)
+        raw_quarter = team_report(url, fleet, chunk_s=21600.0, fetch="raw")
+        raw_day = team_report(url, fleet, fetch="raw")
     assert len(day["extra"]["fleet"]["kpis"]["days"]) == 2
     assert quarter == day
     assert raw_quarter["extra"]["fleet"]["kpis"] == raw_day["extra"]["fleet"]["kpis"]
@@ -123,7 +117,7 @@ def test_a_fixed_window_refused_as_too_large_is_a_clear_error_not_smaller_chunks
                               extra_args=("-search.maxSamplesPerQuery=40000",)) as vm:
         import_victoria_metrics(fleet, vm, tmp_path / "import")
         with pytest.raises(QueryTooLarge) as e:
-            _report(vm, fleet)
+            team_report(vm, fleet)
     assert not e.value.by_chunk
     assert "-search.maxSamplesPerQuery=40000" in e.value.what
     assert "the fleet's 24h utilization window" in e.value.what
