@@ -297,9 +297,9 @@ class PromClient:
                 f"the store answered with partial data after {self.retries + 1} attempt(s): "
                 f"{partial[0]}", where=f"{where} query={query!r}",
                 fix="bring back what the store could not reach (the warning names it: a "
-                "remote-read endpoint, a Thanos store, a vmstorage node) and run again, or "
-                "--allow-partial to audit what it answered (the report notes each partial "
-                "answer)")
+                "remote-read endpoint, a Thanos store, a vmstorage node) and run again; "
+                "`gpuaudit fleet --allow-partial` audits what it answered (the report notes "
+                "each partial answer)")
         with self._lock:
             for warning in partial:
                 seen = self.partial_answers.setdefault(warning, [0, query])

@@ -147,8 +147,8 @@ def fan_out(jobs: Sequence[_J], fetch: Callable[[_J], _T], *, describe: Callable
                 if not allow_partial:
                     for other in futures:
                         other.cancel()
-                    partial = ("or --allow-partial to audit without it (the report lists "
-                               "what is missing)")
+                    partial = ("or audit without it: `gpuaudit fleet --allow-partial` (the "
+                               "report lists what is missing)")
                     fix = exc.fix if exc.fix and "--allow-partial" in exc.fix else \
                         f"{exc.fix}; {partial}" if exc.fix else f"check the store, {partial}"
                     raise SourceUnavailableError(
