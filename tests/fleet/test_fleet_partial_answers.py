@@ -130,3 +130,18 @@ def test_a_partial_labels_answer_is_asked_of_the_series_api():
     series["warnings"] = [REMOTE_READ]  # the series API partial too: an error
     with pytest.raises(PartialAnswerError, match="connection refused"):
         c.label_names("DCGM_FI_PROF_SM_ACTIVE", 0.0, 60.0)
+
+
+def test_a_store_whose_warnings_differ_query_by_query_gets_a_few_notes_and_a_count():
+    from gpuaudit.api.fleet import _PARTIAL_NOTES, _partial_notes
+
+    answers = [_answer([f"fetch series for block {i:03d}: store gateway down"])
+               for i in range(12)] + [_answer(["the same one"])] * 3
+    c = _client(answers, allow_partial=True)
+    for i in range(len(answers)):
+        c.query(f"q{i}", 0.0)
+    notes = _partial_notes({"thanos": c})
+    assert len(notes) == _PARTIAL_NOTES + 1
+    assert notes[0].count == 3 and "the same one" in notes[0].reason  # the most frequent first
+    assert sum(n.count for n in notes) == len(answers)  # every partial answer counted once
+    assert "8 other warning(s)" in notes[-1].reason

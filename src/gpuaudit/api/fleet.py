@@ -663,17 +663,32 @@ def _missing_notes(missing: Sequence[Mapping[str, str]]) -> list[Any]:
         for m in missing]
 
 
+#: partial-answer notes per store at most; the rest of its warnings are counted in one more
+_PARTIAL_NOTES = 5
+
+
 def _partial_notes(clients: Mapping[str, Any]) -> list[Any]:
     """An import note per store (name -> its client) and warning of the partial answers
-    kept under ``allow_partial``: how many, the store's own words, the first query."""
+    kept under ``allow_partial``: how many, the store's own words, the first query. A store
+    whose warnings differ query by query (block ids, addresses) gets its most frequent
+    :data:`_PARTIAL_NOTES` and one note counting the rest."""
     from gpuaudit.schema import ImportNote
 
-    return [ImportNote(
-        reason=f"partial answers (--allow-partial): store {name} said {n} answer(s) leave "
-        f"out what it could not reach, so its figures may be short: {warning} (first in "
-        f"{query!r})", count=n, where=c.url)
-        for name, c in clients.items()
-        for warning, (n, query) in sorted(c.partial_answers.items())]
+    notes = []
+    for name, c in clients.items():
+        seen = sorted(c.partial_answers.items(), key=lambda kv: (-kv[1][0], kv[0]))
+        for warning, (n, query) in seen[:_PARTIAL_NOTES]:
+            notes.append(ImportNote(
+                reason=f"partial answers (--allow-partial): store {name} said {n} answer(s) "
+                f"leave out what it could not reach, so its figures may be short: {warning} "
+                f"(first in {query!r})", count=n, where=c.url))
+        if len(seen) > _PARTIAL_NOTES:
+            rest = sum(n for _w, (n, _q) in seen[_PARTIAL_NOTES:])
+            notes.append(ImportNote(
+                reason=f"partial answers (--allow-partial): store {name} gave {rest} more "
+                f"with {len(seen) - _PARTIAL_NOTES} other warning(s)", count=rest,
+                where=c.url))
+    return notes
 
 
 def _transfer(mode: str, stores: Sequence[Any], clients: Mapping[str, Any], *,
