@@ -159,3 +159,35 @@ def test_the_field_values_request_built_once_reads_as_pynvml_s_own_call(
         assert e.value.call == "nvmlDeviceGetFieldValues"
     finally:
         b.close()
+
+
+def test_the_getters_prepared_after_the_probe_read_as_pynvml_s_wrappers(
+        fakelib: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """From the second reading on, the tick's getters run through the binding's function
+    pointers with their outputs built once; each gives what pynvml's wrapper gives."""
+    _scenario(tmp_path, monkeypatch, {"gpus": [
+        {"pattern": {"kind": "constant", "value": 41}, "power_limit_w": 350,
+         "memory_total_mib": 81559}]})
+    b = NvmlBackend(visible=None)
+    (d,) = b.open()
+    try:
+        def steady(reading: dict) -> dict:  # (the energy counter runs on)
+            return {k: v for k, v in reading.items() if k != "energy_j"}
+
+        first = steady(b.read(d))  # the probe
+        assert steady(b.read(d)) == first  # (constant scenario) prepared during this one
+        st = b._states[d.uuid]
+        assert st.prepared and all(fn is not None for fn in st.prepared.values())
+        assert {k[0] for k in st.prepared} == {
+            "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+            "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTemperature",
+            "nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons"}
+        for (name, *inputs), fn in st.prepared.items():
+            ours, theirs = fn(), getattr(pynvml, name)(st.handle, *inputs)
+            if hasattr(theirs, "_fields_"):
+                ours = [getattr(ours, f[0]) for f in theirs._fields_]
+                theirs = [getattr(theirs, f[0]) for f in theirs._fields_]
+            assert ours == theirs, name
+        assert steady(b.read(d)) == first  # and the reading they make is the wrappers' one
+    finally:
+        b.close()

@@ -108,6 +108,17 @@ GPM_METRICS: dict[int, tuple[str, float]] = {
     GPM_NVLINK_TOTAL_RX_PER_SEC: ("nvlink_rx_bytes_per_s", 1048576.0),
 }
 _GPM_COLUMNS = tuple(GPM_METRICS.values())
+#: the getters a tick calls with a handle, fixed unsigned inputs and one output, by the
+#: output's C type (a ctypes scalar, whose value is returned, or the binding's structure,
+#: returned as it is): pynvml's own wrappers of the same name take and give the same
+_GETTER_OUTPUTS = {
+    "nvmlDeviceGetUtilizationRates": "c_nvmlUtilization_t",
+    "nvmlDeviceGetMemoryInfo": "c_nvmlMemory_t",
+    "nvmlDeviceGetEnforcedPowerLimit": "c_uint",
+    "nvmlDeviceGetTemperature": "c_uint",
+    "nvmlDeviceGetClockInfo": "c_uint",
+    "nvmlDeviceGetCurrentClocksEventReasons": "c_ulonglong",
+}
 _GPM_METRICS_GET_VERSION = 1
 #: Read and set a numeric field of a binding's structure. pynvml's structures override
 #: ``__getattribute__`` and ``__setattr__`` in Python (to convert between bytes and str) and
@@ -236,6 +247,9 @@ class _State:
     lost: bool = False
     #: after the probe: the field-value call with its request built once (see _r_fields)
     read_fields: Callable[[], Any] | None = None
+    #: after the probe: (function, inputs) -> the getter's call prepared once (see
+    #: NvmlBackend._tick_call); None where it cannot be (the binding is called as it is)
+    prepared: dict[tuple[Any, ...], Callable[[], Any] | None] = field(default_factory=dict)
 
 
 _MIG_PROFILE = re.compile(r"MIG\s+(\S+)")
@@ -301,6 +315,51 @@ class NvmlBackend:
             return fn(*args)
         except self._err as exc:
             raise translate(exc, name, where) from exc
+
+    def _tick_call(self, st: _State, name: str, *inputs: int) -> Any:
+        """``name(handle, *inputs)`` of ``st``'s device, as :meth:`_call` gives it. From the
+        first reading after the probe on, a getter of :data:`_GETTER_OUTPUTS` is called
+        through the binding's function pointer with its output built once, as pynvml's
+        own wrapper calls it (which looks the function up under a lock and builds a fresh
+        output on every call)."""
+        key = (name, *inputs)
+        fast = st.prepared.get(key)
+        if fast is not None:
+            return fast()
+        value = self._call(name, st.handle, *inputs)
+        if st.probed and key not in st.prepared:
+            st.prepared[key] = self._prepare(name, st.handle, inputs)
+        return value
+
+    def _prepare(self, name: str, handle: Any, inputs: tuple[int, ...],
+                 ) -> Callable[[], Any] | None:
+        """``name``'s call with its output built once (see :meth:`_tick_call`); None: the
+        binding has no pynvml internals (a double) or ``name`` is not a known getter."""
+        lib = self._lib
+        pointer_of = getattr(lib, "_nvmlGetFunctionPointer", None)
+        check = getattr(lib, "_nvmlCheckReturn", None)
+        kind_name = _GETTER_OUTPUTS.get(name)
+        if pointer_of is None or check is None or kind_name is None:
+            return None
+        kind = getattr(ctypes, kind_name, None) or getattr(lib, kind_name, None)
+        if kind is None:
+            return None
+        try:
+            fn = pointer_of(name)
+        except self._err:
+            return None
+        out = kind()
+        args = (handle, *(ctypes.c_uint(x) for x in inputs), ctypes.byref(out))
+        scalar, err = issubclass(kind, ctypes._SimpleCData), self._err
+
+        def call() -> Any:
+            try:
+                check(fn(*args))
+            except err as exc:
+                raise translate(exc, name) from exc
+            return out.value if scalar else out
+
+        return call
 
     def _missing(self, err: FunctionNotFoundError) -> None:
         if err.call not in self._missing_functions:
@@ -490,12 +549,12 @@ class NvmlBackend:
         return readers
 
     def _r_util(self, st: _State, out: Reading) -> None:
-        u = self._call("nvmlDeviceGetUtilizationRates", st.handle)
+        u = self._tick_call(st, "nvmlDeviceGetUtilizationRates")
         out["util_gpu_pct"] = float(_get(u, "gpu"))
         out["util_mem_pct"] = float(_get(u, "memory"))
 
     def _r_memory(self, st: _State, out: Reading) -> None:
-        m = self._call("nvmlDeviceGetMemoryInfo", st.handle)
+        m = self._tick_call(st, "nvmlDeviceGetMemoryInfo")
         out["mem_used_mib"] = _get(m, "used") / _MIB
         out["mem_total_mib"] = _get(m, "total") / _MIB
 
@@ -582,17 +641,17 @@ class NvmlBackend:
         out["ecc_dbe_total"] = int(self._call("nvmlDeviceGetTotalEccErrors", st.handle, 1, 0))
 
     def _r_power_limit(self, st: _State, out: Reading) -> None:
-        out["power_limit_w"] = self._call("nvmlDeviceGetEnforcedPowerLimit", st.handle) / 1000.0
+        out["power_limit_w"] = self._tick_call(st, "nvmlDeviceGetEnforcedPowerLimit") / 1000.0
 
     def _r_temp(self, st: _State, out: Reading) -> None:
-        out["temp_c"] = float(self._call("nvmlDeviceGetTemperature", st.handle, 0))
+        out["temp_c"] = float(self._tick_call(st, "nvmlDeviceGetTemperature", 0))
 
     def _r_clock(self, st: _State, out: Reading) -> None:
-        out["sm_clock_mhz"] = float(self._call("nvmlDeviceGetClockInfo", st.handle, 1))
+        out["sm_clock_mhz"] = float(self._tick_call(st, "nvmlDeviceGetClockInfo", 1))
 
     def _r_reasons(self, st: _State, out: Reading) -> None:
         try:
-            v = self._call("nvmlDeviceGetCurrentClocksEventReasons", st.handle)
+            v = self._tick_call(st, "nvmlDeviceGetCurrentClocksEventReasons")
         except FunctionNotFoundError:
             # drivers before 535 only have the old name; not a missing feature, no warning
             v = self._call("nvmlDeviceGetCurrentClocksThrottleReasons", st.handle)
