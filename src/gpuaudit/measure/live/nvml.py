@@ -335,29 +335,39 @@ class NvmlBackend:
                  ) -> Callable[[], Any] | None:
         """``name``'s call with its output built once (see :meth:`_tick_call`); None: the
         binding has no pynvml internals (a double) or ``name`` is not a known getter."""
-        lib = self._lib
-        pointer_of = getattr(lib, "_nvmlGetFunctionPointer", None)
-        check = getattr(lib, "_nvmlCheckReturn", None)
         kind_name = _GETTER_OUTPUTS.get(name)
-        if pointer_of is None or check is None or kind_name is None:
-            return None
-        kind = getattr(ctypes, kind_name, None) or getattr(lib, kind_name, None)
+        kind = None if kind_name is None else \
+            getattr(ctypes, kind_name, None) or getattr(self._lib, kind_name, None)
         if kind is None:
+            return None
+        out = kind()
+        args = (handle, *(ctypes.c_uint(x) for x in inputs), ctypes.byref(out))
+        return self._pointer_call(name, args, out,
+                                  value=issubclass(kind, ctypes._SimpleCData))
+
+    def _pointer_call(self, name: str, args: tuple[Any, ...], out: Any, *,
+                      value: bool = False) -> Callable[[], Any] | None:
+        """A call of the C function ``name`` with ``args`` (built once by the caller)
+        through the binding's function pointer, its return checked and translated as
+        :meth:`_call` does, giving ``out`` (the output ``args`` points at; ``value``: a
+        ctypes scalar's ``.value``); None: the binding has no pynvml internals (a double) or
+        no such function."""
+        pointer_of = getattr(self._lib, "_nvmlGetFunctionPointer", None)
+        check = getattr(self._lib, "_nvmlCheckReturn", None)
+        if pointer_of is None or check is None:
             return None
         try:
             fn = pointer_of(name)
         except self._err:
             return None
-        out = kind()
-        args = (handle, *(ctypes.c_uint(x) for x in inputs), ctypes.byref(out))
-        scalar, err = issubclass(kind, ctypes._SimpleCData), self._err
+        err = self._err
 
         def call() -> Any:
             try:
                 check(fn(*args))
             except err as exc:
                 raise translate(exc, name) from exc
-            return out.value if scalar else out
+            return out.value if value else out
 
         return call
 
@@ -602,33 +612,14 @@ class NvmlBackend:
         serves every tick. pynvml's own wrapper builds the array per call and tries to
         unpack every field id as a (field, scope) pair, an exception per field. None: a
         binding without pynvml's internals (a double), which is called as it is."""
-        import ctypes
-
-        lib = self._lib
-        pointer_of = getattr(lib, "_nvmlGetFunctionPointer", None)
-        check = getattr(lib, "_nvmlCheckReturn", None)
-        entry = getattr(lib, "c_nvmlFieldValue_t", None)
-        if pointer_of is None or check is None or entry is None:
-            return None
-        name = "nvmlDeviceGetFieldValues"
-        try:
-            fn = pointer_of(name)
-        except self._err:
+        entry = getattr(self._lib, "c_nvmlFieldValue_t", None)
+        if entry is None:
             return None
         values = (entry * len(st.fields))()
         for i, fid in enumerate(st.fields):
             values[i].fieldId = fid
-        count, ref, handle, err = ctypes.c_int32(len(st.fields)), ctypes.byref(values), \
-            st.handle, self._err
-
-        def read() -> Any:
-            try:
-                check(fn(handle, count, ref))
-            except err as exc:
-                raise translate(exc, name, None) from exc
-            return values
-
-        return read
+        args = (st.handle, ctypes.c_int32(len(st.fields)), ctypes.byref(values))
+        return self._pointer_call("nvmlDeviceGetFieldValues", args, values)
 
     def _r_power_usage(self, st: _State, out: Reading) -> None:
         out["power_w"] = self._call("nvmlDeviceGetPowerUsage", st.handle) / 1000.0
