@@ -15,7 +15,7 @@ import pynvml
 import pytest
 
 from gpuaudit.measure.live.fake_nvml import SCENARIO_ENV, FakeNvml, build_fake_library
-from gpuaudit.measure.live.nvml import GpuLostError, NvmlBackend, load_library
+from gpuaudit.measure.live.nvml import _FIELDS_KEY, GpuLostError, NvmlBackend, load_library
 from gpuaudit.measure.live.sampler import Sampler
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc (scripts/test "
@@ -141,11 +141,11 @@ def test_the_field_values_request_built_once_reads_as_pynvml_s_own_call(
         for d in devices:
             b.read(d)  # the probe
         states = [b._states[d.uuid] for d in devices]
-        assert all(st.read_fields is not None for st in states)
+        assert all(st.prepared.get(_FIELDS_KEY) is not None for st in states)
         for _ in range(20):
             for d, st in zip(devices, states):
                 ours = [(v.fieldId, v.nvmlReturn, v.valueType, v.value.ullVal)
-                        for v in st.read_fields()]
+                        for v in st.prepared[_FIELDS_KEY]()]
                 theirs = [(v.fieldId, v.nvmlReturn, v.valueType, v.value.ullVal) for v in
                           pynvml.nvmlDeviceGetFieldValues(st.handle, list(st.fields))]
                 # (power moves with time: the fields and their codes and types are equal,
@@ -179,10 +179,11 @@ def test_the_getters_prepared_after_the_probe_read_as_pynvml_s_wrappers(
         st = b._states[d.uuid]
         assert st.prepared and all(fn is not None for fn in st.prepared.values())
         assert {k[0] for k in st.prepared} == {
-            "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+            "nvmlDeviceGetFieldValues", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
             "nvmlDeviceGetEnforcedPowerLimit", "nvmlDeviceGetTemperature",
             "nvmlDeviceGetClockInfo", "nvmlDeviceGetCurrentClocksEventReasons"}
-        for (name, *inputs), fn in st.prepared.items():
+        getters = {k: fn for k, fn in st.prepared.items() if k != _FIELDS_KEY}
+        for (name, *inputs), fn in getters.items():
             ours, theirs = fn(), getattr(pynvml, name)(st.handle, *inputs)
             if hasattr(theirs, "_fields_"):
                 ours = [getattr(ours, f[0]) for f in theirs._fields_]

@@ -202,6 +202,8 @@ def fleet_usage(
     """
     if not isinstance(prometheus, str) and len(prometheus) == 1:
         prometheus = prometheus[0]
+    # every store's client keeps or refuses a partial answer as the audit does a lost shard
+    client_kwargs = {**dict(client_kwargs or {}), "allow_partial": allow_partial}
     fetch = _fetch_mode(fetch, raw)
     raw = fetch == "raw"
     if fetch in ("native", "auto"):
@@ -243,8 +245,7 @@ def fleet_usage(
     end_s = None if end_s is None else EPOCH_S.check(end_s, "end_s")
     fine_keys = group_keys(by)
     daily: pa.Table | None = None
-    client = PromClient(prometheus, **{**dict(client_kwargs or {}),
-                                       "allow_partial": allow_partial})
+    client = PromClient(prometheus, **dict(client_kwargs or {}))
     try:
         end = end_s if end_s is not None else time.time()
         start = start_s if start_s is not None else end - since_s
@@ -335,9 +336,7 @@ def _native_usage(
 
     one_heap()  # (where gpuaudit owns the process) before the fetch threads start
     stores = parse_stores(urls)
-    clients = {st.name: PromClient(st.url, **{**dict(client_kwargs or {}),
-                                              "allow_partial": allow_partial})
-               for st in stores}
+    clients = {st.name: PromClient(st.url, **dict(client_kwargs or {})) for st in stores}
     missing: list[dict[str, str]] = []
     try:
         forms: dict[str, str] = {}
@@ -482,7 +481,6 @@ def _sharded_usage(
     cap_arenas()  # answers are decoded in many threads: see gpuaudit._heap
     kw = dict(client_kwargs or {})
     kw["max_in_flight"] = concurrency
-    kw["allow_partial"] = allow_partial
     clients = {st.name: PromClient(st.url, **kw) for st in stores}
     missing: list[dict[str, str]] = []
     try:

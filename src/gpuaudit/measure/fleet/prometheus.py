@@ -248,11 +248,7 @@ class PromClient:
         """POST ``data`` to ``path`` (retries, errors, byte counts, partial answers);
         ``decode`` turns the body into what the caller wants and the store's marks of a
         partial answer (``ValueError``: not the Prometheus API)."""
-        delay = self.backoff_s
-        for attempt in range(self.retries + 1):
-            if attempt:  # a part the store could not reach may be back
-                self.sleep(min(delay, self.max_backoff_s))
-                delay *= 2
+        for _attempt in self._attempts():  # a part the store could not reach may be back
             value, partial = self._ask(path, data, decode)
             if not partial or self.allow_partial:
                 break
@@ -352,6 +348,16 @@ class PromClient:
         return httpx.Response(resp.status_code, headers=kept, content=body,
                               request=req), len(raw)
 
+    def _attempts(self) -> Iterator[int]:
+        """``retries + 1`` attempts, sleeping between them with exponential backoff
+        (``backoff_s`` doubling, capped at ``max_backoff_s``)."""
+        delay = self.backoff_s
+        for attempt in range(self.retries + 1):
+            if attempt:
+                self.sleep(min(delay, self.max_backoff_s))
+                delay *= 2
+            yield attempt
+
     def _send(self, where: str, busy: Callable[[httpx.Response], str], who: str, *,
               content: bytes | None = None, data: dict[str, str] | None = None,
               headers: Mapping[str, str] | None = None,
@@ -361,12 +367,8 @@ class PromClient:
         raises), byte counts, refused credentials an error naming ``who``; any other answer
         is returned. ``gzip``: see :meth:`post_raw`."""
         assert self._client is not None
-        delay = self.backoff_s
         last = ""
-        for attempt in range(self.retries + 1):
-            if attempt:
-                self.sleep(min(delay, self.max_backoff_s))
-                delay *= 2
+        for _attempt in self._attempts():
             try:
                 with self._slots:
                     hdrs = {**self._headers(), **(headers or {})}

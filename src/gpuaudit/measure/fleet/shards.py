@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TypeVar
 
-from gpuaudit.errors import InputError, SourceUnavailableError
+from gpuaudit.errors import InputError, PartialAnswerError, SourceUnavailableError
 
 __all__ = ["MissingShard", "Shard", "Store", "fan_out", "parse_stores", "plan_shards"]
 
@@ -149,8 +149,12 @@ def fan_out(jobs: Sequence[_J], fetch: Callable[[_J], _T], *, describe: Callable
                         other.cancel()
                     partial = ("or audit without it: `gpuaudit fleet --allow-partial` (the "
                                "report lists what is missing)")
-                    fix = exc.fix if exc.fix and "--allow-partial" in exc.fix else \
-                        f"{exc.fix}; {partial}" if exc.fix else f"check the store, {partial}"
+                    if isinstance(exc, PartialAnswerError):  # (its fix says what to do)
+                        fix = exc.fix
+                    elif exc.fix:
+                        fix = f"{exc.fix}; {partial}"
+                    else:
+                        fix = f"check the store, {partial}"
                     raise SourceUnavailableError(
                         f"shard {label(job)} (store {store.name}, {store.url}) failed: "
                         f"{exc.what}", where=exc.where or store.url, fix=fix) from exc

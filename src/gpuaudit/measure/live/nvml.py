@@ -119,6 +119,8 @@ _GETTER_OUTPUTS = {
     "nvmlDeviceGetClockInfo": "c_uint",
     "nvmlDeviceGetCurrentClocksEventReasons": "c_ulonglong",
 }
+#: the field-value call's key among a device's prepared calls (its inputs: the probed fields)
+_FIELDS_KEY = ("nvmlDeviceGetFieldValues",)
 _GPM_METRICS_GET_VERSION = 1
 #: Read and set a numeric field of a binding's structure. pynvml's structures override
 #: ``__getattribute__`` and ``__setattr__`` in Python (to convert between bytes and str) and
@@ -245,10 +247,9 @@ class _State:
     #: each GPM metric's (nvmlReturn, value) in the request's memory, read in one unpack
     gpm_layout: struct.Struct | None = None
     lost: bool = False
-    #: after the probe: the field-value call with its request built once (see _r_fields)
-    read_fields: Callable[[], Any] | None = None
-    #: after the probe: (function, inputs) -> the getter's call prepared once (see
-    #: NvmlBackend._tick_call); None where it cannot be (the binding is called as it is)
+    #: after the probe: (function, inputs) -> its call prepared once (the getters: see
+    #: NvmlBackend._tick_call; the field values: _r_fields); None where it cannot be (the
+    #: binding is called as it is)
     prepared: dict[tuple[Any, ...], Callable[[], Any] | None] = field(default_factory=dict)
 
 
@@ -569,8 +570,9 @@ class NvmlBackend:
         out["mem_total_mib"] = _get(m, "total") / _MIB
 
     def _r_fields(self, st: _State, out: Reading) -> None:
-        if st.read_fields is not None:
-            values = st.read_fields()
+        fast = st.prepared.get(_FIELDS_KEY)
+        if fast is not None:
+            values = fast()
         else:
             values = self._call("nvmlDeviceGetFieldValues", st.handle, list(st.fields))
         ok: list[int] = []
@@ -604,7 +606,7 @@ class NvmlBackend:
                 st.disabled.add("energy")
             if FI_ECC_DBE_VOL_TOTAL in ok:
                 st.disabled.add("ecc")
-            st.read_fields = self._fields_call(st)
+            st.prepared[_FIELDS_KEY] = self._fields_call(st)
 
     def _fields_call(self, st: _State) -> Callable[[], Any] | None:
         """``nvmlDeviceGetFieldValues`` of the probed fields with its request built once:
