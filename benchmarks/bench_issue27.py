@@ -99,11 +99,7 @@ def rows(names: set[str], out_dir: Path) -> list[Row]:
         traces = [(n, bench_traces.trace_dir(n)) for n in (
             "a100_1rank_ddp_nccl.json.gz", "v100_1rank_ns_resolution.json.gz", "two_ranks")]
         big = bench_traces.build_big(106)
-        d = WORK / "dirs" / big.stem
-        d.mkdir(parents=True, exist_ok=True)
-        if not (d / big.name).exists():
-            (d / big.name).symlink_to(big)
-        traces.append((f"{big.name} (**synthetic**, 106 MB)", d))
+        traces.append((f"{big.name} (**synthetic**, 106 MB)", bench_traces.dir_of(big)))
         for n, path in traces:
             found.append(Row(f"`trace` {n}",
                              [GPUAUDIT, "trace", str(path), "--hta-compat", "--price", "2.5",

@@ -287,13 +287,17 @@ def median(runs: list[dict[str, float]]) -> dict[str, float]:
 
 
 def trace_dir(name: str) -> Path:
-    """HTA wants a directory of rank traces: link single files into one."""
-    src = DATA / name
+    """The real trace ``name`` (a file or a folder of ranks) as a directory: see dir_of."""
+    return dir_of(DATA / name)
+
+
+def dir_of(src: Path) -> Path:
+    """HTA wants a directory of rank traces: a single file is linked into one."""
     if src.is_dir():
         return src
-    d = WORK / "dirs" / name.split(".")[0]
+    d = WORK / "dirs" / src.name.split(".")[0]
     d.mkdir(parents=True, exist_ok=True)
-    link = d / name
+    link = d / src.name
     if not link.exists():
         link.symlink_to(src)
     return d
@@ -436,11 +440,8 @@ def main() -> None:
             paths.append((f"{rd.name} ({args.ranks} x {args.rank_mb} MB, synthetic)", rd))
         if args.big:
             big = build_big(args.big_mb)
-            d = WORK / "dirs" / big.stem
-            d.mkdir(parents=True, exist_ok=True)
-            if not (d / big.name).exists():
-                (d / big.name).symlink_to(big)
-            paths.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)", d))
+            paths.append((f"{big.name} ({big.stat().st_size / 1e6:.0f} MB, synthetic)",
+                          dir_of(big)))
         whole(paths, args.reps, args.baseline, hta_runs=not args.no_hta)
         shutil.rmtree(WORK / "dirs", ignore_errors=True)
         return
